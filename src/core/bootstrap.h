@@ -1,0 +1,78 @@
+/*
+ * Bootstrap: how ranks of a communicator find each other before any GPU
+ * transport exists, and the out-of-band service later layers use for setup,
+ * barriers and error reports.
+ *
+ * ncclGetUniqueId starts a root listener (a thread of the calling process)
+ * and packs its address and a 128-bit random secret into the unique id. Each
+ * rank connects to the root, presents the secret, and registers its own
+ * listening address; the root answers everyone with the table of addresses
+ * and exits. From then on ranks talk directly to each other over TCP; every
+ * connection starts with the secret, and one without it (a port scanner, a
+ * stale job) is closed and logged without disturbing the job.
+ *
+ * Root-less mode: with BRAID_COMM_ID / NCCL_COMM_ID=host:port, rank 0 runs the
+ * root at that address and every rank builds the same id from the variable.
+ *
+ * A rank that never arrives: after BRAID_BOOTSTRAP_TIMEOUT seconds every
+ * waiting rank fails with ncclSystemError naming the missing ranks.
+ *
+ * Threading: one struct bootstrap is used by one thread at a time, except
+ * bootstrap_abort, which may be called from any thread.
+ */
+#ifndef BRAID_CORE_BOOTSTRAP_H
+#define BRAID_CORE_BOOTSTRAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+
+struct bootstrap;
+
+/* Creates an id and starts its root listener. */
+ncclResult_t bootstrap_get_unique_id(ncclUniqueId* id);
+/* Rank-independent id from BRAID_COMM_ID (found = 0 when unset). */
+ncclResult_t bootstrap_id_from_env(ncclUniqueId* id, int* found);
+/* A short printable digest of an id (for logs): never reveals the secret. */
+uint64_t bootstrap_id_hash(const ncclUniqueId* id);
+
+/*
+ * Joins the rendezvous of `ids[0]` as `rank` of `nranks` (ids[1..nids-1]
+ * come from ncclCommInitRankScalable; rank 0 dismisses their roots). Fails
+ * with ncclInvalidArgument if another rank already claimed `rank` or
+ * disagrees about `nranks`; with ncclSystemError, naming the missing ranks,
+ * after BRAID_BOOTSTRAP_TIMEOUT. `abort` (may be NULL) interrupts waits.
+ */
+ncclResult_t bootstrap_init(const ncclUniqueId* ids, int nids, int rank, int nranks,
+                            volatile uint32_t* abort, struct bootstrap** out);
+
+int bootstrap_rank(const struct bootstrap* b);
+int bootstrap_nranks(const struct bootstrap* b);
+
+/* `data` holds nranks blocks of `size` bytes; block `rank` is ours; on return all are filled. */
+ncclResult_t bootstrap_allgather(struct bootstrap* b, void* data, size_t size);
+/* Returns once every rank has entered. */
+ncclResult_t bootstrap_barrier(struct bootstrap* b);
+/*
+ * Point to point, matched by (peer, tag). Send does not wait for the
+ * matching recv (messages are queued at the receiver). Recv of a message
+ * whose size differs from `size` fails with ncclInternalError.
+ */
+ncclResult_t bootstrap_send(struct bootstrap* b, int peer, int tag, const void* data, size_t size);
+ncclResult_t bootstrap_recv(struct bootstrap* b, int peer, int tag, void* data, size_t size);
+
+/*
+ * A new bootstrap among a subset of this one's ranks (comm split/shrink):
+ * `ranks` lists the parent ranks of the new group in new-rank order, and
+ * every member calls this with the same list. Collective over the members.
+ */
+ncclResult_t bootstrap_split(struct bootstrap* parent, const int* ranks, int nranks, int new_rank,
+                             struct bootstrap** out);
+
+/* Closes every connection and frees `b`. */
+ncclResult_t bootstrap_close(struct bootstrap* b);
+/* Makes every current and future wait of `b` fail with ncclRemoteError; thread-safe. */
+void bootstrap_abort(struct bootstrap* b);
+
+#endif

@@ -1,0 +1,233 @@
+/*
+ * The one table of Braid's parameters. Every environment variable the
+ * library reads is a row here: its name (read as BRAID_<name>), the NCCL name
+ * accepted as an alias so existing job scripts keep working, its type, its
+ * default and one line of help. `braid-info --env` prints this table.
+ *
+ * BRAID_<name> wins over the alias when both are set. Values are parsed once,
+ * on first use; a malformed integer falls back to the default and is reported
+ * by the logger as soon as it starts (param loading itself must not log: the
+ * logger reads its own level from this table).
+ */
+#include "core/param.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct param_row {
+  const char* name;  /* without the BRAID_ prefix */
+  const char* alias; /* full NCCL name, or NULL */
+  braid_param_type_t type;
+  const char* def;   /* default as text; NULL for "unset" */
+  const char* help;
+};
+
+#define ROW(id, alias, type, def, help) [BRAID_P_##id] = {#id, alias, BRAID_PARAM_##type, def, help}
+
+static const struct param_row rows[BRAID_P_COUNT] = {
+  ROW(DEBUG, "NCCL_DEBUG", STRING, "WARN",
+      "Log level: NONE, VERSION, WARN, INFO or TRACE (TRACE only in debug builds)."),
+  ROW(DEBUG_SUBSYS, "NCCL_DEBUG_SUBSYS", STRING, "INIT,BOOTSTRAP,ENV",
+      "Subsystems logged at INFO/TRACE: comma list of INIT, COLL, P2P, SHM, NET, GRAPH, TUNING, "
+      "ENV, ALLOC, CALL, PROXY, BOOTSTRAP, REG or ALL; a leading ^ excludes the list."),
+  ROW(DEBUG_FILE, "NCCL_DEBUG_FILE", STRING, NULL,
+      "Write the log to this file instead of stdout; %h is replaced by the host name, %p by the pid."),
+  ROW(SOCKET_IFNAME, "NCCL_SOCKET_IFNAME", STRING, NULL,
+      "Network interfaces for bootstrap and sockets: prefixes (eth,ib), ^ to exclude, = for exact "
+      "names. Default: any interface but loopback and docker/virtual bridges, loopback if nothing else."),
+  ROW(SOCKET_FAMILY, "NCCL_SOCKET_FAMILY", STRING, NULL,
+      "Restrict interface addresses to AF_INET or AF_INET6."),
+  ROW(COMM_ID, "NCCL_COMM_ID", STRING, NULL,
+      "host:port of a rendezvous the launcher provides; rank 0 listens there and no unique id "
+      "needs to be broadcast by the application."),
+  ROW(BOOTSTRAP_TIMEOUT, NULL, INT, "120",
+      "Seconds a rank waits for the others at bootstrap before failing with the list of missing ranks."),
+  ROW(HOSTID, "NCCL_HOSTID", STRING, NULL,
+      "Override the host identity, so processes of one machine can pose as separate hosts."),
+  ROW(TIMEOUT, NULL, INT, "600",
+      "Seconds without progress before a hang verdict is printed and the communicator fails (0 = off)."),
+  ROW(CHECK, NULL, INT, "0",
+      "1: verify across ranks that each collective's op, type, count and root agree."),
+  ROW(ALGO, "NCCL_ALGO", STRING, NULL,
+      "Force the algorithm (for example Ring); default: chosen by the tuning model."),
+  ROW(PROTO, "NCCL_PROTO", STRING, NULL,
+      "Force the protocol (Simple, LL, LL128); default: chosen by the tuning model."),
+  ROW(P2P_DISABLE, "NCCL_P2P_DISABLE", INT, "0",
+      "1: never use GPU peer-to-peer (NVLink/PCIe) between GPUs; fall back to shared memory."),
+  ROW(P2P_READ, "NCCL_P2P_READ_ENABLE", INT, "-1",
+      "1: the receiver reads from the sender's buffer (read mode); 0: the sender writes (push); "
+      "-1: choose by topology."),
+  ROW(SHM_DISABLE, "NCCL_SHM_DISABLE", INT, "0",
+      "1: never use host shared memory between GPUs of one host."),
+  ROW(NET, "NCCL_NET", STRING, NULL, "Network backend: Socket, IB or OFI; default: the best available."),
+  ROW(IB_HCA, "NCCL_IB_HCA", STRING, NULL,
+      "InfiniBand/RoCE devices to use: prefixes, ^ to exclude, = for exact, :port to pick a port."),
+  ROW(TOPO_FILE, "NCCL_TOPO_FILE", STRING, NULL,
+      "Read the node topology from this XML file (NCCL's format) instead of detecting it."),
+  ROW(TOPO_DUMP_FILE, "NCCL_TOPO_DUMP_FILE", STRING, NULL,
+      "Write the detected node topology to this XML file."),
+  ROW(GRAPH_DUMP_FILE, "NCCL_GRAPH_DUMP_FILE", STRING, NULL,
+      "Write the chosen rings and trees to this XML file."),
+  ROW(MIN_NCHANNELS, "NCCL_MIN_NCHANNELS", INT, "0", "Lower bound on channels (CTAs) per collective; 0 = automatic."),
+  ROW(MAX_NCHANNELS, "NCCL_MAX_NCHANNELS", INT, "0", "Upper bound on channels (CTAs) per collective; 0 = automatic."),
+  ROW(NTHREADS, "NCCL_NTHREADS", INT, "0",
+      "Threads per CTA (a multiple of 32 from 64 to 1024); 0 = automatic."),
+  ROW(BUFFSIZE, "NCCL_BUFFSIZE", INT, "4194304",
+      "Bytes of receive buffer per connection for collectives (split into 8 steps)."),
+  ROW(P2P_BUFFSIZE, NULL, INT, "1048576",
+      "Bytes of receive buffer per connection for send/recv (split into 8 steps)."),
+  ROW(CHUNKSIZE, NULL, INT, "0", "Bytes per pipeline chunk of ring collectives; 0 = automatic."),
+  ROW(NVLS_ENABLE, "NCCL_NVLS_ENABLE", INT, "0",
+      "NVLink SHARP (multicast). Braid never uses it; accepted so job scripts keep working."),
+  ROW(DETERMINISTIC, NULL, INT, "0",
+      "1: bitwise-identical reductions for a given input whatever algorithm or channel count."),
+  ROW(LAUNCH_MODE, "NCCL_LAUNCH_MODE", STRING, "PARALLEL",
+      "PARALLEL or GROUP: how kernels of several communicators in one thread are launched."),
+};
+
+struct param_value {
+  int64_t ival;
+  char* sval;
+  braid_param_source_t source;
+  int malformed; /* the environment held an unparsable integer */
+};
+
+static struct param_value values[BRAID_P_COUNT];
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Parses "123", "0x10", "-1", "4M", "2G", "64K". Returns 0 on success. */
+static int param_parse_int(const char* text, int64_t* out) {
+  char* end = NULL;
+  errno = 0;
+  long long v = strtoll(text, &end, 0);
+  if (errno != 0 || end == text) return -1;
+  while (isspace((unsigned char)*end)) end++;
+  int64_t mult = 1;
+  switch (toupper((unsigned char)*end)) {
+    case 'K': mult = 1LL << 10; end++; break;
+    case 'M': mult = 1LL << 20; end++; break;
+    case 'G': mult = 1LL << 30; end++; break;
+    default: break;
+  }
+  if (*end != '\0') return -1;
+  *out = (int64_t)v * mult;
+  return 0;
+}
+
+static void param_load_one(int id) {
+  const struct param_row* row = &rows[id];
+  struct param_value* val = &values[id];
+  char braid_name[96];
+  snprintf(braid_name, sizeof braid_name, "BRAID_%s", row->name);
+  const char* text = getenv(braid_name);
+  val->source = BRAID_PARAM_FROM_BRAID_ENV;
+  if (text == NULL && row->alias != NULL) {
+    text = getenv(row->alias);
+    val->source = BRAID_PARAM_FROM_NCCL_ENV;
+  }
+  if (text == NULL) {
+    text = row->def;
+    val->source = BRAID_PARAM_FROM_DEFAULT;
+  }
+  free(val->sval);
+  val->sval = text ? strdup(text) : NULL;
+  val->malformed = 0;
+  val->ival = 0;
+  if (row->type == BRAID_PARAM_INT) {
+    if (text && param_parse_int(text, &val->ival) != 0) {
+      val->malformed = 1;
+      val->source = BRAID_PARAM_FROM_DEFAULT;
+      if (row->def) param_parse_int(row->def, &val->ival);
+    }
+  }
+}
+
+static void param_load_all(void) {
+  pthread_mutex_lock(&load_lock);
+  for (int i = 0; i < BRAID_P_COUNT; i++) param_load_one(i);
+  pthread_mutex_unlock(&load_lock);
+}
+
+static void param_ensure_loaded(void) { pthread_once(&load_once, param_load_all); }
+
+int64_t braid_param_int(braid_param_id_t id) {
+  param_ensure_loaded();
+  return values[id].ival;
+}
+
+const char* braid_param_str(braid_param_id_t id) {
+  param_ensure_loaded();
+  return values[id].sval;
+}
+
+braid_param_source_t braid_param_source(braid_param_id_t id) {
+  param_ensure_loaded();
+  return values[id].source;
+}
+
+void braid_param_reload(void) {
+  param_ensure_loaded();
+  param_load_all();
+}
+
+/* Reports each malformed value once through `report`; the logger calls this after it starts. */
+void braid_param_report_malformed(void (*report)(const char* name, const char* text, const char* def)) {
+  param_ensure_loaded();
+  pthread_mutex_lock(&load_lock);
+  for (int i = 0; i < BRAID_P_COUNT; i++) {
+    if (!values[i].malformed) continue;
+    values[i].malformed = 0;
+    char name[96];
+    snprintf(name, sizeof name, "BRAID_%s", rows[i].name);
+    const char* text = getenv(name);
+    if (text == NULL && rows[i].alias) {
+      snprintf(name, sizeof name, "%s", rows[i].alias);
+      text = getenv(name);
+    }
+    report(name, text ? text : "", rows[i].def ? rows[i].def : "(none)");
+  }
+  pthread_mutex_unlock(&load_lock);
+}
+
+int braid_param_count(void) { return BRAID_P_COUNT; }
+
+static int param_index_ok(int index) { return index >= 0 && index < BRAID_P_COUNT; }
+
+const char* braid_param_name(int index) {
+  static __thread char name[96];
+  if (!param_index_ok(index)) return NULL;
+  snprintf(name, sizeof name, "BRAID_%s", rows[index].name);
+  return name;
+}
+
+const char* braid_param_alias(int index) { return param_index_ok(index) ? rows[index].alias : NULL; }
+const char* braid_param_help(int index) { return param_index_ok(index) ? rows[index].help : NULL; }
+const char* braid_param_default(int index) { return param_index_ok(index) ? rows[index].def : NULL; }
+braid_param_type_t braid_param_type(int index) {
+  return param_index_ok(index) ? rows[index].type : BRAID_PARAM_STRING;
+}
+
+static const char* param_source_text(int index) {
+  switch (values[index].source) {
+    case BRAID_PARAM_FROM_BRAID_ENV: return "environment (BRAID_)";
+    case BRAID_PARAM_FROM_NCCL_ENV: return "environment (NCCL alias)";
+    default: return "default";
+  }
+}
+
+void braid_param_print_all(FILE* out) {
+  param_ensure_loaded();
+  for (int i = 0; i < BRAID_P_COUNT; i++) {
+    const struct param_row* row = &rows[i];
+    const char* value = values[i].sval ? values[i].sval : "(unset)";
+    fprintf(out, "BRAID_%s=%s\n", row->name, value);
+    fprintf(out, "    source: %s; type: %s; default: %s", param_source_text(i),
+            row->type == BRAID_PARAM_INT ? "integer" : "string", row->def ? row->def : "(unset)");
+    if (row->alias) fprintf(out, "; alias: %s", row->alias);
+    fprintf(out, "\n    %s\n", row->help);
+  }
+}

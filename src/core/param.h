@@ -1,0 +1,81 @@
+/*
+ * Braid's configuration: every environment variable the library reads is one
+ * row of the table in param.c (name, NCCL alias, type, default, help). Code
+ * asks for a value by its id; nothing else calls getenv.
+ *
+ * Values are read from the environment once, on first use, and cached;
+ * braid_param_reload() re-reads them (used by tests and ncclResetDebugInit).
+ */
+#ifndef BRAID_CORE_PARAM_H
+#define BRAID_CORE_PARAM_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum { BRAID_PARAM_INT, BRAID_PARAM_STRING } braid_param_type_t;
+
+/* Where a parameter's current value came from. */
+typedef enum {
+  BRAID_PARAM_FROM_DEFAULT = 0,
+  BRAID_PARAM_FROM_BRAID_ENV = 1, /* BRAID_<name> */
+  BRAID_PARAM_FROM_NCCL_ENV = 2   /* the NCCL alias */
+} braid_param_source_t;
+
+/* One id per row of the table in param.c (rows are indexed by these ids). */
+typedef enum {
+  BRAID_P_DEBUG,
+  BRAID_P_DEBUG_SUBSYS,
+  BRAID_P_DEBUG_FILE,
+  BRAID_P_SOCKET_IFNAME,
+  BRAID_P_SOCKET_FAMILY,
+  BRAID_P_COMM_ID,
+  BRAID_P_BOOTSTRAP_TIMEOUT,
+  BRAID_P_HOSTID,
+  BRAID_P_TIMEOUT,
+  BRAID_P_CHECK,
+  BRAID_P_ALGO,
+  BRAID_P_PROTO,
+  BRAID_P_P2P_DISABLE,
+  BRAID_P_P2P_READ,
+  BRAID_P_SHM_DISABLE,
+  BRAID_P_NET,
+  BRAID_P_IB_HCA,
+  BRAID_P_TOPO_FILE,
+  BRAID_P_TOPO_DUMP_FILE,
+  BRAID_P_GRAPH_DUMP_FILE,
+  BRAID_P_MIN_NCHANNELS,
+  BRAID_P_MAX_NCHANNELS,
+  BRAID_P_NTHREADS,
+  BRAID_P_BUFFSIZE,
+  BRAID_P_P2P_BUFFSIZE,
+  BRAID_P_CHUNKSIZE,
+  BRAID_P_NVLS_ENABLE,
+  BRAID_P_DETERMINISTIC,
+  BRAID_P_LAUNCH_MODE,
+  BRAID_P_COUNT
+} braid_param_id_t;
+
+/* The value of an integer parameter. A malformed value falls back to the default with a WARN. */
+int64_t braid_param_int(braid_param_id_t id);
+/* The value of a string parameter, or NULL when unset and without default. Valid until reload. */
+const char* braid_param_str(braid_param_id_t id);
+/* Where the value came from. */
+braid_param_source_t braid_param_source(braid_param_id_t id);
+/* Re-read every parameter from the environment. Not thread-safe against concurrent readers. */
+void braid_param_reload(void);
+
+/* Reports each malformed environment value once (the logger calls this when it starts). */
+void braid_param_report_malformed(void (*report)(const char* name, const char* text,
+                                                 const char* def));
+
+/* Table introspection, for braid-info --env. */
+int braid_param_count(void);
+const char* braid_param_name(int index);       /* "BRAID_DEBUG" */
+const char* braid_param_alias(int index);      /* "NCCL_DEBUG" or NULL */
+const char* braid_param_help(int index);
+const char* braid_param_default(int index);    /* as text, NULL when none */
+braid_param_type_t braid_param_type(int index);
+/* Writes the table with current values and sources, one parameter per paragraph. */
+void braid_param_print_all(FILE* out);
+
+#endif

@@ -1,0 +1,41 @@
+/*
+ * Small host helpers shared by every layer: identity hashes, clocks,
+ * allocation that reports what failed, and PCI bus id conversion.
+ */
+#ifndef BRAID_CORE_UTILS_H
+#define BRAID_CORE_UTILS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+
+#define BRAID_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define BRAID_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define BRAID_DIV_UP(x, y) (((x) + (y) - 1) / (y))
+#define BRAID_ALIGN_UP(x, a) (BRAID_DIV_UP((x), (a)) * (a))
+#define BRAID_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* 64-bit FNV-1a of a byte string. */
+uint64_t braid_hash(const void* data, size_t size);
+/* Identity of this host: BRAID_HOSTID if set, else hostname + boot id. */
+uint64_t braid_host_hash(void);
+/* Identity of this process on this host. */
+uint64_t braid_pid_hash(void);
+
+/* Monotonic clock in seconds / nanoseconds. */
+double braid_time_sec(void);
+uint64_t braid_time_ns(void);
+
+/* calloc that logs the size and the purpose on failure. */
+ncclResult_t braid_calloc(void** out, size_t nmemb, size_t size, const char* what);
+#define BRAID_CALLOC(ptr, n, what) braid_calloc((void**)(ptr), (n), sizeof(**(ptr)), (what))
+
+/* "0000:1b:00.0" <-> 0x1b000 (domain:bus:device.function as one number). */
+int64_t braid_busid_to_int(const char* busid);
+void braid_busid_to_str(int64_t id, char* out, size_t size);
+
+/* Fills `buf` with cryptographically random bytes (getrandom). */
+ncclResult_t braid_random_bytes(void* buf, size_t size);
+
+#endif
