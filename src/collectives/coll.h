@@ -31,7 +31,7 @@ typedef enum {
 
 /* Limits every layer agrees on. */
 #define BRAID_MAX_CHANNELS 32
-#define BRAID_MAX_NTHREADS 640
+#define BRAID_MAX_NTHREADS 512
 #define BRAID_STEPS 8 /* slots in every connection FIFO */
 
 static inline const char* braid_coll_name(int coll) {

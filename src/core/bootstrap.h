@@ -49,6 +49,14 @@ ncclResult_t bootstrap_init(const ncclUniqueId* ids, int nids, int rank, int nra
 
 int bootstrap_rank(const struct bootstrap* b);
 int bootstrap_nranks(const struct bootstrap* b);
+/*
+ * Where rank `rank`'s bootstrap listener is, and the short host name it
+ * reported (for error messages of later layers); NULL when out of range.
+ * Valid until bootstrap_close.
+ */
+union braid_sockaddr;
+const union braid_sockaddr* bootstrap_peer_addr(const struct bootstrap* b, int rank);
+const char* bootstrap_peer_host(const struct bootstrap* b, int rank);
 
 /* `data` holds nranks blocks of `size` bytes; block `rank` is ours; on return all are filled. */
 ncclResult_t bootstrap_allgather(struct bootstrap* b, void* data, size_t size);

@@ -79,6 +79,15 @@ struct ncclComm {
 
 /* Validates a handle from the user: not NULL, not destroyed. Sets the log context. */
 ncclResult_t comm_check(const struct ncclComm* comm, const char* api);
+/* comm_check, and the communicator finished init successfully and was not finalized. */
+ncclResult_t comm_check_ready(const struct ncclComm* comm, const char* api);
+/* A new communicator object, state INITIALIZING; nothing is connected yet. */
+ncclResult_t comm_alloc(struct ncclComm** out, int rank, int nranks, int cuda_dev,
+                        const struct braid_config* config);
+/* The init sequence: bootstrap, peer info, topology, rings, device state. Marks the comm FAILED on error. */
+ncclResult_t comm_init(struct ncclComm* comm, const ncclUniqueId* ids, int nids);
+/* Releases everything (kernels must be finished or aborted). */
+void comm_free(struct ncclComm* comm);
 /* Keeps the calling thread's last error as this comm's last error. */
 void comm_error_record(struct ncclComm* comm, ncclResult_t res);
 

@@ -43,6 +43,9 @@ int socket_ifname_match(const char* spec, const char* ifname);
  * interface that is up, except loopback and docker/virtual bridges (docker*,
  * veth*, virbr*, br-*, cni*, flannel*); loopback only when nothing else
  * exists. `family` is AF_INET, AF_INET6 or AF_UNSPEC (from BRAID_SOCKET_FAMILY).
+ * One address per interface: IPv4, else global IPv6, else link-local IPv6.
+ * Finding none is an error (ncclSystemError) whose message lists the
+ * interfaces that do exist, with their addresses.
  */
 ncclResult_t socket_find_interfaces(struct braid_netif* out, int max, int* count);
 
@@ -52,11 +55,24 @@ ncclResult_t socket_addr_parse(const char* text, union braid_sockaddr* out);
 const char* socket_addr_str(const union braid_sockaddr* addr, char* buf, size_t size);
 socklen_t socket_addr_len(const union braid_sockaddr* addr);
 
+/*
+ * Timeouts below are in seconds; a negative one waits as long as it takes
+ * (the abort flag is still honoured). An abort returns ncclRemoteError and is
+ * logged at INFO only: it is what the caller asked for, not a fault.
+ */
+
 /* Listens on `addr` (port 0 picks one); on return `addr` holds the bound port. */
 ncclResult_t socket_listen(union braid_sockaddr* addr, int* fd);
 /* Connects, retrying refused/unreachable attempts until `timeout_sec` passes or *abort is set. */
 ncclResult_t socket_connect(const union braid_sockaddr* addr, double timeout_sec,
                             volatile uint32_t* abort, int* fd);
+/*
+ * socket_connect without the log line, for callers that can say what the
+ * address was for: on failure *err holds the last attempt's errno
+ * (ECANCELED: aborted, which returns ncclRemoteError; else ncclSystemError).
+ */
+ncclResult_t socket_connect_quiet(const union braid_sockaddr* addr, double timeout_sec,
+                                  volatile uint32_t* abort, int* fd, int* err);
 /* Accepts one connection, waiting at most `timeout_sec` (negative: forever, abort still honoured). */
 ncclResult_t socket_accept(int listen_fd, double timeout_sec, volatile uint32_t* abort, int* fd,
                            union braid_sockaddr* peer);
@@ -65,6 +81,20 @@ ncclResult_t socket_send_all(int fd, const void* data, size_t size, double timeo
                              volatile uint32_t* abort);
 ncclResult_t socket_recv_all(int fd, void* data, size_t size, double timeout_sec,
                              volatile uint32_t* abort);
+/* Closes `*fd` if open and sets it to -1. */
 void socket_close(int* fd);
+
+/*
+ * Non-blocking steps for callers that serve many connections from one poll()
+ * loop. They never wait and never log (only the caller knows whether a
+ * failure is the job's error or a stray connection to drop): errno is left
+ * as the system set it, and 0 when the peer closed the connection.
+ */
+/* Accepts one pending connection (*fd = -1 when none is pending); ncclSystemError on failure. */
+ncclResult_t socket_accept_some(int listen_fd, int* fd, union braid_sockaddr* peer);
+/* Sends what fits now (*sent may be 0); ncclRemoteError when the peer is gone. */
+ncclResult_t socket_send_some(int fd, const void* data, size_t size, size_t* sent);
+/* Receives what is there now (*got may be 0); ncclRemoteError when the peer closed or reset. */
+ncclResult_t socket_recv_some(int fd, void* data, size_t size, size_t* got);
 
 #endif

@@ -12,6 +12,7 @@
 #define BRAID_GRAPH_GRAPH_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "collectives/coll.h"
 #include "nccl.h"
@@ -31,7 +32,12 @@ typedef enum {
   BRAID_PATH_DIS = 8  /* not connected */
 } braid_path_type_t;
 
-/* The rings: `nchannels` permutations of the ranks; order[c * nranks + i] is the i-th rank of ring c. */
+/*
+ * The rings: `nchannels` permutations of the ranks; order[c * nranks + i] is
+ * the i-th rank of ring c. The ranks of a host are contiguous in every ring
+ * (hosts in order of their first rank); across hosts the ring goes through
+ * the NIC topo_comm_channel_net names.
+ */
 struct braid_rings {
   int nchannels;
   int nranks;
@@ -39,7 +45,13 @@ struct braid_rings {
   float bw_per_channel; /* GB/s one ring channel can move */
 };
 
-/* The trees of channel c (double binary tree across nodes, chain inside). -1 = none. */
+/*
+ * The trees of channel c (double binary tree across nodes, chain inside);
+ * -1 = none. Inside a host the chain follows the channel's ring from the GPU
+ * nearest its NIC; the chain head's up is the parent host's head and its
+ * down[] holds the child hosts' heads and the next rank of its chain. Even
+ * channels use the first binary tree, odd channels the second.
+ */
 struct braid_tree_node {
   int up;
   int down[3];
@@ -83,5 +95,52 @@ braid_path_type_t topo_comm_path(const struct ncclComm* comm, int rank_a, int ra
 ncclResult_t tune_choose(const struct ncclComm* comm, braid_coll_t coll, size_t bytes,
                          unsigned algo_mask, unsigned proto_mask,
                          struct braid_tune_choice* out);
+
+/* The previous and next rank of `rank` in ring `channel`. */
+void topo_ring_neighbors(const struct braid_rings* rings, int channel, int rank, int* prev,
+                         int* next);
+/*
+ * The network device this rank's host uses on `channel` (the ring arrives
+ * there and leaves from there): its index as the topology numbers network
+ * ports, and its name ("mlx5_0", "eth0") in *name. -1 (and *name NULL) when
+ * the channel stays on this host or the host has no known NIC.
+ */
+int topo_comm_channel_net(const struct ncclComm* comm, int channel, const char** name);
+/* "NVL", "PIX", ... */
+const char* topo_path_type_name(braid_path_type_t type);
+
+/*
+ * Without a communicator (unit tests, braid-info): the same topology, built
+ * from NCCL topology XML files, one per host. Host h runs ranks_per_host[h]
+ * ranks, numbered host after host; the ranks of a host take its GPUs in
+ * `dev` order. Honors the same parameters as topo_comm_init
+ * (BRAID_MIN/MAX_NCHANNELS, BRAID_ALGO/PROTO, BRAID_NTHREADS) as they are
+ * when it is called. No GPU, bootstrap or socket is used.
+ */
+struct braid_topo;
+ncclResult_t topo_build_from_files(const char* const* files, int nhosts, const int* ranks_per_host,
+                                   struct braid_topo** out);
+void topo_free(struct braid_topo* topo);
+const struct braid_rings* topo_rings(const struct braid_topo* topo);
+const struct braid_trees* topo_trees(const struct braid_topo* topo);
+braid_path_type_t topo_path(const struct braid_topo* topo, int rank_a, int rank_b, float* bw);
+int topo_channel_net(const struct braid_topo* topo, int channel, int rank, const char** name);
+ncclResult_t tune_choose_topo(const struct braid_topo* topo, braid_coll_t coll, size_t bytes,
+                              unsigned algo_mask, unsigned proto_mask,
+                              struct braid_tune_choice* out);
+/* One sentence: why the rings have this many channels. */
+const char* topo_explain(const struct braid_topo* topo);
+/* Writes the rings and trees as NCCL's graph XML (NCCL_GRAPH_DUMP_FILE), seen from host `host`. */
+ncclResult_t topo_dump_graphs(const struct braid_topo* topo, int host, const char* path);
+
+/*
+ * braid-info --topo [--topo-file F] [--dot FILE]: prints the machine (this
+ * one's visible GPUs as the ranks of one node, or the node `topo_file`
+ * describes), the path matrix, the rings and trees with their bandwidths
+ * and why, and the tuning choices for a few sizes; `dot_file` (may be NULL)
+ * receives a Graphviz picture of the node. Without a GPU and without
+ * `topo_file` it says so and returns ncclSystemError.
+ */
+ncclResult_t topo_report(FILE* out, const char* topo_file, const char* dot_file);
 
 #endif

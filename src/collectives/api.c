@@ -1,0 +1,332 @@
+/*
+ * The collective and point-to-point API: check every argument and say
+ * precisely what is wrong, then hand the operation to the group (a call
+ * outside ncclGroupStart/End is a group of one). AlltoAll, Gather and
+ * Scatter are groups of sends and receives.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "core/comm.h"
+#include "core/debug.h"
+#include "core/group.h"
+#include "core/redop.h"
+
+#define NCCL_API __attribute__((visibility("default")))
+#define NCCL_ALIAS(ret, name, params) NCCL_API ret p##name params __attribute__((alias(#name)));
+
+/* What one API call asks for, before it becomes a braid_op. */
+struct api_call {
+  const char* api;
+  braid_coll_t coll;
+  const void* sendbuff;
+  void* recvbuff;
+  size_t count;
+  ncclDataType_t dtype;
+  ncclRedOp_t op;
+  int root;        /* Broadcast, Reduce, Gather, Scatter; peer for Send/Recv */
+  ncclComm_t comm;
+  cudaStream_t stream;
+};
+
+/* A buffer the GPU of `comm` must be able to use: device memory of that GPU, managed or pinned host. */
+static ncclResult_t api_check_pointer(const struct api_call* c, const void* ptr, const char* name,
+                                      size_t bytes) {
+  if (bytes == 0) return ncclSuccess;
+  if (ptr == NULL)
+    return braid_err(ncclInvalidArgument, "%s: %s is NULL but %zu bytes are to be %s", c->api,
+                     name, bytes, strcmp(name, "recvbuff") == 0 ? "received" : "sent");
+  struct cudaPointerAttributes attr;
+  cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return braid_err(ncclInvalidArgument, "%s: %s %p is not memory CUDA knows (%s)", c->api, name,
+                     ptr, cudaGetErrorString(err));
+  }
+  switch (attr.type) {
+    case cudaMemoryTypeDevice:
+      if (attr.device != c->comm->cuda_dev)
+        return braid_err(ncclInvalidArgument,
+                         "%s: %s %p is memory of CUDA device %d, but rank %d's communicator uses "
+                         "device %d",
+                         c->api, name, ptr, attr.device, c->comm->rank, c->comm->cuda_dev);
+      return ncclSuccess;
+    case cudaMemoryTypeManaged:
+    case cudaMemoryTypeHost: return ncclSuccess;
+    default:
+      return braid_err(ncclInvalidArgument,
+                       "%s: %s %p is host memory not registered with CUDA; the GPU cannot reach "
+                       "it (allocate with cudaMalloc, or register with cudaHostRegister)",
+                       c->api, name, ptr);
+  }
+}
+
+static int api_is_reduction(braid_coll_t coll) {
+  return coll == BRAID_COLL_ALLREDUCE || coll == BRAID_COLL_REDUCESCATTER || coll == BRAID_COLL_REDUCE;
+}
+
+/* Bytes this rank reads from sendbuff and writes to recvbuff; fails on overflow. */
+static ncclResult_t api_sizes(const struct api_call* c, size_t* send_bytes, size_t* recv_bytes) {
+  size_t esize = redop_type_size(c->dtype);
+  size_t n = (size_t)c->comm->nranks;
+  int me = c->comm->rank;
+  if (c->count > SIZE_MAX / esize / n)
+    return braid_err(ncclInvalidArgument, "%s: count %zu of %s overflows the address space",
+                     c->api, c->count, redop_type_name(c->dtype));
+  size_t bytes = c->count * esize;
+  *send_bytes = *recv_bytes = bytes;
+  switch (c->coll) {
+    case BRAID_COLL_ALLGATHER: *recv_bytes = bytes * n; break;
+    case BRAID_COLL_REDUCESCATTER: *send_bytes = bytes * n; break;
+    case BRAID_COLL_BROADCAST: *send_bytes = me == c->root ? bytes : 0; break;
+    case BRAID_COLL_REDUCE: *recv_bytes = me == c->root ? bytes : 0; break;
+    default: break;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t api_check(const struct api_call* c, struct braid_op* op) {
+  ncclResult_t res = ncclSuccess;
+  size_t send_bytes = 0, recv_bytes = 0;
+  BRAID_TRY(comm_check_ready(c->comm, c->api));
+  BRAID_CHECK((int)c->dtype >= 0 && c->dtype < ncclNumTypes, ncclInvalidArgument,
+              "%s: datatype %d is not an ncclDataType_t (0..%d)", c->api, (int)c->dtype,
+              ncclNumTypes - 1);
+  memset(op, 0, sizeof *op);
+  if (api_is_reduction(c->coll)) {
+    BRAID_CHECK((int)c->op >= 0, ncclInvalidArgument, "%s: reduction operator %d is invalid",
+                c->api, (int)c->op);
+    BRAID_TRY(redop_resolve(c->comm, c->op, c->dtype, &op->devop, &op->scalar, &op->work_flags));
+  }
+  if (c->coll == BRAID_COLL_BROADCAST || c->coll == BRAID_COLL_REDUCE ||
+      c->coll == BRAID_COLL_SENDRECV)
+    BRAID_CHECK(c->root >= 0 && c->root < c->comm->nranks, ncclInvalidArgument,
+                "%s: %s %d is out of range [0, %d)", c->api,
+                c->coll == BRAID_COLL_SENDRECV ? "peer" : "root", c->root, c->comm->nranks);
+  BRAID_TRY(api_sizes(c, &send_bytes, &recv_bytes));
+  BRAID_TRY(api_check_pointer(c, c->sendbuff, "sendbuff", send_bytes));
+  BRAID_TRY(api_check_pointer(c, c->recvbuff, "recvbuff", recv_bytes));
+  op->coll = c->coll;
+  op->root = c->root;
+  op->dtype = c->dtype;
+  op->sendbuff = c->sendbuff;
+  op->recvbuff = c->recvbuff;
+  op->count = c->count;
+  op->stream = c->stream;
+  if (c->coll == BRAID_COLL_BROADCAST && c->comm->rank != c->root) op->sendbuff = c->recvbuff;
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+/* Ends the implicit group of a call made outside any group. */
+static ncclResult_t api_submit(struct ncclComm* comm, const struct braid_op* ops, int nops) {
+  ncclResult_t res = group_start();
+  for (int i = 0; i < nops && res == ncclSuccess; i++) res = group_op_add(comm, &ops[i]);
+  ncclResult_t end = group_end();
+  return res != ncclSuccess ? res : end;
+}
+
+static ncclResult_t api_fail(const struct api_call* c, ncclResult_t res) {
+  if (group_depth() > 0) group_fail(res);
+  if (c->comm && c->comm->magic == BRAID_COMM_MAGIC) comm_error_record(c->comm, res);
+  return res;
+}
+
+static ncclResult_t api_enqueue(const struct api_call* c) {
+  struct braid_op op;
+  braid_err_clear();
+  ncclResult_t res = api_check(c, &op);
+  if (res == ncclSuccess) res = api_submit(c->comm, &op, 1);
+  return res == ncclSuccess ? ncclSuccess : api_fail(c, res);
+}
+
+NCCL_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                    ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                    cudaStream_t stream) {
+  struct api_call c = {"ncclAllReduce", BRAID_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype,
+                       op, 0, comm, stream};
+  return api_enqueue(&c);
+}
+NCCL_ALIAS(ncclResult_t, ncclAllReduce, (const void* sendbuff, void* recvbuff, size_t count,
+           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream))
+
+NCCL_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                        cudaStream_t stream) {
+  struct api_call c = {"ncclReduceScatter", BRAID_COLL_REDUCESCATTER, sendbuff, recvbuff,
+                       recvcount, datatype, op, 0, comm, stream};
+  return api_enqueue(&c);
+}
+NCCL_ALIAS(ncclResult_t, ncclReduceScatter, (const void* sendbuff, void* recvbuff, size_t recvcount,
+           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream))
+
+NCCL_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                    ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  struct api_call c = {"ncclAllGather", BRAID_COLL_ALLGATHER, sendbuff, recvbuff, sendcount,
+                       datatype, ncclSum, 0, comm, stream};
+  return api_enqueue(&c);
+}
+NCCL_ALIAS(ncclResult_t, ncclAllGather, (const void* sendbuff, void* recvbuff, size_t sendcount,
+           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream))
+
+NCCL_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                    ncclDataType_t datatype, int root, ncclComm_t comm,
+                                    cudaStream_t stream) {
+  struct api_call c = {"ncclBroadcast", BRAID_COLL_BROADCAST, sendbuff, recvbuff, count, datatype,
+                       ncclSum, root, comm, stream};
+  return api_enqueue(&c);
+}
+NCCL_ALIAS(ncclResult_t, ncclBroadcast, (const void* sendbuff, void* recvbuff, size_t count,
+           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream))
+
+NCCL_API ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
+                                ncclComm_t comm, cudaStream_t stream) {
+  struct api_call c = {"ncclBcast", BRAID_COLL_BROADCAST, buff, buff, count, datatype, ncclSum,
+                       root, comm, stream};
+  return api_enqueue(&c);
+}
+NCCL_ALIAS(ncclResult_t, ncclBcast, (void* buff, size_t count, ncclDataType_t datatype, int root,
+           ncclComm_t comm, cudaStream_t stream))
+
+NCCL_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                 ncclDataType_t datatype, ncclRedOp_t op, int root,
+                                 ncclComm_t comm, cudaStream_t stream) {
+  struct api_call c = {"ncclReduce", BRAID_COLL_REDUCE, sendbuff, recvbuff, count, datatype, op,
+                       root, comm, stream};
+  return api_enqueue(&c);
+}
+NCCL_ALIAS(ncclResult_t, ncclReduce, (const void* sendbuff, void* recvbuff, size_t count,
+           ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream))
+
+/* ---- point to point ---------------------------------------------------------------------- */
+
+static ncclResult_t api_p2p(const char* api, int is_send, const void* sendbuff, void* recvbuff,
+                            size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                            cudaStream_t stream) {
+  struct api_call c = {api, BRAID_COLL_SENDRECV, is_send ? sendbuff : NULL,
+                       is_send ? NULL : recvbuff, count, datatype, ncclSum, peer, comm, stream};
+  struct braid_op op;
+  braid_err_clear();
+  ncclResult_t res = api_check(&c, &op);
+  if (res == ncclSuccess) {
+    op.is_send = is_send;
+    op.peer = peer;
+    res = api_submit(comm, &op, 1);
+  }
+  return res == ncclSuccess ? ncclSuccess : api_fail(&c, res);
+}
+
+NCCL_API ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype,
+                               int peer, ncclComm_t comm, cudaStream_t stream) {
+  return api_p2p("ncclSend", 1, sendbuff, NULL, count, datatype, peer, comm, stream);
+}
+NCCL_ALIAS(ncclResult_t, ncclSend, (const void* sendbuff, size_t count, ncclDataType_t datatype,
+           int peer, ncclComm_t comm, cudaStream_t stream))
+
+NCCL_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                               ncclComm_t comm, cudaStream_t stream) {
+  return api_p2p("ncclRecv", 0, NULL, recvbuff, count, datatype, peer, comm, stream);
+}
+NCCL_ALIAS(ncclResult_t, ncclRecv, (void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+           ncclComm_t comm, cudaStream_t stream))
+
+/* Which ranks a rank exchanges with in AlltoAll, Gather and Scatter. */
+typedef enum { PEERS_NONE = 0, PEERS_ROOT = 1, PEERS_ALL = 2 } api_peers_t;
+
+static int api_peers_count(api_peers_t p, int n) { return p == PEERS_ALL ? n : (p == PEERS_ROOT); }
+
+/* Adds the sends (is_send) or receives of one side of a p2p collective to the open group. */
+static ncclResult_t api_p2p_side(const struct api_call* c, api_peers_t peers, int is_send,
+                                 size_t bytes) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_op op;
+  memset(&op, 0, sizeof op);
+  op.coll = BRAID_COLL_SENDRECV;
+  op.dtype = c->dtype;
+  op.count = c->count;
+  op.stream = c->stream;
+  op.is_send = is_send;
+  for (int r = 0; r < c->comm->nranks && res == ncclSuccess; r++) {
+    if (peers == PEERS_NONE || (peers == PEERS_ROOT && r != c->root)) continue;
+    size_t offset = peers == PEERS_ALL ? (size_t)r * bytes : 0;
+    op.peer = r;
+    if (is_send)
+      op.sendbuff = (const char*)c->sendbuff + offset;
+    else
+      op.recvbuff = (char*)c->recvbuff + offset;
+    res = group_op_add(c->comm, &op);
+  }
+  return res;
+}
+
+/* AlltoAll, Gather and Scatter: one group of sends and receives. */
+static ncclResult_t api_p2p_collective(const struct api_call* c, api_peers_t sends,
+                                       api_peers_t recvs) {
+  ncclResult_t res = ncclSuccess;
+  size_t bytes;
+  int n;
+  braid_err_clear();
+  BRAID_TRY(comm_check_ready(c->comm, c->api));
+  n = c->comm->nranks;
+  BRAID_CHECK((int)c->dtype >= 0 && c->dtype < ncclNumTypes, ncclInvalidArgument,
+              "%s: datatype %d is not an ncclDataType_t", c->api, (int)c->dtype);
+  BRAID_CHECK((sends != PEERS_ROOT && recvs != PEERS_ROOT) || (c->root >= 0 && c->root < n),
+              ncclInvalidArgument, "%s: root %d is out of range [0, %d)", c->api, c->root, n);
+  BRAID_CHECK(c->count <= SIZE_MAX / redop_type_size(c->dtype) / (size_t)n, ncclInvalidArgument,
+              "%s: count %zu overflows the address space", c->api, c->count);
+  bytes = c->count * redop_type_size(c->dtype);
+  BRAID_TRY(api_check_pointer(c, c->sendbuff, "sendbuff", bytes * api_peers_count(sends, n)));
+  BRAID_TRY(api_check_pointer(c, c->recvbuff, "recvbuff", bytes * api_peers_count(recvs, n)));
+  BRAID_CHECK(!(sends == PEERS_ALL && recvs == PEERS_ALL) || n == 1 || bytes == 0 ||
+                  c->sendbuff != c->recvbuff,
+              ncclInvalidArgument,
+              "%s: sendbuff and recvbuff are the same buffer; in-place all-to-all is not supported",
+              c->api);
+  BRAID_TRY(group_start());
+  res = api_p2p_side(c, sends, 1, bytes);
+  if (res == ncclSuccess) res = api_p2p_side(c, recvs, 0, bytes);
+  if (res != ncclSuccess) group_fail(res);
+  ncclResult_t end = group_end();
+  if (res == ncclSuccess) res = end;
+  if (res != ncclSuccess) goto fail;
+  return ncclSuccess;
+fail:
+  return api_fail(c, res);
+}
+
+/* Whether the caller is `root` of a valid communicator (a bad comm is reported later). */
+static int api_is_root(ncclComm_t comm, int root) {
+  return comm && comm->magic == BRAID_COMM_MAGIC && comm->rank == root;
+}
+
+NCCL_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                   ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  struct api_call c = {"ncclAlltoAll", BRAID_COLL_SENDRECV, sendbuff, recvbuff, count, datatype,
+                       ncclSum, 0, comm, stream};
+  return api_p2p_collective(&c, PEERS_ALL, PEERS_ALL);
+}
+NCCL_ALIAS(ncclResult_t, ncclAlltoAll, (const void* sendbuff, void* recvbuff, size_t count,
+           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream))
+
+NCCL_API ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count,
+                                 ncclDataType_t datatype, int root, ncclComm_t comm,
+                                 cudaStream_t stream) {
+  struct api_call c = {"ncclGather", BRAID_COLL_SENDRECV, sendbuff, recvbuff, count, datatype,
+                       ncclSum, root, comm, stream};
+  return api_p2p_collective(&c, PEERS_ROOT, api_is_root(comm, root) ? PEERS_ALL : PEERS_NONE);
+}
+NCCL_ALIAS(ncclResult_t, ncclGather, (const void* sendbuff, void* recvbuff, size_t count,
+           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream))
+
+NCCL_API ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
+                                  ncclDataType_t datatype, int root, ncclComm_t comm,
+                                  cudaStream_t stream) {
+  struct api_call c = {"ncclScatter", BRAID_COLL_SENDRECV, sendbuff, recvbuff, count, datatype,
+                       ncclSum, root, comm, stream};
+  return api_p2p_collective(&c, api_is_root(comm, root) ? PEERS_ALL : PEERS_NONE, PEERS_ROOT);
+}
+NCCL_ALIAS(ncclResult_t, ncclScatter, (const void* sendbuff, void* recvbuff, size_t count,
+           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream))

@@ -1,0 +1,121 @@
+/*
+ * What the host hands the kernels: the communicator's device-side state
+ * (channels, rings, connections) and the work items of one launch. Plain C,
+ * included by the host planner and by the CUDA kernels, so both agree on
+ * every offset.
+ *
+ * Connections. A connection is a FIFO of BRAID_STEPS slots from a sender to
+ * a receiver. All of its memory belongs to the receiver: the slots, the
+ * `tail` counter (steps the sender has filled; written by the sender) and the
+ * `head` counter (steps the receiver has drained; written by the receiver,
+ * read by the sender). Keeping everything on the receiver's side means that
+ * once a rank's last kernel has finished, no peer will ever write into its
+ * memory again (every write a peer makes is one the receiver waited for), so
+ * a communicator can free its buffers at destroy without a barrier with its
+ * peers. The sender caches the head it last saw and only reads the remote
+ * counter when the FIFO looks full, so the remote read costs nothing while
+ * the pipeline flows.
+ *
+ * Both ends keep their own `step` (the next step to fill or drain) in device
+ * memory, so it survives from one kernel to the next.
+ */
+#ifndef BRAID_DEVICE_DEV_COMM_H
+#define BRAID_DEVICE_DEV_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "collectives/coll.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct braid_dev_conn {
+  char* buff;          /* BRAID_STEPS slots of slot_bytes, in the receiver's memory */
+  uint64_t* tail;      /* steps filled: written by the sender */
+  uint64_t* head;      /* steps drained: written by the receiver */
+  uint64_t step;       /* this end's next step (persists across kernels) */
+  uint64_t seen_head;  /* sender: the head value it last read (saves a remote read per launch) */
+  uint32_t slot_bytes; /* bytes per slot, a multiple of 16 */
+  uint32_t connected;
+};
+
+struct braid_dev_channel {
+  int ring_prev;
+  int ring_next;
+  int ring_index;                   /* my position in this channel's ring */
+  int* ring_ranks;                  /* [nranks] the ring starting at me: ring_ranks[0] = rank */
+  struct braid_dev_conn ring_send;  /* to ring_next */
+  struct braid_dev_conn ring_recv;  /* from ring_prev */
+  struct braid_dev_conn* p2p_send;  /* [nranks] per destination peer */
+  struct braid_dev_conn* p2p_recv;  /* [nranks] per source peer */
+};
+
+struct braid_dev_comm {
+  int rank;
+  int nranks;
+  int nchannels;
+  volatile uint32_t* abort_flag; /* host-mapped; nonzero: every wait loop returns */
+  struct braid_dev_channel channels[BRAID_MAX_CHANNELS];
+};
+
+/* Reduction operators as the device runs them (ncclAvg becomes one of the last two). */
+typedef enum {
+  BRAID_DEVOP_SUM = 0,
+  BRAID_DEVOP_PROD = 1,
+  BRAID_DEVOP_MAX = 2,
+  BRAID_DEVOP_MIN = 3,
+  BRAID_DEVOP_PREMULSUM = 4,  /* sum of scalar * input; also ncclAvg on floating types */
+  BRAID_DEVOP_SUMPOSTDIV = 5, /* sum, then divide by nranks; ncclAvg on integer types */
+  BRAID_DEVOP_COUNT = 6
+} braid_devop_t;
+
+/* Work flags. */
+#define BRAID_WORK_SCALAR_DEVICE 0x1 /* `scalar` is a device pointer to the premul scalar */
+
+/*
+ * One operation of a launch. Collectives: every block b with
+ * channel_lo <= b < channel_lo + nchannels takes its share. Send/recv: a
+ * work pairs at most one send (to `peer_send`) with one receive (from
+ * `peer_recv`); the two halves of the block run them concurrently, which is
+ * what lets matching sends and receives of a group make progress together.
+ */
+struct braid_work {
+  uint8_t coll;        /* braid_coll_t */
+  uint8_t devop;       /* braid_devop_t */
+  uint8_t dtype;       /* ncclDataType_t */
+  uint8_t proto;       /* braid_proto_t */
+  uint8_t algo;        /* braid_algo_t */
+  uint8_t channel_lo;
+  uint8_t nchannels;   /* blocks that take part: channel_lo .. channel_lo + nchannels - 1 */
+  uint8_t flags;
+  uint8_t nch_send;    /* SendRecv: channels the send is split over */
+  uint8_t nch_recv;    /* SendRecv: channels the receive is split over */
+  uint16_t pad;
+  int32_t root;        /* rank for Broadcast/Reduce */
+  int32_t peer_send;   /* SendRecv: destination, -1 when none */
+  int32_t peer_recv;   /* SendRecv: source, -1 when none */
+  uint32_t chunk_bytes;/* bytes per pipeline step, a multiple of 16 */
+  const void* sendbuff;
+  void* recvbuff;
+  size_t count;        /* elements: total (AllReduce, Broadcast, Reduce), per rank (AllGather,
+                          ReduceScatter), sent (SendRecv) */
+  size_t recv_count;   /* SendRecv: elements received */
+  uint64_t scalar;     /* PREMULSUM: the scalar's bits (host value) or a device pointer */
+};
+
+#define BRAID_MAX_WORK 48
+
+struct braid_kernel_args {
+  struct braid_dev_comm* comm;
+  int nwork;
+  int pad;
+  struct braid_work work[BRAID_MAX_WORK];
+};
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

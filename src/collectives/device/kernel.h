@@ -1,0 +1,99 @@
+/*
+ * The kernel: one block per channel walks the launch's work list in order
+ * and runs the works that include its channel. Reductions are compiled per
+ * (type, operator); the collectives that only move bytes (AllGather,
+ * Broadcast, send/recv) are compiled once per translation unit, as
+ * non-inlined functions every kernel of the unit calls, so any kernel can
+ * carry them and a group mixing them with one reduction needs one launch.
+ *
+ * The work list lives in the kernel's parameter space (__grid_constant__),
+ * so a launch needs no host-to-device copy and is captured by CUDA graphs
+ * as is.
+ */
+#ifndef BRAID_DEVICE_KERNEL_H
+#define BRAID_DEVICE_KERNEL_H
+
+#include "collectives/device/sendrecv.h"
+
+namespace braid {
+
+/* A byte-moving collective over the channel's ring. */
+static __device__ __noinline__ void copy_coll_run(const struct braid_work& w, struct braid_dev_comm* comm,
+                                           struct braid_dev_channel* chan, int ch,
+                                           volatile int* aborted) {
+  typedef uint8_t T;
+  typedef op_copy<T> Op;
+  prims_simple<T, Op> p(threadIdx.x, blockDim.x, BRAID_BARRIER_BLOCK, Op(), &chan->ring_recv,
+                        &chan->ring_send, comm->abort_flag, aborted);
+  if (w.coll == BRAID_COLL_ALLGATHER)
+    ring_allgather(p, w, comm->nranks, chan->ring_ranks, ch);
+  else
+    ring_broadcast(p, w, comm->nranks, chan->ring_ranks, ch);
+  p.save();
+}
+
+template <typename T, typename Op>
+__device__ void reduce_coll_run(const struct braid_work& w, struct braid_dev_comm* comm,
+                                struct braid_dev_channel* chan, int ch, volatile int* aborted) {
+  uint64_t scalar = w.scalar;
+  if (w.flags & BRAID_WORK_SCALAR_DEVICE) {
+    T v = *(const T*)(uintptr_t)w.scalar;
+    scalar = 0;
+    memcpy(&scalar, &v, sizeof(T));
+  }
+  Op op(scalar, comm->nranks);
+  prims_simple<T, Op> p(threadIdx.x, blockDim.x, BRAID_BARRIER_BLOCK, op, &chan->ring_recv,
+                        &chan->ring_send, comm->abort_flag, aborted);
+  switch (w.coll) {
+    case BRAID_COLL_ALLREDUCE: ring_allreduce(p, w, comm->nranks, chan->ring_ranks, ch); break;
+    case BRAID_COLL_REDUCESCATTER: ring_reducescatter(p, w, comm->nranks, chan->ring_ranks, ch); break;
+    default: ring_reduce(p, w, comm->nranks, chan->ring_ranks, ch); break;
+  }
+  p.save();
+}
+
+template <typename T, typename Op>
+__device__ __forceinline__ void work_run(const struct braid_work& w, struct braid_dev_comm* comm,
+                                         volatile int* aborted) {
+  const int ch = blockIdx.x - w.channel_lo;
+  struct braid_dev_channel* chan = &comm->channels[blockIdx.x];
+  switch (w.coll) {
+    case BRAID_COLL_ALLREDUCE:
+    case BRAID_COLL_REDUCESCATTER:
+    case BRAID_COLL_REDUCE: reduce_coll_run<T, Op>(w, comm, chan, ch, aborted); break;
+    case BRAID_COLL_ALLGATHER:
+    case BRAID_COLL_BROADCAST: copy_coll_run(w, comm, chan, ch, aborted); break;
+    case BRAID_COLL_SENDRECV: sendrecv_run(w, comm, chan, ch, aborted); break;
+    default: break;
+  }
+}
+
+template <typename T, typename Op>
+__global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
+    braid_kernel(const __grid_constant__ struct braid_kernel_args args) {
+  __shared__ volatile int aborted[2];
+  for (int i = 0; i < args.nwork; i++) {
+    const struct braid_work& w = args.work[i];
+    if ((int)blockIdx.x < w.channel_lo || (int)blockIdx.x >= w.channel_lo + w.nchannels) continue;
+    if (threadIdx.x < 2) aborted[threadIdx.x] = 0;
+    __syncthreads();
+    work_run<T, Op>(w, args.comm, aborted);
+    __syncthreads();
+    if (aborted[0] || aborted[1]) return;
+  }
+}
+
+}  // namespace braid
+
+/* The kernels of one element type, indexed by braid_devop_t. */
+#define BRAID_DEFINE_KERNELS(NAME, T)                                        \
+  extern "C" const void* const braid_kernels_##NAME[BRAID_DEVOP_COUNT] = {   \
+      (const void*)braid::braid_kernel<T, braid::op_sum<T>>,                 \
+      (const void*)braid::braid_kernel<T, braid::op_prod<T>>,                \
+      (const void*)braid::braid_kernel<T, braid::op_max<T>>,                 \
+      (const void*)braid::braid_kernel<T, braid::op_min<T>>,                 \
+      (const void*)braid::braid_kernel<T, braid::op_premulsum<T>>,           \
+      (const void*)braid::braid_kernel<T, braid::op_sumpostdiv<T>>,          \
+  };
+
+#endif

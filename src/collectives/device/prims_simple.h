@@ -1,0 +1,185 @@
+/*
+ * The Simple protocol: data goes into a FIFO slot with ordinary stores, then
+ * a fence, then the tail counter says the slot is full. Best at large sizes.
+ *
+ * A group of threads (the whole block, or half of it for send/recv) runs the
+ * primitives together. One thread of the group waits on the counters and
+ * posts them; a named barrier hands the go-ahead to the others. Each
+ * primitive moves one pipeline step: at most one slot received from the
+ * previous rank and at most one slot sent to the next.
+ *
+ * Memory ordering: the sender's threads store into the peer's slot; the
+ * barrier orders those stores before the posting thread's system-scope
+ * release of `tail`, which is cumulative, so a receiver that acquires `tail`
+ * sees the data. Symmetrically the receiver releases `head` after its reads,
+ * and the sender acquires it before overwriting the slot.
+ *
+ * Abort: every wait loop polls the communicator's host-mapped abort flag; on
+ * abort the group leaves the collective and the kernel ends.
+ */
+#ifndef BRAID_DEVICE_PRIMS_SIMPLE_H
+#define BRAID_DEVICE_PRIMS_SIMPLE_H
+
+#include "collectives/device/reduce_copy.h"
+
+namespace braid {
+
+#define BRAID_UNROLL 4
+#define BRAID_ABORT_CHECK_SPINS 1024
+
+__device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void st_release_sys(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ void group_barrier(int id, int nthreads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(nthreads) : "memory");
+}
+
+/* One end of a connection as a running group sees it. */
+struct conn_end {
+  struct braid_dev_conn* global; /* where `step` is saved at the end */
+  char* buff;
+  uint64_t* tail;
+  uint64_t* head;
+  uint64_t step;
+  uint64_t seen_head; /* sender: the last head value read */
+  uint32_t slot_bytes;
+};
+
+__device__ __forceinline__ void conn_end_load(conn_end* c, struct braid_dev_conn* g) {
+  c->global = g;
+  c->buff = g->buff;
+  c->tail = g->tail;
+  c->head = g->head;
+  c->step = g->step;
+  c->seen_head = g->seen_head;
+  c->slot_bytes = g->slot_bytes;
+}
+
+template <typename T>
+__device__ __forceinline__ T* conn_slot(const conn_end& c) {
+  return (T*)(c.buff + (size_t)(c.step % BRAID_STEPS) * c.slot_bytes);
+}
+
+/* A group of threads running Simple-protocol steps over up to one recv and one send connection. */
+template <typename T, typename Op>
+struct prims_simple {
+  int tid;          /* index within the group */
+  int nthreads;     /* threads in the group */
+  int barrier_id;   /* named barrier of the group (1..15) */
+  Op op;
+  conn_end recv, send;
+  bool has_recv, has_send;
+  volatile uint32_t* abort_flag;
+  volatile int* aborted; /* shared-memory flag of the group */
+
+  __device__ prims_simple(int tid_, int nthreads_, int barrier_, const Op& op_,
+                          struct braid_dev_conn* recv_conn, struct braid_dev_conn* send_conn,
+                          volatile uint32_t* abort_, volatile int* aborted_)
+      : tid(tid_), nthreads(nthreads_), barrier_id(barrier_), op(op_),
+        has_recv(recv_conn != nullptr), has_send(send_conn != nullptr), abort_flag(abort_),
+        aborted(aborted_) {
+    if (has_recv) conn_end_load(&recv, recv_conn);
+    if (has_send) conn_end_load(&send, send_conn);
+  }
+
+  __device__ __forceinline__ void barrier() { group_barrier(barrier_id, nthreads); }
+
+  /* Thread 0 of the group: spin until the needed slots are ready or the comm aborts. */
+  __device__ bool wait_ready(bool need_recv, bool need_send) {
+    int spins = 0;
+    if (need_recv) {
+      while (ld_acquire_sys(recv.tail) < recv.step + 1) {
+        if (++spins == BRAID_ABORT_CHECK_SPINS) {
+          spins = 0;
+          if (*abort_flag) return false;
+        }
+      }
+    }
+    if (need_send) {
+      while (send.seen_head + BRAID_STEPS < send.step + 1) {
+        send.seen_head = ld_acquire_sys(send.head);
+        if (send.seen_head + BRAID_STEPS >= send.step + 1) break;
+        if (++spins == BRAID_ABORT_CHECK_SPINS) {
+          spins = 0;
+          if (*abort_flag) return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  /*
+   * One pipeline step. Sources: the received slot (if RECV) then `src`;
+   * destinations: `dst` (if given) then the send slot (if SEND).
+   * Returns false when the communicator aborted.
+   */
+  template <bool RECV, bool SEND, bool PRE, bool POST>
+  __device__ bool step(const T* src, T* dst, int64_t nelem) {
+    if (tid == 0) {
+      bool ok = wait_ready(RECV, SEND);
+      if (!ok) *aborted = 1;
+    }
+    barrier();
+    if (*aborted) return false;
+    const T* rslot = RECV ? conn_slot<T>(recv) : nullptr;
+    T* sslot = SEND ? conn_slot<T>(send) : nullptr;
+    if (nelem > 0) {
+      if (RECV && src != nullptr) {
+        /* combine(received, own input) -> dst and/or the send slot */
+        if (dst && SEND)
+          reduce_copy<BRAID_UNROLL, T, Op, 2, 2, PRE, POST>(tid, nthreads, op, rslot, src, dst, sslot, nelem);
+        else if (dst)
+          reduce_copy<BRAID_UNROLL, T, Op, 2, 1, PRE, POST>(tid, nthreads, op, rslot, src, dst, nullptr, nelem);
+        else
+          reduce_copy<BRAID_UNROLL, T, Op, 2, 1, PRE, POST>(tid, nthreads, op, rslot, src, sslot, nullptr, nelem);
+      } else {
+        const T* s = RECV ? rslot : src;
+        if (dst && SEND)
+          reduce_copy<BRAID_UNROLL, T, Op, 1, 2, PRE, POST>(tid, nthreads, op, s, nullptr, dst, sslot, nelem);
+        else if (dst)
+          reduce_copy<BRAID_UNROLL, T, Op, 1, 1, PRE, POST>(tid, nthreads, op, s, nullptr, dst, nullptr, nelem);
+        else
+          reduce_copy<BRAID_UNROLL, T, Op, 1, 1, PRE, POST>(tid, nthreads, op, s, nullptr, sslot, nullptr, nelem);
+      }
+    }
+    barrier();
+    if (tid == 0) {
+      if (SEND) st_release_sys(send.tail, send.step + 1);
+      if (RECV) st_release_sys(recv.head, recv.step + 1);
+    }
+    if (SEND) send.step++;
+    if (RECV) recv.step++;
+    return true;
+  }
+
+  /* Saves the steps for the next kernel. Call once, after the last step. */
+  __device__ void save() {
+    if (tid == 0) {
+      if (has_recv) recv.global->step = recv.step;
+      if (has_send) {
+        send.global->step = send.step;
+        send.global->seen_head = send.seen_head;
+      }
+    }
+  }
+
+  /* The named primitives of the ring algorithms. */
+  __device__ bool send_from(const T* src, int64_t n) { return step<false, true, Op::has_pre, false>(src, nullptr, n); }
+  __device__ bool copy_send(const T* src, T* dst, int64_t n) { return step<false, true, false, false>(src, dst, n); }
+  __device__ bool recv_to(T* dst, int64_t n) { return step<true, false, false, false>(nullptr, dst, n); }
+  __device__ bool recv_copy_send(T* dst, int64_t n) { return step<true, true, false, false>(nullptr, dst, n); }
+  __device__ bool recv_reduce_send(const T* src, int64_t n) { return step<true, true, Op::has_pre, false>(src, nullptr, n); }
+  __device__ bool recv_reduce_copy(const T* src, T* dst, int64_t n) { return step<true, false, Op::has_pre, Op::has_post>(src, dst, n); }
+  __device__ bool recv_reduce_copy_send(const T* src, T* dst, int64_t n) { return step<true, true, Op::has_pre, Op::has_post>(src, dst, n); }
+};
+
+}  // namespace braid
+
+#endif

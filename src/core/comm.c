@@ -1,0 +1,185 @@
+/*
+ * The communicator object: allocation, the checks every API entry makes on
+ * a handle, the init sequence (bootstrap -> peer info -> topology -> rings
+ * -> device state) and teardown.
+ */
+#include "core/comm.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cuda_runtime.h>
+
+#include "core/bootstrap.h"
+#include "core/debug.h"
+#include "core/dev_state.h"
+#include "core/redop.h"
+#include "core/utils.h"
+#include "graph/graph.h"
+#include "transport/transport.h"
+
+ncclResult_t comm_check(const struct ncclComm* comm, const char* api) {
+  if (comm == NULL)
+    return braid_err(ncclInvalidArgument, "%s: comm is NULL", api);
+  if (comm->magic != BRAID_COMM_MAGIC)
+    return braid_err(ncclInvalidArgument,
+                     "%s: comm %p is not a live communicator (destroyed, or never created)", api,
+                     (const void*)comm);
+  braid_log_context_set(comm->rank, comm->cuda_dev);
+  return ncclSuccess;
+}
+
+ncclResult_t comm_check_ready(const struct ncclComm* comm, const char* api) {
+  ncclResult_t res = comm_check(comm, api);
+  if (res != ncclSuccess) return res;
+  switch (comm->state) {
+    case BRAID_COMM_READY: return ncclSuccess;
+    case BRAID_COMM_INITIALIZING:
+      return braid_err(ncclInvalidUsage,
+                       "%s: rank %d's communicator is still initializing; wait until "
+                       "ncclCommGetAsyncError reports ncclSuccess",
+                       api, comm->rank);
+    case BRAID_COMM_FINALIZED:
+      return braid_err(ncclInvalidUsage, "%s: rank %d's communicator was finalized", api,
+                       comm->rank);
+    default:
+      return braid_err(ncclInvalidUsage,
+                       "%s: rank %d's communicator failed (%s) and can only be destroyed or "
+                       "aborted",
+                       api, comm->rank, braid_result_str(comm->async_error));
+  }
+}
+
+void comm_error_record(struct ncclComm* comm, ncclResult_t res) {
+  if (res == ncclSuccess || res == ncclInProgress || comm == NULL) return;
+  if (comm->magic != BRAID_COMM_MAGIC) return;
+  pthread_mutex_lock(&comm->lock);
+  snprintf(comm->last_error, sizeof comm->last_error, "%s", braid_err_last());
+  pthread_mutex_unlock(&comm->lock);
+}
+
+ncclResult_t comm_alloc(struct ncclComm** out, int rank, int nranks, int cuda_dev,
+                        const struct braid_config* config) {
+  ncclResult_t res = ncclSuccess;
+  struct ncclComm* comm = NULL;
+  BRAID_TRY(BRAID_CALLOC(&comm, 1, "communicator"));
+  comm->magic = BRAID_COMM_MAGIC;
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->cuda_dev = cuda_dev;
+  comm->config = *config;
+  comm->state = BRAID_COMM_INITIALIZING;
+  comm->async_error = ncclInProgress;
+  pthread_mutex_init(&comm->lock, NULL);
+  *out = comm;
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+/* Pinned, device-mapped host memory for the abort flag, so kernels can poll it. */
+static ncclResult_t comm_abort_flag_alloc(struct ncclComm* comm) {
+  ncclResult_t res = ncclSuccess;
+  BRAID_CUDA_TRY(cudaHostAlloc(&comm->abort_flag_mem, 128,
+                               cudaHostAllocMapped | cudaHostAllocPortable));
+  memset(comm->abort_flag_mem, 0, 128);
+  comm->abort_flag = (volatile uint32_t*)comm->abort_flag_mem;
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+static ncclResult_t comm_peer_info_fill(struct ncclComm* comm, struct braid_peer_info* me) {
+  ncclResult_t res = ncclSuccess;
+  struct cudaDeviceProp prop;
+  char busid[32];
+  struct stat st;
+  memset(me, 0, sizeof *me);
+  me->rank = comm->rank;
+  me->cuda_dev = comm->cuda_dev;
+  me->host_hash = braid_host_hash();
+  me->pid_hash = braid_pid_hash();
+  me->pid = (int)getpid();
+  BRAID_CUDA_TRY(cudaGetDeviceProperties(&prop, comm->cuda_dev));
+  me->cuda_arch = prop.major * 100 + prop.minor * 10;
+  memcpy(me->gpu_uuid, prop.uuid.bytes, sizeof me->gpu_uuid);
+  BRAID_CUDA_TRY(cudaDeviceGetPCIBusId(busid, sizeof busid, comm->cuda_dev));
+  me->bus_id = braid_busid_to_int(busid);
+  me->shm_dev = stat("/dev/shm", &st) == 0 ? (uint64_t)st.st_dev : 0;
+  snprintf(me->hostname, sizeof me->hostname, "%s", braid_log_hostname());
+  comm->bus_id = me->bus_id;
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+/* Two ranks of one host on one GPU would corrupt each other's FIFOs: refuse. */
+static ncclResult_t comm_check_duplicate_gpus(struct ncclComm* comm) {
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < comm->nranks; i++) {
+    for (int j = i + 1; j < comm->nranks; j++) {
+      const struct braid_peer_info *a = &comm->peers[i], *b = &comm->peers[j];
+      char busid[32];
+      braid_busid_to_str(a->bus_id, busid, sizeof busid);
+      BRAID_CHECK(a->host_hash != b->host_hash || a->bus_id != b->bus_id, ncclInvalidUsage,
+                  "ranks %d and %d both use GPU %s on host %s; each rank needs its own GPU "
+                  "(check CUDA_VISIBLE_DEVICES and the device each rank selects)",
+                  i, j, busid, a->hostname);
+    }
+  }
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+ncclResult_t comm_init(struct ncclComm* comm, const ncclUniqueId* ids, int nids) {
+  ncclResult_t res = ncclSuccess;
+  braid_log_context_set(comm->rank, comm->cuda_dev);
+  comm->comm_hash = bootstrap_id_hash(&ids[0]);
+  BRAID_CUDA_TRY(cudaSetDevice(comm->cuda_dev));
+  BRAID_TRY(comm_abort_flag_alloc(comm));
+  BRAID_TRY(bootstrap_init(ids, nids, comm->rank, comm->nranks, comm->abort_flag,
+                           &comm->bootstrap));
+  BRAID_TRY(BRAID_CALLOC(&comm->peers, comm->nranks, "peer info"));
+  BRAID_TRY(comm_peer_info_fill(comm, &comm->peers[comm->rank]));
+  BRAID_TRY(bootstrap_allgather(comm->bootstrap, comm->peers, sizeof *comm->peers));
+  BRAID_TRY(comm_check_duplicate_gpus(comm));
+  for (int i = 0; i < comm->nranks; i++)
+    comm->local_ranks += comm->peers[i].host_hash == comm->peers[comm->rank].host_hash;
+  BRAID_TRY(topo_comm_init(comm));
+  BRAID_TRY(transport_rings_connect(comm));
+  BRAID_TRY(dev_state_create(comm));
+  BRAID_TRY(bootstrap_barrier(comm->bootstrap));
+  comm->state = BRAID_COMM_READY;
+  comm->async_error = ncclSuccess;
+  char busid[32];
+  braid_busid_to_str(comm->bus_id, busid, sizeof busid);
+  INFO(BRAID_LOG_INIT, "comm %p rank %d nranks %d cudaDev %d busId %s commId 0x%llx - Init COMPLETE",
+       (void*)comm, comm->rank, comm->nranks, comm->cuda_dev, busid,
+       (unsigned long long)comm->comm_hash);
+  return ncclSuccess;
+fail:
+  comm->state = BRAID_COMM_FAILED;
+  comm->async_error = res;
+  comm_error_record(comm, res);
+  return res;
+}
+
+void comm_free(struct ncclComm* comm) {
+  if (comm == NULL) return;
+  if (comm->cuda_dev >= 0) (void)cudaSetDevice(comm->cuda_dev);
+  dev_state_free(comm);
+  transport_channels_free(comm);
+  topo_comm_free(comm);
+  if (comm->bootstrap) bootstrap_close(comm->bootstrap);
+  comm->bootstrap = NULL;
+  redop_table_free(comm);
+  free(comm->peers);
+  if (comm->abort_flag_mem) cudaFreeHost(comm->abort_flag_mem);
+  (void)cudaGetLastError();
+  pthread_mutex_destroy(&comm->lock);
+  comm->magic = 0;
+  free(comm);
+}

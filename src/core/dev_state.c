@@ -1,0 +1,151 @@
+/*
+ * Device state of a communicator: allocation, uploads, and waiting for the
+ * kernels. Uploads go through the comm's own non-blocking stream so they
+ * never wait for (or order against) the user's legacy default stream.
+ */
+#include "core/dev_state.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "collectives/device/kernel_table.h"
+#include "core/comm.h"
+#include "core/debug.h"
+#include "core/param.h"
+#include "core/utils.h"
+#include "transport/transport.h"
+
+/*
+ * Loads every kernel now. With CUDA's lazy loading a kernel's module is
+ * loaded at its first launch, which can wait for other work on the device;
+ * if that work is a kernel spinning on a peer that is itself waiting for
+ * this launch, the job deadlocks. Loading up front removes the wait.
+ */
+static ncclResult_t dev_kernels_load(void) {
+  ncclResult_t res = ncclSuccess;
+  for (int t = 0; t < ncclNumTypes; t++) {
+    for (int op = 0; op < BRAID_DEVOP_COUNT; op++) {
+      struct cudaFuncAttributes attr;
+      BRAID_CUDA_TRY(cudaFuncGetAttributes(&attr, braid_kernel_table[t][op]));
+    }
+  }
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+static int dev_nthreads(void) {
+  int64_t n = braid_param_int(BRAID_P_NTHREADS);
+  if (n <= 0) return BRAID_MAX_NTHREADS;
+  n = BRAID_ALIGN_UP(n, 64);
+  if (n < 64) n = 64;
+  if (n > BRAID_MAX_NTHREADS) n = BRAID_MAX_NTHREADS;
+  return (int)n;
+}
+
+static ncclResult_t dev_upload(struct ncclComm* comm, void* dst, const void* src, size_t bytes) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_dev_state* d = comm->dev;
+  BRAID_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, d->stream));
+  BRAID_CUDA_TRY(cudaStreamSynchronize(d->stream));
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+static void dev_fill_channels(struct ncclComm* comm) {
+  struct braid_dev_state* d = comm->dev;
+  struct braid_channels* ch = comm->channels;
+  int n = comm->nranks;
+  for (int c = 0; c < BRAID_MAX_CHANNELS; c++) {
+    struct braid_dev_channel* dc = &d->host.channels[c];
+    dc->p2p_send = d->p2p_send + (size_t)c * n;
+    dc->p2p_recv = d->p2p_recv + (size_t)c * n;
+    if (c >= ch->nchannels) continue;
+    dc->ring_ranks = d->ring_ranks + (size_t)c * n;
+    dc->ring_index = 0;
+    dc->ring_next = ch->ring_ranks_host[c * n + (n > 1 ? 1 : 0)];
+    dc->ring_prev = ch->ring_ranks_host[c * n + n - 1];
+    dc->ring_send = ch->ring_send[c].dev;
+    dc->ring_recv = ch->ring_recv[c].dev;
+  }
+}
+
+ncclResult_t dev_state_create(struct ncclComm* comm) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_dev_state* d = NULL;
+  int n = comm->nranks;
+  size_t nconn = (size_t)BRAID_MAX_CHANNELS * n;
+  BRAID_TRY(BRAID_CALLOC(&d, 1, "device state"));
+  comm->dev = d;
+  d->nthreads = dev_nthreads();
+  BRAID_TRY(dev_kernels_load());
+  BRAID_CUDA_TRY(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
+  BRAID_CUDA_TRY(cudaEventCreateWithFlags(&d->last_launch, cudaEventDisableTiming));
+  BRAID_CUDA_TRY(cudaMalloc((void**)&d->comm, sizeof *d->comm));
+  BRAID_CUDA_TRY(cudaMalloc((void**)&d->p2p_send, nconn * sizeof *d->p2p_send));
+  BRAID_CUDA_TRY(cudaMalloc((void**)&d->p2p_recv, nconn * sizeof *d->p2p_recv));
+  BRAID_CUDA_TRY(cudaMalloc((void**)&d->ring_ranks, (size_t)comm->channels->nchannels * n * sizeof(int)));
+  BRAID_CUDA_TRY(cudaMemsetAsync(d->p2p_send, 0, nconn * sizeof *d->p2p_send, d->stream));
+  BRAID_CUDA_TRY(cudaMemsetAsync(d->p2p_recv, 0, nconn * sizeof *d->p2p_recv, d->stream));
+  BRAID_TRY(dev_upload(comm, d->ring_ranks, comm->channels->ring_ranks_host,
+                       (size_t)comm->channels->nchannels * n * sizeof(int)));
+  d->host.rank = comm->rank;
+  d->host.nranks = n;
+  d->host.nchannels = comm->channels->nchannels;
+  BRAID_CUDA_TRY(cudaHostGetDevicePointer((void**)&d->host.abort_flag, (void*)comm->abort_flag, 0));
+  dev_fill_channels(comm);
+  BRAID_TRY(dev_upload(comm, d->comm, &d->host, sizeof d->host));
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+ncclResult_t dev_state_upload_p2p(struct ncclComm* comm, int channel, int peer, int is_send,
+                                  const struct braid_dev_conn* conn) {
+  struct braid_dev_state* d = comm->dev;
+  struct braid_dev_conn* dst = (is_send ? d->p2p_send : d->p2p_recv) + (size_t)channel * comm->nranks + peer;
+  return dev_upload(comm, dst, conn, sizeof *conn);
+}
+
+int dev_state_idle(struct ncclComm* comm) {
+  struct braid_dev_state* d = comm->dev;
+  if (d == NULL || !d->launched) return 1;
+  cudaError_t err = cudaEventQuery(d->last_launch);
+  if (err == cudaErrorNotReady) return 0;
+  (void)cudaGetLastError();
+  return 1;
+}
+
+ncclResult_t dev_state_wait_idle(struct ncclComm* comm) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_dev_state* d = comm->dev;
+  if (d == NULL || !d->launched) return ncclSuccess;
+  /* Poll rather than block, so an abort from another thread is noticed. */
+  for (;;) {
+    cudaError_t err = cudaEventQuery(d->last_launch);
+    if (err == cudaSuccess) break;
+    if (err != cudaErrorNotReady) BRAID_CUDA_TRY(err);
+    if (*comm->abort_flag) return ncclRemoteError;
+    usleep(20);
+  }
+  d->launched = 0;
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+void dev_state_free(struct ncclComm* comm) {
+  struct braid_dev_state* d = comm->dev;
+  if (d == NULL) return;
+  if (d->comm) cudaFree(d->comm);
+  if (d->p2p_send) cudaFree(d->p2p_send);
+  if (d->p2p_recv) cudaFree(d->p2p_recv);
+  if (d->ring_ranks) cudaFree(d->ring_ranks);
+  if (d->last_launch) cudaEventDestroy(d->last_launch);
+  if (d->stream) cudaStreamDestroy(d->stream);
+  (void)cudaGetLastError();
+  free(d);
+  comm->dev = NULL;
+}

@@ -1,0 +1,41 @@
+/*
+ * The device side of a communicator: the braid_dev_comm the kernels read
+ * (channels, rings, connections), the send/recv connection arrays, the
+ * internal stream used for uploads, and the event that orders this
+ * communicator's kernels across the user's streams. Owned by comm->dev.
+ */
+#ifndef BRAID_CORE_DEV_STATE_H
+#define BRAID_CORE_DEV_STATE_H
+
+#include <cuda_runtime.h>
+
+#include "collectives/device/dev_comm.h"
+#include "nccl.h"
+
+struct ncclComm;
+
+struct braid_dev_state {
+  struct braid_dev_comm host;        /* the host's copy of what was uploaded */
+  struct braid_dev_comm* comm;       /* device copy */
+  struct braid_dev_conn* p2p_send;   /* device [BRAID_MAX_CHANNELS * nranks] */
+  struct braid_dev_conn* p2p_recv;
+  int* ring_ranks;                   /* device [nchannels * nranks] */
+  cudaStream_t stream;               /* internal, non-blocking: uploads only */
+  cudaEvent_t last_launch;           /* recorded after each kernel of this comm */
+  cudaStream_t last_stream;          /* where the last kernel went */
+  int launched;                      /* a kernel was launched since the last wait */
+  int nthreads;                      /* threads per block */
+};
+
+/* Uploads rings and ring connections (after transport_rings_connect) and loads the kernels. */
+ncclResult_t dev_state_create(struct ncclComm* comm);
+/* Uploads one newly connected send/recv connection. */
+ncclResult_t dev_state_upload_p2p(struct ncclComm* comm, int channel, int peer, int is_send,
+                                  const struct braid_dev_conn* conn);
+/* Blocks until every kernel this comm launched has finished (or the comm aborts). */
+ncclResult_t dev_state_wait_idle(struct ncclComm* comm);
+/* Whether every kernel launched so far has finished (never blocks). */
+int dev_state_idle(struct ncclComm* comm);
+void dev_state_free(struct ncclComm* comm);
+
+#endif

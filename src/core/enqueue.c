@@ -1,0 +1,252 @@
+/*
+ * From pending operations to kernel launches.
+ *
+ * Collectives become one work each, spread over the channels the tuning
+ * model picks. Send/recv operations are scheduled in rounds: in round d this
+ * rank sends to rank+d and receives from rank-d, pairing the two in one work
+ * so they progress together; every rank walks the rounds in the same order,
+ * so matching sends and receives always meet.
+ *
+ * Works are packed into launches in order. A launch runs one kernel; the
+ * byte-moving works (AllGather, Broadcast, send/recv) fit any kernel, so a
+ * new launch starts only when a reduction needs a different (type,
+ * operator) kernel or the work list is full. Every rank splits the same
+ * sequence the same way, and stream order keeps the launches in sequence.
+ */
+#include "core/enqueue.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "collectives/device/kernel_table.h"
+#include "core/comm.h"
+#include "core/debug.h"
+#include "core/dev_state.h"
+#include "core/group.h"
+#include "core/param.h"
+#include "core/redop.h"
+#include "core/utils.h"
+#include "graph/graph.h"
+#include "transport/transport.h"
+
+/* Send/recv spreads over one more channel per this many bytes. */
+#define ENQ_P2P_BYTES_PER_CHANNEL (512 << 10)
+
+static dim3 dim3_make(int x) {
+  dim3 d = {(unsigned)x, 1, 1};
+  return d;
+}
+
+struct launch_plan {
+  struct braid_kernel_args args;
+  const void* kernel; /* NULL while only byte-moving works are in */
+  int grid;
+};
+
+void enqueue_p2p_needs(struct ncclComm* comm) {
+  struct braid_group_comm* g = comm->group;
+  for (int i = 0; i < g->nops; i++) {
+    const struct braid_op* op = &g->ops[i];
+    if (op->coll == BRAID_COLL_SENDRECV)
+      transport_p2p_need(comm, op->peer, op->is_send, comm->channels->p2p_nchannels);
+  }
+}
+
+static int enq_p2p_nchannels(const struct ncclComm* comm, size_t bytes) {
+  size_t n = bytes / ENQ_P2P_BYTES_PER_CHANNEL;
+  int max = comm->channels->p2p_nchannels;
+  if (n < 1) return 1;
+  return n > (size_t)max ? max : (int)n;
+}
+
+/* The message size as nccl-tests reports it, which the tuning model is calibrated on. */
+static size_t enq_tune_bytes(const struct ncclComm* comm, const struct braid_op* op) {
+  size_t bytes = op->count * redop_type_size(op->dtype);
+  if (op->coll == BRAID_COLL_ALLGATHER || op->coll == BRAID_COLL_REDUCESCATTER)
+    bytes *= (size_t)comm->nranks;
+  return bytes;
+}
+
+static uint32_t enq_chunk_bytes(const struct ncclComm* comm) {
+  uint32_t slot = comm->channels->ring_send[0].dev.slot_bytes;
+  int64_t want = braid_param_int(BRAID_P_CHUNKSIZE);
+  if (slot == 0) slot = 1 << 20; /* a single rank has no FIFO; the chunk only paces local copies */
+  if (want <= 0 || want > slot) return slot;
+  return (uint32_t)BRAID_ALIGN_UP(want, 16);
+}
+
+static ncclResult_t enq_coll_work(struct ncclComm* comm, const struct braid_op* op,
+                                  struct braid_work* w) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_tune_choice choice;
+  BRAID_TRY(tune_choose(comm, op->coll, enq_tune_bytes(comm, op), 1u << BRAID_ALGO_RING,
+                        1u << BRAID_PROTO_SIMPLE, &choice));
+  int nch = BRAID_MAX(1, BRAID_MIN(choice.nchannels, comm->channels->nchannels));
+  memset(w, 0, sizeof *w);
+  w->coll = (uint8_t)op->coll;
+  w->devop = (uint8_t)op->devop;
+  w->dtype = (uint8_t)op->dtype;
+  w->proto = BRAID_PROTO_SIMPLE;
+  w->algo = BRAID_ALGO_RING;
+  w->channel_lo = 0;
+  w->nchannels = (uint8_t)nch;
+  w->flags = op->work_flags;
+  w->root = op->root;
+  w->peer_send = w->peer_recv = -1;
+  w->chunk_bytes = enq_chunk_bytes(comm);
+  w->sendbuff = op->sendbuff;
+  w->recvbuff = op->recvbuff;
+  w->count = op->count;
+  w->scalar = op->scalar;
+  if (op->coll == BRAID_COLL_ALLGATHER || op->coll == BRAID_COLL_BROADCAST) {
+    /* Pure data movement: the kernel moves bytes, whatever the type. */
+    w->dtype = ncclUint8;
+    w->count = op->count * redop_type_size(op->dtype);
+  }
+  TRACE(BRAID_LOG_COLL, "%s count %zu %s on %d channels, chunk %u", braid_coll_name(op->coll),
+        op->count, redop_type_name(op->dtype), nch, w->chunk_bytes);
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+static int enq_is_reduction(int coll) {
+  return coll == BRAID_COLL_ALLREDUCE || coll == BRAID_COLL_REDUCESCATTER || coll == BRAID_COLL_REDUCE;
+}
+
+static void enq_launch_stream_sync(cudaStream_t from, cudaStream_t to) {
+  cudaEvent_t ev;
+  if (from == to) return;
+  if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) return;
+  cudaEventRecord(ev, from);
+  cudaStreamWaitEvent(to, ev, 0);
+  cudaEventDestroy(ev);
+}
+
+static ncclResult_t enq_launch(struct ncclComm* comm, struct launch_plan* plan, cudaStream_t stream) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_dev_state* d = comm->dev;
+  enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (plan->args.nwork == 0) return ncclSuccess;
+  const void* kernel = plan->kernel ? plan->kernel : braid_kernel_table[ncclUint8][BRAID_DEVOP_SUM];
+  void* params[] = {&plan->args};
+  BRAID_CUDA_TRY(cudaStreamIsCapturing(stream, &capture));
+  /* This comm's kernels share its connections: run them one after another, whatever stream. */
+  if (capture == cudaStreamCaptureStatusNone && d->launched && d->last_stream != stream)
+    BRAID_CUDA_TRY(cudaStreamWaitEvent(stream, d->last_launch, 0));
+  BRAID_CUDA_TRY(cudaLaunchKernel(kernel, dim3_make(plan->grid), dim3_make(d->nthreads), params, 0, stream));
+  if (capture == cudaStreamCaptureStatusNone) {
+    BRAID_CUDA_TRY(cudaEventRecord(d->last_launch, stream));
+    d->last_stream = stream;
+    d->launched = 1;
+  }
+  plan->args.nwork = 0;
+  plan->kernel = NULL;
+  plan->grid = 0;
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+/* Adds a work to the plan, launching first when it cannot join. */
+static ncclResult_t enq_add_work(struct ncclComm* comm, struct launch_plan* plan,
+                                 const struct braid_work* w, cudaStream_t stream) {
+  ncclResult_t res = ncclSuccess;
+  const void* kernel = enq_is_reduction(w->coll) ? braid_kernel_table[w->dtype][w->devop] : NULL;
+  if (plan->args.nwork == BRAID_MAX_WORK || (kernel && plan->kernel && kernel != plan->kernel))
+    BRAID_TRY(enq_launch(comm, plan, stream));
+  if (kernel) plan->kernel = kernel;
+  plan->args.work[plan->args.nwork++] = *w;
+  plan->grid = BRAID_MAX(plan->grid, w->channel_lo + w->nchannels);
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+/* The i-th pending send to `peer` (is_send) or receive from it, or NULL. */
+static const struct braid_op* enq_p2p_find(const struct braid_group_comm* g, int peer, int is_send,
+                                           int index) {
+  for (int i = 0; i < g->nops; i++) {
+    const struct braid_op* op = &g->ops[i];
+    if (op->coll == BRAID_COLL_SENDRECV && op->peer == peer && op->is_send == is_send && index-- == 0)
+      return op;
+  }
+  return NULL;
+}
+
+static void enq_p2p_fill(const struct ncclComm* comm, struct braid_work* w,
+                         const struct braid_op* s, const struct braid_op* r) {
+  memset(w, 0, sizeof *w);
+  w->coll = BRAID_COLL_SENDRECV;
+  w->dtype = ncclUint8;
+  w->proto = BRAID_PROTO_SIMPLE;
+  w->peer_send = s ? s->peer : -1;
+  w->peer_recv = r ? r->peer : -1;
+  if (s) {
+    w->sendbuff = s->sendbuff;
+    w->count = s->count * redop_type_size(s->dtype);
+    w->nch_send = (uint8_t)enq_p2p_nchannels(comm, w->count);
+  }
+  if (r) {
+    w->recvbuff = r->recvbuff;
+    w->recv_count = r->count * redop_type_size(r->dtype);
+    w->nch_recv = (uint8_t)enq_p2p_nchannels(comm, w->recv_count);
+  }
+  w->nchannels = BRAID_MAX(w->nch_send, w->nch_recv);
+}
+
+static ncclResult_t enq_p2p_works(struct ncclComm* comm, struct launch_plan* plan, cudaStream_t stream) {
+  ncclResult_t res = ncclSuccess;
+  const struct braid_group_comm* g = comm->group;
+  int n = comm->nranks;
+  for (int d = 0; d < n; d++) {
+    int to = (comm->rank + d) % n, from = (comm->rank - d + n) % n;
+    for (int i = 0;; i++) {
+      const struct braid_op* s = enq_p2p_find(g, to, 1, i);
+      const struct braid_op* r = enq_p2p_find(g, from, 0, i);
+      if (s == NULL && r == NULL) break;
+      if (d == 0) {
+        BRAID_CHECK(s && r && s->count * redop_type_size(s->dtype) == r->count * redop_type_size(r->dtype),
+                    ncclInvalidUsage,
+                    "rank %d sends to itself without a matching receive of the same size in the "
+                    "same group (every self-send needs a self-recv)",
+                    comm->rank);
+      }
+      struct braid_work w;
+      enq_p2p_fill(comm, &w, s, r);
+      if (w.nchannels == 0) continue; /* only empty messages: nothing moves */
+      BRAID_TRY(enq_add_work(comm, plan, &w, stream));
+    }
+  }
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+ncclResult_t enqueue_launch(struct ncclComm* comm) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_group_comm* g = comm->group;
+  struct launch_plan* plan = NULL;
+  if (g == NULL || g->nops == 0) return ncclSuccess;
+  cudaStream_t stream = g->ops[0].stream;
+  BRAID_TRY(BRAID_CALLOC(&plan, 1, "launch plan"));
+  plan->args.comm = comm->dev->comm;
+  for (int i = 1; i < g->nops; i++) enq_launch_stream_sync(g->ops[i].stream, stream);
+  for (int i = 0; i < g->nops; i++) {
+    const struct braid_op* op = &g->ops[i];
+    if (op->coll == BRAID_COLL_SENDRECV || op->count == 0) continue;
+    struct braid_work w;
+    BRAID_TRY(enq_coll_work(comm, op, &w));
+    BRAID_TRY(enq_add_work(comm, plan, &w, stream));
+  }
+  BRAID_TRY(enq_p2p_works(comm, plan, stream));
+  BRAID_TRY(enq_launch(comm, plan, stream));
+  for (int i = 1; i < g->nops; i++) enq_launch_stream_sync(stream, g->ops[i].stream);
+  free(plan);
+  return ncclSuccess;
+fail:
+  free(plan);
+  return res;
+}

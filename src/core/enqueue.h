@@ -1,0 +1,20 @@
+/*
+ * Turning a communicator's pending operations into kernel launches: choose
+ * channels and chunk size per operation (through the tuning model), write
+ * the work items, launch one kernel per run of compatible work on the
+ * user's stream, and keep this communicator's kernels ordered across
+ * streams.
+ */
+#ifndef BRAID_CORE_ENQUEUE_H
+#define BRAID_CORE_ENQUEUE_H
+
+#include "nccl.h"
+
+struct ncclComm;
+
+/* Marks the send/recv connections the pending operations need. */
+void enqueue_p2p_needs(struct ncclComm* comm);
+/* Plans and launches every pending operation of `comm`, then clears the list. */
+ncclResult_t enqueue_launch(struct ncclComm* comm);
+
+#endif

@@ -1,0 +1,223 @@
+/*
+ * Per-thread groups. ncclGroupEnd, at depth zero, does in order:
+ *   1. the deferred inits, each on its own thread (they rendezvous with each
+ *      other through the bootstrap, so they must run concurrently);
+ *   2. the send/recv connections the pending operations need, in two phases
+ *      across all communicators of the group (set up and send infos for
+ *      all, then receive and connect for all), so one thread driving
+ *      several GPUs never waits on itself;
+ *   3. the launches, communicator by communicator.
+ * The caller's current device is restored at the end.
+ */
+#include "core/group.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "core/comm.h"
+#include "core/debug.h"
+#include "core/enqueue.h"
+#include "core/utils.h"
+#include "transport/transport.h"
+
+static __thread int depth;
+static __thread ncclResult_t group_error;
+static __thread struct ncclComm* group_comms;      /* communicators with pending operations */
+static __thread struct braid_init_job* group_jobs; /* deferred inits */
+
+int group_depth(void) { return depth; }
+
+void group_fail(ncclResult_t res) {
+  if (group_error == ncclSuccess) group_error = res;
+}
+
+ncclResult_t group_start(void) {
+  depth++;
+  return ncclSuccess;
+}
+
+ncclResult_t group_op_add(struct ncclComm* comm, const struct braid_op* op) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_group_comm* g = comm->group;
+  if (g == NULL) {
+    BRAID_TRY(BRAID_CALLOC(&g, 1, "group state"));
+    g->next = group_comms;
+    group_comms = comm;
+    comm->group = g;
+  }
+  if (g->nops == g->cap) {
+    int cap = g->cap ? 2 * g->cap : 16;
+    struct braid_op* ops = realloc(g->ops, (size_t)cap * sizeof *ops);
+    BRAID_CHECK(ops != NULL, ncclSystemError, "out of host memory queueing %d operations", cap);
+    g->ops = ops;
+    g->cap = cap;
+  }
+  g->ops[g->nops++] = *op;
+  return ncclSuccess;
+fail:
+  group_fail(res);
+  return res;
+}
+
+ncclResult_t group_init_add(struct braid_init_job* job) {
+  job->next = group_jobs;
+  group_jobs = job;
+  return ncclSuccess;
+}
+
+static void* group_job_main(void* arg) {
+  struct braid_init_job* job = arg;
+  job->result = job->run(job);
+  return NULL;
+}
+
+ncclResult_t group_run_jobs(struct braid_init_job* jobs) {
+  ncclResult_t res = ncclSuccess;
+  int n = 0;
+  for (struct braid_init_job* j = jobs; j; j = j->next) n++;
+  pthread_t* threads = calloc((size_t)n, sizeof *threads);
+  int* started = calloc((size_t)n, sizeof *started);
+  if (threads == NULL || started == NULL) {
+    free(threads);
+    free(started);
+    return braid_err(ncclSystemError, "out of host memory starting %d init threads", n);
+  }
+  int i = 0;
+  for (struct braid_init_job* j = jobs; j; j = j->next, i++) {
+    int err = pthread_create(&threads[i], NULL, group_job_main, j);
+    if (err != 0) {
+      j->result = braid_err(ncclSystemError, "cannot start an init thread: %s", strerror(err));
+      /* The others would wait for this rank forever: make them give up. */
+      for (struct braid_init_job* k = jobs; k; k = k->next)
+        if (k->comm->abort_flag) __atomic_store_n(k->comm->abort_flag, 1, __ATOMIC_SEQ_CST);
+    } else {
+      started[i] = 1;
+    }
+  }
+  i = 0;
+  for (struct braid_init_job* j = jobs; j; j = j->next, i++) {
+    if (started[i]) pthread_join(threads[i], NULL);
+    if (j->result != ncclSuccess && res == ncclSuccess) res = j->result;
+  }
+  free(threads);
+  free(started);
+  return res;
+}
+
+static ncclResult_t group_run_inits(void) {
+  struct braid_init_job* jobs = group_jobs;
+  group_jobs = NULL;
+  if (jobs == NULL) return ncclSuccess;
+  ncclResult_t res = group_run_jobs(jobs);
+  while (jobs) {
+    struct braid_init_job* next = jobs->next;
+    free(jobs->arg);
+    free(jobs);
+    jobs = next;
+  }
+  return res;
+}
+
+static void group_comm_release(struct ncclComm* comm) {
+  struct braid_group_comm* g = comm->group;
+  comm->group = NULL;
+  free(g->ops);
+  free(g);
+}
+
+/* Connect what the pending send/recv operations need, in two phases across all comms. */
+static ncclResult_t group_connect_p2p(struct ncclComm* comms) {
+  ncclResult_t res = ncclSuccess;
+  for (struct ncclComm* c = comms; c; c = c->group->next) {
+    BRAID_CUDA_TRY(cudaSetDevice(c->cuda_dev));
+    enqueue_p2p_needs(c);
+    BRAID_TRY(transport_p2p_setup(c));
+  }
+  for (struct ncclComm* c = comms; c; c = c->group->next) {
+    BRAID_CUDA_TRY(cudaSetDevice(c->cuda_dev));
+    BRAID_TRY(transport_p2p_connect(c));
+  }
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+static ncclResult_t group_launch_all(struct ncclComm* comms) {
+  ncclResult_t res = ncclSuccess;
+  for (struct ncclComm* c = comms; c; c = c->group->next) {
+    braid_log_context_set(c->rank, c->cuda_dev);
+    BRAID_CUDA_TRY(cudaSetDevice(c->cuda_dev));
+    res = enqueue_launch(c);
+    if (res != ncclSuccess) {
+      comm_error_record(c, res);
+      goto fail;
+    }
+  }
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+ncclResult_t group_end(void) {
+  ncclResult_t res = ncclSuccess;
+  if (depth == 0)
+    return braid_err(ncclInvalidUsage, "ncclGroupEnd called without a matching ncclGroupStart");
+  if (--depth > 0) return ncclSuccess;
+
+  struct ncclComm* comms = group_comms;
+  group_comms = NULL;
+  int saved_dev = -1;
+  cudaGetDevice(&saved_dev);
+  res = group_error;
+  group_error = ncclSuccess;
+  ncclResult_t init_res = group_run_inits();
+  if (res == ncclSuccess) res = init_res;
+  if (res == ncclSuccess && comms) {
+    res = group_connect_p2p(comms);
+    if (res == ncclSuccess) res = group_launch_all(comms);
+  }
+  while (comms) {
+    struct ncclComm* next = comms->group->next;
+    group_comm_release(comms);
+    comms = next;
+  }
+  if (saved_dev >= 0) cudaSetDevice(saved_dev);
+  return res;
+}
+
+__attribute__((visibility("default"))) ncclResult_t ncclGroupStart(void) {
+  braid_err_clear();
+  return group_start();
+}
+__attribute__((visibility("default"))) ncclResult_t pncclGroupStart(void)
+    __attribute__((alias("ncclGroupStart")));
+
+__attribute__((visibility("default"))) ncclResult_t ncclGroupEnd(void) {
+  braid_err_clear();
+  return group_end();
+}
+__attribute__((visibility("default"))) ncclResult_t pncclGroupEnd(void)
+    __attribute__((alias("ncclGroupEnd")));
+
+/* Estimating a group's time needs the tuning model's per-operation costs (a later milestone). */
+__attribute__((visibility("default"))) ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  braid_err_clear();
+  /* Close the group without launching, so the caller is not left inside it. */
+  if (depth > 0 && --depth == 0) {
+    while (group_comms) {
+      struct ncclComm* next = group_comms->group->next;
+      group_comm_release(group_comms);
+      group_comms = next;
+    }
+    (void)group_run_inits();
+    group_error = ncclSuccess;
+  }
+  return braid_err(ncclInvalidUsage,
+                   "ncclGroupSimulateEnd is not implemented in this version of Braid; the "
+                   "group was closed without launching its operations");
+}
+__attribute__((visibility("default"))) ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo)
+    __attribute__((alias("ncclGroupSimulateEnd")));

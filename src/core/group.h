@@ -1,0 +1,71 @@
+/*
+ * Groups. Every operation goes through a group: calls between
+ * ncclGroupStart and ncclGroupEnd are collected per communicator and issued
+ * together at the end; a call outside a group is a group of one. Init calls
+ * inside a group are deferred too and run in parallel at the end, which is
+ * how one thread initialises the communicators of several GPUs.
+ *
+ * Group state is per thread. A communicator joins the calling thread's group
+ * with its first operation (comm->group points at its pending list) and
+ * leaves it at ncclGroupEnd.
+ */
+#ifndef BRAID_CORE_GROUP_H
+#define BRAID_CORE_GROUP_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "collectives/coll.h"
+#include "collectives/device/dev_comm.h"
+#include "nccl.h"
+
+struct ncclComm;
+
+/* One operation as the API received it, already validated. */
+struct braid_op {
+  braid_coll_t coll;
+  int is_send;           /* SendRecv: 1 send, 0 receive */
+  int peer;              /* SendRecv: the other rank */
+  int root;
+  ncclDataType_t dtype;
+  braid_devop_t devop;
+  uint64_t scalar;       /* PREMULSUM scalar bits, or device pointer with BRAID_WORK_SCALAR_DEVICE */
+  uint8_t work_flags;
+  const void* sendbuff;
+  void* recvbuff;
+  size_t count;          /* as the API counts it */
+  cudaStream_t stream;
+};
+
+/* A communicator's pending operations in the current group. */
+struct braid_group_comm {
+  struct braid_op* ops;
+  int nops;
+  int cap;
+  struct ncclComm* next; /* next communicator in this thread's group */
+};
+
+/* A deferred communicator init; `run` is called on its own thread at group end. */
+struct braid_init_job {
+  struct ncclComm* comm;
+  ncclResult_t (*run)(struct braid_init_job* job);
+  void* arg;             /* owned by the job: freed with free() after run */
+  ncclResult_t result;
+  struct braid_init_job* next;
+};
+
+int group_depth(void);
+ncclResult_t group_start(void);
+ncclResult_t group_end(void);
+/* Adds an operation for `comm` to the calling thread's group. */
+ncclResult_t group_op_add(struct ncclComm* comm, const struct braid_op* op);
+/* Defers an init to group end; the group owns `job` from here on. */
+ncclResult_t group_init_add(struct braid_init_job* job);
+/* Makes the group fail at ncclGroupEnd (an argument error inside the group). */
+void group_fail(ncclResult_t res);
+
+/* Runs `jobs` (a list) each on its own thread and waits; returns the first failure. */
+ncclResult_t group_run_jobs(struct braid_init_job* jobs);
+
+#endif

@@ -1,0 +1,185 @@
+/*
+ * P2P transport: the receiver's FIFO lives in its GPU's memory and the
+ * sender's kernel writes into it directly over NVLink or PCIe.
+ *
+ * Between processes the FIFO is exported with a CUDA IPC handle and opened
+ * by the sender; inside one process (ncclCommInitAll, or several GPUs per
+ * thread) the sender uses the pointer itself after enabling peer access.
+ * FIFO layout: tail counter, head counter (each on its own 128-byte line),
+ * then BRAID_STEPS slots.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "core/comm.h"
+#include "core/debug.h"
+#include "core/param.h"
+#include "core/utils.h"
+#include "transport/transport.h"
+
+#define P2P_TAIL_OFFSET 0
+#define P2P_HEAD_OFFSET 128
+#define P2P_BUFF_OFFSET 256
+
+struct p2p_info {
+  uint64_t pid_hash;  /* the owner's process */
+  int cuda_dev;       /* the owner's device, as numbered in its process */
+  void* ptr;          /* valid in the owner's process */
+  cudaIpcMemHandle_t handle;
+  size_t buff_bytes;
+};
+
+_Static_assert(sizeof(struct p2p_info) <= BRAID_CONN_INFO_BYTES, "p2p info must fit");
+
+struct p2p_state {
+  void* owned;   /* receiver: the FIFO it allocated */
+  void* opened;  /* sender: an IPC mapping to close */
+};
+
+/* The local CUDA device index of a peer's GPU, or -1 when it is not visible here. */
+static int p2p_local_device(const struct braid_peer_info* peer) {
+  char busid[32];
+  int dev = -1;
+  braid_busid_to_str(peer->bus_id, busid, sizeof busid);
+  if (cudaDeviceGetByPCIBusId(&dev, busid) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return dev;
+}
+
+static ncclResult_t p2p_can_connect(struct ncclComm* comm, const struct braid_peer_info* me,
+                                    const struct braid_peer_info* peer, int* ok) {
+  *ok = 0;
+  if (braid_param_int(BRAID_P_P2P_DISABLE)) return ncclSuccess;
+  if (me->host_hash != peer->host_hash) return ncclSuccess;
+  int a = p2p_local_device(me), b = p2p_local_device(peer);
+  if (a < 0 || b < 0) return ncclSuccess;
+  int ab = 0, ba = 0;
+  if (cudaDeviceCanAccessPeer(&ab, a, b) != cudaSuccess ||
+      cudaDeviceCanAccessPeer(&ba, b, a) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return ncclSuccess;
+  }
+  *ok = ab && ba; /* both ends must reach the same verdict */
+  return ncclSuccess;
+}
+
+static ncclResult_t p2p_state_new(struct braid_connector* conn) {
+  return BRAID_CALLOC((struct p2p_state**)&conn->state, 1, "p2p connection");
+}
+
+static void p2p_fill_dev(struct braid_connector* conn, char* base) {
+  conn->dev.tail = (uint64_t*)(base + P2P_TAIL_OFFSET);
+  conn->dev.head = (uint64_t*)(base + P2P_HEAD_OFFSET);
+  conn->dev.buff = base + P2P_BUFF_OFFSET;
+  conn->dev.slot_bytes = (uint32_t)(conn->buff_bytes / BRAID_STEPS);
+  conn->dev.step = 0;
+  conn->dev.seen_head = 0;
+}
+
+static ncclResult_t p2p_send_setup(struct ncclComm* comm, struct braid_connector* conn,
+                                   struct braid_conn_info* info) {
+  return p2p_state_new(conn);
+}
+
+static ncclResult_t p2p_recv_setup(struct ncclComm* comm, struct braid_connector* conn,
+                                   struct braid_conn_info* info) {
+  ncclResult_t res = ncclSuccess;
+  struct p2p_info* pi = (struct p2p_info*)info->data;
+  struct p2p_state* st;
+  size_t bytes = P2P_BUFF_OFFSET + conn->buff_bytes;
+  BRAID_TRY(p2p_state_new(conn));
+  st = conn->state;
+  BRAID_CUDA_TRY(cudaMalloc(&st->owned, bytes));
+  BRAID_CUDA_TRY(cudaMemset(st->owned, 0, P2P_BUFF_OFFSET));
+  pi->pid_hash = comm->peers[comm->rank].pid_hash;
+  pi->cuda_dev = comm->cuda_dev;
+  pi->ptr = st->owned;
+  pi->buff_bytes = conn->buff_bytes;
+  BRAID_CUDA_TRY(cudaIpcGetMemHandle(&pi->handle, st->owned));
+  INFO(BRAID_LOG_ALLOC, "p2p FIFO for channel %d from rank %d: %zu bytes at %p", conn->channel,
+       conn->peer, bytes, st->owned);
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+/* Lets this thread's current device reach `peer_dev`; already enabled is fine. */
+static ncclResult_t p2p_enable_peer_access(int peer_dev) {
+  ncclResult_t res = ncclSuccess;
+  cudaError_t err = cudaDeviceEnablePeerAccess(peer_dev, 0);
+  if (err == cudaErrorPeerAccessAlreadyEnabled) {
+    (void)cudaGetLastError();
+    return ncclSuccess;
+  }
+  BRAID_CUDA_TRY(err);
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+static ncclResult_t p2p_send_connect(struct ncclComm* comm, struct braid_connector* conn,
+                                     const struct braid_conn_info* peer_info) {
+  ncclResult_t res = ncclSuccess;
+  const struct p2p_info* pi = (const struct p2p_info*)peer_info->data;
+  struct p2p_state* st = conn->state;
+  char* base;
+  BRAID_CHECK(pi->buff_bytes == conn->buff_bytes, ncclInternalError,
+              "p2p FIFO size mismatch with rank %d: %zu vs %zu bytes", conn->peer, pi->buff_bytes,
+              conn->buff_bytes);
+  if (pi->pid_hash == comm->peers[comm->rank].pid_hash) {
+    BRAID_TRY(p2p_enable_peer_access(pi->cuda_dev));
+    base = pi->ptr;
+  } else {
+    cudaError_t err = cudaIpcOpenMemHandle(&st->opened, pi->handle, cudaIpcMemLazyEnablePeerAccess);
+    if (err != cudaSuccess) {
+      res = braid_err(ncclUnhandledCudaError,
+                      "rank %d cannot map rank %d's GPU buffer (cudaIpcOpenMemHandle: %s). Both "
+                      "processes must see both GPUs (check CUDA_VISIBLE_DEVICES), or set "
+                      "BRAID_P2P_DISABLE=1 to go through host memory",
+                      comm->rank, conn->peer, cudaGetErrorString(err));
+      goto fail;
+    }
+    base = st->opened;
+  }
+  p2p_fill_dev(conn, base);
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+static ncclResult_t p2p_recv_connect(struct ncclComm* comm, struct braid_connector* conn,
+                                     const struct braid_conn_info* peer_info) {
+  struct p2p_state* st = conn->state;
+  p2p_fill_dev(conn, st->owned);
+  return ncclSuccess;
+}
+
+static ncclResult_t p2p_free(struct braid_connector* conn) {
+  struct p2p_state* st = conn->state;
+  if (st == NULL) return ncclSuccess;
+  if (st->opened && cudaIpcCloseMemHandle(st->opened) != cudaSuccess) {
+    WARN("cudaIpcCloseMemHandle failed for rank %d's buffer: %s", conn->peer,
+         cudaGetErrorString(cudaGetLastError()));
+  }
+  if (st->owned && cudaFree(st->owned) != cudaSuccess) {
+    WARN("cudaFree of a p2p FIFO failed: %s", cudaGetErrorString(cudaGetLastError()));
+  }
+  free(st);
+  conn->state = NULL;
+  return ncclSuccess;
+}
+
+const struct braid_transport_ops braid_transport_p2p = {
+  .size = sizeof(struct braid_transport_ops),
+  .name = "P2P",
+  .can_connect = p2p_can_connect,
+  .send_setup = p2p_send_setup,
+  .recv_setup = p2p_recv_setup,
+  .send_connect = p2p_send_connect,
+  .recv_connect = p2p_recv_connect,
+  .free = p2p_free,
+};

@@ -1,0 +1,116 @@
+/*
+ * ncclConfig_t's size/magic/version protocol: an older caller's smaller
+ * struct gets defaults for what it lacks, a newer caller's larger struct has
+ * its extra fields ignored, a wrong magic or an out-of-range field is
+ * rejected with a message naming it. Also through the public API, which
+ * must reject a bad config before touching any GPU.
+ */
+#include <stddef.h>
+#include <string.h>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "nccl.h"
+#include "test.h"
+
+static void test_defaults(void) {
+  struct braid_config c;
+  TEST_EXPECT_RES(config_resolve(NULL, &c), ncclSuccess);
+  TEST_CHECK(c.blocking == 1, "default blocking %d", c.blocking);
+  ncclConfig_t user = NCCL_CONFIG_INITIALIZER;
+  TEST_EXPECT_RES(config_resolve(&user, &c), ncclSuccess);
+  TEST_CHECK(c.blocking == 1 && c.min_ctas <= c.max_ctas, "initializer gives defaults");
+}
+
+static void test_fields_taken(void) {
+  struct braid_config c;
+  ncclConfig_t user = NCCL_CONFIG_INITIALIZER;
+  user.blocking = 0;
+  user.minCTAs = 2;
+  user.maxCTAs = 8;
+  user.commName = "trainer";
+  user.netName = "Socket";
+  TEST_EXPECT_RES(config_resolve(&user, &c), ncclSuccess);
+  TEST_CHECK(c.blocking == 0 && c.min_ctas == 2 && c.max_ctas == 8, "fields copied");
+  TEST_CHECK(strcmp(c.comm_name, "trainer") == 0 && strcmp(c.net_name, "Socket") == 0, "names");
+}
+
+/* A caller compiled against a header that ended at splitShare. */
+static void test_older_struct(void) {
+  struct braid_config c;
+  ncclConfig_t user = NCCL_CONFIG_INITIALIZER;
+  user.size = offsetof(ncclConfig_t, splitShare) + sizeof(int);
+  user.version = NCCL_VERSION(2, 18, 0);
+  user.maxCTAs = 4;
+  user.CTAPolicy = 99; /* beyond the old struct: must not even be looked at */
+  user.nvlinkCentricSched = 12345;
+  TEST_EXPECT_RES(config_resolve(&user, &c), ncclSuccess);
+  TEST_CHECK(c.max_ctas == 4, "old field read");
+  TEST_CHECK(c.cta_policy == NCCL_CTA_POLICY_DEFAULT, "field past the old size ignored: %d", c.cta_policy);
+}
+
+/* A caller compiled against a future header with more fields appended. */
+static void test_newer_struct(void) {
+  struct {
+    ncclConfig_t base;
+    int future_a;
+    void* future_b;
+  } user = {NCCL_CONFIG_INITIALIZER, 7, NULL};
+  struct braid_config c;
+  user.base.size = sizeof user;
+  user.base.version = NCCL_VERSION(2, 30, 0);
+  user.base.minCTAs = 3;
+  TEST_EXPECT_RES(config_resolve(&user.base, &c), ncclSuccess);
+  TEST_CHECK(c.min_ctas == 3, "known field read from a newer struct");
+}
+
+static void test_rejections(void) {
+  struct braid_config c;
+  ncclConfig_t user = NCCL_CONFIG_INITIALIZER;
+  user.magic = 0x12345678;
+  TEST_EXPECT_RES(config_resolve(&user, &c), ncclInvalidArgument);
+  TEST_CHECK(strstr(braid_err_last(), "magic") && strstr(braid_err_last(), "NCCL_CONFIG_INITIALIZER"),
+             "message: %s", braid_err_last());
+
+  ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
+  bad.blocking = 2;
+  TEST_EXPECT_RES(config_resolve(&bad, &c), ncclInvalidArgument);
+  TEST_CHECK(strstr(braid_err_last(), "blocking") != NULL, "message: %s", braid_err_last());
+
+  ncclConfig_t ctas = NCCL_CONFIG_INITIALIZER;
+  ctas.minCTAs = 16;
+  ctas.maxCTAs = 4;
+  TEST_EXPECT_RES(config_resolve(&ctas, &c), ncclInvalidArgument);
+  TEST_CHECK(strstr(braid_err_last(), "minCTAs") != NULL, "message: %s", braid_err_last());
+
+  ncclConfig_t policy = NCCL_CONFIG_INITIALIZER;
+  policy.CTAPolicy = 7;
+  TEST_EXPECT_RES(config_resolve(&policy, &c), ncclInvalidArgument);
+  TEST_CHECK(strstr(braid_err_last(), "CTAPolicy") != NULL, "message: %s", braid_err_last());
+
+  ncclConfig_t tiny = NCCL_CONFIG_INITIALIZER;
+  tiny.size = 4;
+  TEST_EXPECT_RES(config_resolve(&tiny, &c), ncclInvalidArgument);
+}
+
+/* The public entry rejects the config before it needs a GPU or a peer. */
+static void test_api_rejects_magic(void) {
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
+  ncclConfig_t user = NCCL_CONFIG_INITIALIZER;
+  user.magic = 0;
+  ncclComm_t comm = (ncclComm_t)0x1;
+  TEST_EXPECT_RES(ncclCommInitRankConfig(&comm, 2, id, 0, &user), ncclInvalidArgument);
+  TEST_CHECK(comm == NULL, "comm cleared on failure");
+  TEST_CHECK(strstr(ncclGetLastError(NULL), "magic") != NULL, "last error: %s", ncclGetLastError(NULL));
+}
+
+int main(void) {
+  test_defaults();
+  test_fields_taken();
+  test_older_struct();
+  test_newer_struct();
+  test_rejections();
+  test_api_rejects_magic();
+  return test_summary();
+}
