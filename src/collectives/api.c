@@ -26,18 +26,21 @@ struct api_call {
   size_t count;
   ncclDataType_t dtype;
   ncclRedOp_t op;
-  int root;        /* Broadcast, Reduce, Gather, Scatter; peer for Send/Recv */
+  int root; /* Broadcast, Reduce, Gather, Scatter; peer for Send/Recv */
   ncclComm_t comm;
   cudaStream_t stream;
+  int is_send;      /* Send/Recv: which buffer is used */
+  void* stage_copy; /* AlltoAll in place: the copy the sends read, freed after launch */
 };
 
-/* A buffer the GPU of `comm` must be able to use: device memory of that GPU, managed or pinned host. */
+/* A buffer the GPU of `comm` must be able to use: device memory of that GPU, managed or pinned
+ * host. */
 static ncclResult_t api_check_pointer(const struct api_call* c, const void* ptr, const char* name,
                                       size_t bytes) {
   if (bytes == 0) return ncclSuccess;
   if (ptr == NULL)
-    return braid_err(ncclInvalidArgument, "%s: %s is NULL but %zu bytes are to be %s", c->api,
-                     name, bytes, strcmp(name, "recvbuff") == 0 ? "received" : "sent");
+    return braid_err(ncclInvalidArgument, "%s: %s is NULL but %zu bytes are to be %s", c->api, name,
+                     bytes, strcmp(name, "recvbuff") == 0 ? "received" : "sent");
   struct cudaPointerAttributes attr;
   cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
   if (err != cudaSuccess) {
@@ -54,7 +57,8 @@ static ncclResult_t api_check_pointer(const struct api_call* c, const void* ptr,
                          c->api, name, ptr, attr.device, c->comm->rank, c->comm->cuda_dev);
       return ncclSuccess;
     case cudaMemoryTypeManaged:
-    case cudaMemoryTypeHost: return ncclSuccess;
+    case cudaMemoryTypeHost:
+      return ncclSuccess;
     default:
       return braid_err(ncclInvalidArgument,
                        "%s: %s %p is host memory not registered with CUDA; the GPU cannot reach "
@@ -64,7 +68,8 @@ static ncclResult_t api_check_pointer(const struct api_call* c, const void* ptr,
 }
 
 static int api_is_reduction(braid_coll_t coll) {
-  return coll == BRAID_COLL_ALLREDUCE || coll == BRAID_COLL_REDUCESCATTER || coll == BRAID_COLL_REDUCE;
+  return coll == BRAID_COLL_ALLREDUCE || coll == BRAID_COLL_REDUCESCATTER ||
+         coll == BRAID_COLL_REDUCE;
 }
 
 /* Bytes this rank reads from sendbuff and writes to recvbuff; fails on overflow. */
@@ -73,16 +78,31 @@ static ncclResult_t api_sizes(const struct api_call* c, size_t* send_bytes, size
   size_t n = (size_t)c->comm->nranks;
   int me = c->comm->rank;
   if (c->count > SIZE_MAX / esize / n)
-    return braid_err(ncclInvalidArgument, "%s: count %zu of %s overflows the address space",
-                     c->api, c->count, redop_type_name(c->dtype));
+    return braid_err(ncclInvalidArgument, "%s: count %zu of %s overflows the address space", c->api,
+                     c->count, redop_type_name(c->dtype));
   size_t bytes = c->count * esize;
   *send_bytes = *recv_bytes = bytes;
   switch (c->coll) {
-    case BRAID_COLL_ALLGATHER: *recv_bytes = bytes * n; break;
-    case BRAID_COLL_REDUCESCATTER: *send_bytes = bytes * n; break;
-    case BRAID_COLL_BROADCAST: *send_bytes = me == c->root ? bytes : 0; break;
-    case BRAID_COLL_REDUCE: *recv_bytes = me == c->root ? bytes : 0; break;
-    default: break;
+    case BRAID_COLL_ALLGATHER:
+      *recv_bytes = bytes * n;
+      break;
+    case BRAID_COLL_REDUCESCATTER:
+      *send_bytes = bytes * n;
+      break;
+    case BRAID_COLL_BROADCAST:
+      *send_bytes = me == c->root ? bytes : 0;
+      break;
+    case BRAID_COLL_REDUCE:
+      *recv_bytes = me == c->root ? bytes : 0;
+      break;
+    case BRAID_COLL_SENDRECV:
+      if (c->is_send)
+        *recv_bytes = 0;
+      else
+        *send_bytes = 0;
+      break;
+    default:
+      break;
   }
   return ncclSuccess;
 }
@@ -146,68 +166,131 @@ static ncclResult_t api_enqueue(const struct api_call* c) {
 NCCL_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                     ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                     cudaStream_t stream) {
-  struct api_call c = {"ncclAllReduce", BRAID_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype,
-                       op, 0, comm, stream};
+  struct api_call c = {.api = "ncclAllReduce",
+                       .coll = BRAID_COLL_ALLREDUCE,
+                       .sendbuff = sendbuff,
+                       .recvbuff = recvbuff,
+                       .count = count,
+                       .dtype = datatype,
+                       .op = op,
+                       .root = 0,
+                       .comm = comm,
+                       .stream = stream};
   return api_enqueue(&c);
 }
-NCCL_ALIAS(ncclResult_t, ncclAllReduce, (const void* sendbuff, void* recvbuff, size_t count,
-           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream))
+NCCL_ALIAS(ncclResult_t, ncclAllReduce,
+           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream))
 
 NCCL_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                         cudaStream_t stream) {
-  struct api_call c = {"ncclReduceScatter", BRAID_COLL_REDUCESCATTER, sendbuff, recvbuff,
-                       recvcount, datatype, op, 0, comm, stream};
+  struct api_call c = {.api = "ncclReduceScatter",
+                       .coll = BRAID_COLL_REDUCESCATTER,
+                       .sendbuff = sendbuff,
+                       .recvbuff = recvbuff,
+                       .count = recvcount,
+                       .dtype = datatype,
+                       .op = op,
+                       .root = 0,
+                       .comm = comm,
+                       .stream = stream};
   return api_enqueue(&c);
 }
-NCCL_ALIAS(ncclResult_t, ncclReduceScatter, (const void* sendbuff, void* recvbuff, size_t recvcount,
-           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream))
+NCCL_ALIAS(ncclResult_t, ncclReduceScatter,
+           (const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream))
 
 NCCL_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                     ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  struct api_call c = {"ncclAllGather", BRAID_COLL_ALLGATHER, sendbuff, recvbuff, sendcount,
-                       datatype, ncclSum, 0, comm, stream};
+  struct api_call c = {.api = "ncclAllGather",
+                       .coll = BRAID_COLL_ALLGATHER,
+                       .sendbuff = sendbuff,
+                       .recvbuff = recvbuff,
+                       .count = sendcount,
+                       .dtype = datatype,
+                       .op = ncclSum,
+                       .root = 0,
+                       .comm = comm,
+                       .stream = stream};
   return api_enqueue(&c);
 }
-NCCL_ALIAS(ncclResult_t, ncclAllGather, (const void* sendbuff, void* recvbuff, size_t sendcount,
-           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream))
+NCCL_ALIAS(ncclResult_t, ncclAllGather,
+           (const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+            ncclComm_t comm, cudaStream_t stream))
 
 NCCL_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                                     ncclDataType_t datatype, int root, ncclComm_t comm,
                                     cudaStream_t stream) {
-  struct api_call c = {"ncclBroadcast", BRAID_COLL_BROADCAST, sendbuff, recvbuff, count, datatype,
-                       ncclSum, root, comm, stream};
+  struct api_call c = {.api = "ncclBroadcast",
+                       .coll = BRAID_COLL_BROADCAST,
+                       .sendbuff = sendbuff,
+                       .recvbuff = recvbuff,
+                       .count = count,
+                       .dtype = datatype,
+                       .op = ncclSum,
+                       .root = root,
+                       .comm = comm,
+                       .stream = stream};
   return api_enqueue(&c);
 }
-NCCL_ALIAS(ncclResult_t, ncclBroadcast, (const void* sendbuff, void* recvbuff, size_t count,
-           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream))
+NCCL_ALIAS(ncclResult_t, ncclBroadcast,
+           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+            ncclComm_t comm, cudaStream_t stream))
 
 NCCL_API ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
                                 ncclComm_t comm, cudaStream_t stream) {
-  struct api_call c = {"ncclBcast", BRAID_COLL_BROADCAST, buff, buff, count, datatype, ncclSum,
-                       root, comm, stream};
+  struct api_call c = {.api = "ncclBcast",
+                       .coll = BRAID_COLL_BROADCAST,
+                       .sendbuff = buff,
+                       .recvbuff = buff,
+                       .count = count,
+                       .dtype = datatype,
+                       .op = ncclSum,
+                       .root = root,
+                       .comm = comm,
+                       .stream = stream};
   return api_enqueue(&c);
 }
-NCCL_ALIAS(ncclResult_t, ncclBcast, (void* buff, size_t count, ncclDataType_t datatype, int root,
-           ncclComm_t comm, cudaStream_t stream))
+NCCL_ALIAS(ncclResult_t, ncclBcast,
+           (void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+            cudaStream_t stream))
 
 NCCL_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
-                                 ncclDataType_t datatype, ncclRedOp_t op, int root,
-                                 ncclComm_t comm, cudaStream_t stream) {
-  struct api_call c = {"ncclReduce", BRAID_COLL_REDUCE, sendbuff, recvbuff, count, datatype, op,
-                       root, comm, stream};
+                                 ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+                                 cudaStream_t stream) {
+  struct api_call c = {.api = "ncclReduce",
+                       .coll = BRAID_COLL_REDUCE,
+                       .sendbuff = sendbuff,
+                       .recvbuff = recvbuff,
+                       .count = count,
+                       .dtype = datatype,
+                       .op = op,
+                       .root = root,
+                       .comm = comm,
+                       .stream = stream};
   return api_enqueue(&c);
 }
-NCCL_ALIAS(ncclResult_t, ncclReduce, (const void* sendbuff, void* recvbuff, size_t count,
-           ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream))
+NCCL_ALIAS(ncclResult_t, ncclReduce,
+           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+            ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream))
 
 /* ---- point to point ---------------------------------------------------------------------- */
 
 static ncclResult_t api_p2p(const char* api, int is_send, const void* sendbuff, void* recvbuff,
                             size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                             cudaStream_t stream) {
-  struct api_call c = {api, BRAID_COLL_SENDRECV, is_send ? sendbuff : NULL,
-                       is_send ? NULL : recvbuff, count, datatype, ncclSum, peer, comm, stream};
+  struct api_call c = {.api = api,
+                       .coll = BRAID_COLL_SENDRECV,
+                       .sendbuff = is_send ? sendbuff : NULL,
+                       .recvbuff = is_send ? NULL : recvbuff,
+                       .count = count,
+                       .dtype = datatype,
+                       .op = ncclSum,
+                       .root = peer,
+                       .comm = comm,
+                       .stream = stream,
+                       .is_send = is_send};
   struct braid_op op;
   braid_err_clear();
   ncclResult_t res = api_check(&c, &op);
@@ -223,15 +306,17 @@ NCCL_API ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_
                                int peer, ncclComm_t comm, cudaStream_t stream) {
   return api_p2p("ncclSend", 1, sendbuff, NULL, count, datatype, peer, comm, stream);
 }
-NCCL_ALIAS(ncclResult_t, ncclSend, (const void* sendbuff, size_t count, ncclDataType_t datatype,
-           int peer, ncclComm_t comm, cudaStream_t stream))
+NCCL_ALIAS(ncclResult_t, ncclSend,
+           (const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+            cudaStream_t stream))
 
 NCCL_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
                                ncclComm_t comm, cudaStream_t stream) {
   return api_p2p("ncclRecv", 0, NULL, recvbuff, count, datatype, peer, comm, stream);
 }
-NCCL_ALIAS(ncclResult_t, ncclRecv, (void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
-           ncclComm_t comm, cudaStream_t stream))
+NCCL_ALIAS(ncclResult_t, ncclRecv,
+           (void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+            cudaStream_t stream))
 
 /* Which ranks a rank exchanges with in AlltoAll, Gather and Scatter. */
 typedef enum { PEERS_NONE = 0, PEERS_ROOT = 1, PEERS_ALL = 2 } api_peers_t;
@@ -249,6 +334,8 @@ static ncclResult_t api_p2p_side(const struct api_call* c, api_peers_t peers, in
   op.count = c->count;
   op.stream = c->stream;
   op.is_send = is_send;
+  /* The first send carries the staging copy, so enqueue frees it once after the launch. */
+  if (is_send) op.scratch = c->stage_copy;
   for (int r = 0; r < c->comm->nranks && res == ncclSuccess; r++) {
     if (peers == PEERS_NONE || (peers == PEERS_ROOT && r != c->root)) continue;
     size_t offset = peers == PEERS_ALL ? (size_t)r * bytes : 0;
@@ -258,7 +345,34 @@ static ncclResult_t api_p2p_side(const struct api_call* c, api_peers_t peers, in
     else
       op.recvbuff = (char*)c->recvbuff + offset;
     res = group_op_add(c->comm, &op);
+    op.scratch = NULL;
   }
+  return res;
+}
+
+/*
+ * In-place all-to-all: block j of the buffer is sent to rank j while rank
+ * j's data arrives into the same block, so the sends read from a copy taken
+ * first, in stream order. The copy is a stream-ordered allocation released
+ * right behind the kernel (enqueue frees `scratch` after the launch).
+ */
+static ncclResult_t api_p2p_stage_in_place(const struct api_call* c, api_peers_t sends,
+                                           api_peers_t recvs, size_t bytes,
+                                           struct api_call* staged) {
+  ncclResult_t res = ncclSuccess;
+  size_t total = bytes * (size_t)c->comm->nranks;
+  void* copy = NULL;
+  staged->stage_copy = NULL;
+  if (sends != PEERS_ALL || recvs != PEERS_ALL || c->comm->nranks == 1 || bytes == 0 ||
+      c->sendbuff != c->recvbuff)
+    return ncclSuccess;
+  BRAID_CUDA_TRY(cudaMallocAsync(&copy, total, c->stream));
+  BRAID_CUDA_TRY(cudaMemcpyAsync(copy, c->sendbuff, total, cudaMemcpyDeviceToDevice, c->stream));
+  staged->sendbuff = copy;
+  staged->stage_copy = copy;
+  return ncclSuccess;
+fail:
+  if (copy) cudaFreeAsync(copy, c->stream);
   return res;
 }
 
@@ -266,6 +380,7 @@ static ncclResult_t api_p2p_side(const struct api_call* c, api_peers_t peers, in
 static ncclResult_t api_p2p_collective(const struct api_call* c, api_peers_t sends,
                                        api_peers_t recvs) {
   ncclResult_t res = ncclSuccess;
+  struct api_call staged = *c;
   size_t bytes;
   int n;
   braid_err_clear();
@@ -280,13 +395,9 @@ static ncclResult_t api_p2p_collective(const struct api_call* c, api_peers_t sen
   bytes = c->count * redop_type_size(c->dtype);
   BRAID_TRY(api_check_pointer(c, c->sendbuff, "sendbuff", bytes * api_peers_count(sends, n)));
   BRAID_TRY(api_check_pointer(c, c->recvbuff, "recvbuff", bytes * api_peers_count(recvs, n)));
-  BRAID_CHECK(!(sends == PEERS_ALL && recvs == PEERS_ALL) || n == 1 || bytes == 0 ||
-                  c->sendbuff != c->recvbuff,
-              ncclInvalidArgument,
-              "%s: sendbuff and recvbuff are the same buffer; in-place all-to-all is not supported",
-              c->api);
   BRAID_TRY(group_start());
-  res = api_p2p_side(c, sends, 1, bytes);
+  res = api_p2p_stage_in_place(c, sends, recvs, bytes, &staged);
+  if (res == ncclSuccess) res = api_p2p_side(&staged, sends, 1, bytes);
   if (res == ncclSuccess) res = api_p2p_side(c, recvs, 0, bytes);
   if (res != ncclSuccess) group_fail(res);
   ncclResult_t end = group_end();
@@ -304,29 +415,56 @@ static int api_is_root(ncclComm_t comm, int root) {
 
 NCCL_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                                    ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  struct api_call c = {"ncclAlltoAll", BRAID_COLL_SENDRECV, sendbuff, recvbuff, count, datatype,
-                       ncclSum, 0, comm, stream};
+  struct api_call c = {.api = "ncclAlltoAll",
+                       .coll = BRAID_COLL_SENDRECV,
+                       .sendbuff = sendbuff,
+                       .recvbuff = recvbuff,
+                       .count = count,
+                       .dtype = datatype,
+                       .op = ncclSum,
+                       .root = 0,
+                       .comm = comm,
+                       .stream = stream};
   return api_p2p_collective(&c, PEERS_ALL, PEERS_ALL);
 }
-NCCL_ALIAS(ncclResult_t, ncclAlltoAll, (const void* sendbuff, void* recvbuff, size_t count,
-           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream))
+NCCL_ALIAS(ncclResult_t, ncclAlltoAll,
+           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+            ncclComm_t comm, cudaStream_t stream))
 
 NCCL_API ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count,
                                  ncclDataType_t datatype, int root, ncclComm_t comm,
                                  cudaStream_t stream) {
-  struct api_call c = {"ncclGather", BRAID_COLL_SENDRECV, sendbuff, recvbuff, count, datatype,
-                       ncclSum, root, comm, stream};
+  struct api_call c = {.api = "ncclGather",
+                       .coll = BRAID_COLL_SENDRECV,
+                       .sendbuff = sendbuff,
+                       .recvbuff = recvbuff,
+                       .count = count,
+                       .dtype = datatype,
+                       .op = ncclSum,
+                       .root = root,
+                       .comm = comm,
+                       .stream = stream};
   return api_p2p_collective(&c, PEERS_ROOT, api_is_root(comm, root) ? PEERS_ALL : PEERS_NONE);
 }
-NCCL_ALIAS(ncclResult_t, ncclGather, (const void* sendbuff, void* recvbuff, size_t count,
-           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream))
+NCCL_ALIAS(ncclResult_t, ncclGather,
+           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+            ncclComm_t comm, cudaStream_t stream))
 
 NCCL_API ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
                                   ncclDataType_t datatype, int root, ncclComm_t comm,
                                   cudaStream_t stream) {
-  struct api_call c = {"ncclScatter", BRAID_COLL_SENDRECV, sendbuff, recvbuff, count, datatype,
-                       ncclSum, root, comm, stream};
+  struct api_call c = {.api = "ncclScatter",
+                       .coll = BRAID_COLL_SENDRECV,
+                       .sendbuff = sendbuff,
+                       .recvbuff = recvbuff,
+                       .count = count,
+                       .dtype = datatype,
+                       .op = ncclSum,
+                       .root = root,
+                       .comm = comm,
+                       .stream = stream};
   return api_p2p_collective(&c, api_is_root(comm, root) ? PEERS_ALL : PEERS_NONE, PEERS_ROOT);
 }
-NCCL_ALIAS(ncclResult_t, ncclScatter, (const void* sendbuff, void* recvbuff, size_t count,
-           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream))
+NCCL_ALIAS(ncclResult_t, ncclScatter,
+           (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+            ncclComm_t comm, cudaStream_t stream))

@@ -244,6 +244,9 @@ ncclResult_t enqueue_launch(struct ncclComm* comm) {
   BRAID_TRY(enq_p2p_works(comm, plan, stream));
   BRAID_TRY(enq_launch(comm, plan, stream));
   for (int i = 1; i < g->nops; i++) enq_launch_stream_sync(stream, g->ops[i].stream);
+  /* Staging copies (in-place all-to-all) are released behind the kernel that reads them. */
+  for (int i = 0; i < g->nops; i++)
+    if (g->ops[i].scratch) BRAID_CUDA_TRY(cudaFreeAsync(g->ops[i].scratch, stream));
   free(plan);
   return ncclSuccess;
 fail:

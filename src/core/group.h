@@ -36,6 +36,7 @@ struct braid_op {
   void* recvbuff;
   size_t count;          /* as the API counts it */
   cudaStream_t stream;
+  void* scratch;         /* stream-ordered allocation to free once the op is launched, or NULL */
 };
 
 /* A communicator's pending operations in the current group. */

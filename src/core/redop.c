@@ -18,6 +18,7 @@
 #include "core/utils.h"
 
 #define REDOP_MAX 1024
+#define NCCL_API __attribute__((visibility("default")))
 
 struct braid_redop {
   int in_use;
@@ -113,7 +114,7 @@ void redop_table_free(struct ncclComm* comm) {
   comm->redops = NULL;
 }
 
-ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+NCCL_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
                                       ncclScalarResidence_t residence, ncclComm_t comm) {
   ncclResult_t res = ncclSuccess;
   braid_err_clear();
@@ -146,7 +147,7 @@ fail:
   return res;
 }
 
-ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+NCCL_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   ncclResult_t res = ncclSuccess;
   braid_err_clear();
   BRAID_TRY(comm_check(comm, "ncclRedOpDestroy"));
@@ -166,3 +167,8 @@ fail:
   comm_error_record(comm, res);
   return res;
 }
+NCCL_API ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+                                                ncclScalarResidence_t residence, ncclComm_t comm)
+    __attribute__((alias("ncclRedOpCreatePreMulSum")));
+NCCL_API ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm)
+    __attribute__((alias("ncclRedOpDestroy")));
