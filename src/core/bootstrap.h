@@ -3,22 +3,34 @@
  * transport exists, and the out-of-band service later layers use for setup,
  * barriers and error reports.
  *
- * ncclGetUniqueId starts a root listener (a thread of the calling process)
- * and packs its address and a 128-bit random secret into the unique id. Each
- * rank connects to the root, presents the secret, and registers its own
- * listening address; the root answers everyone with the table of addresses
- * and exits. From then on ranks talk directly to each other over TCP; every
- * connection starts with the secret, and one without it (a port scanner, a
- * stale job) is closed and logged without disturbing the job.
+ * ncclGetUniqueId starts a root listener (a detached thread of the calling
+ * process) and packs its address and a 128-bit random secret into the unique
+ * id (magic, version and checksum first, so that a damaged or foreign id is
+ * refused with ncclInvalidArgument). Each rank opens its own listener,
+ * connects to the root, presents the secret and registers; once all have, the
+ * root tells each rank where the next one listens and exits. The ranks then
+ * all-gather their addresses around that ring. From then on ranks talk
+ * directly over TCP connections made on first use and kept; every connection
+ * starts with the secret, and one without it (a port scanner, a stale job,
+ * garbage, silence) is closed and logged (WARN, with its address) without
+ * disturbing the job.
  *
  * Root-less mode: with BRAID_COMM_ID / NCCL_COMM_ID=host:port, rank 0 runs the
  * root at that address and every rank builds the same id from the variable.
+ * Its "secret" is then a digest of the variable's text: it keeps strays and
+ * other jobs out, but anyone who can read the job's environment can compute
+ * it. ncclGetUniqueId's random secret is the one to use where that matters.
  *
- * A rank that never arrives: after BRAID_BOOTSTRAP_TIMEOUT seconds every
- * waiting rank fails with ncclSystemError naming the missing ranks.
+ * A rank that never arrives: BRAID_BOOTSTRAP_TIMEOUT seconds after the first
+ * rank joined, every waiting rank fails with ncclSystemError naming the
+ * missing ranks. Waits after bootstrap_init have no time limit (a peer may be
+ * busy between setup steps) but end on abort, and when the awaited peer
+ * closes its connection (ncclRemoteError).
  *
  * Threading: one struct bootstrap is used by one thread at a time, except
- * bootstrap_abort, which may be called from any thread.
+ * bootstrap_abort, which may be called from any thread. There is no helper
+ * thread: incoming messages are read while the owner is inside any bootstrap
+ * call (see bootstrap_send).
  */
 #ifndef BRAID_CORE_BOOTSTRAP_H
 #define BRAID_CORE_BOOTSTRAP_H
@@ -30,7 +42,11 @@
 
 struct bootstrap;
 
-/* Creates an id and starts its root listener. */
+/*
+ * Creates an id and starts its root listener (or returns the BRAID_COMM_ID
+ * id, starting nothing). The root's thread ends once its rendezvous is done,
+ * or BRAID_BOOTSTRAP_TIMEOUT seconds after it started if no rank ever came.
+ */
 ncclResult_t bootstrap_get_unique_id(ncclUniqueId* id);
 /* Rank-independent id from BRAID_COMM_ID (found = 0 when unset). */
 ncclResult_t bootstrap_id_from_env(ncclUniqueId* id, int* found);
@@ -58,14 +74,20 @@ union braid_sockaddr;
 const union braid_sockaddr* bootstrap_peer_addr(const struct bootstrap* b, int rank);
 const char* bootstrap_peer_host(const struct bootstrap* b, int rank);
 
-/* `data` holds nranks blocks of `size` bytes; block `rank` is ours; on return all are filled. */
+/*
+ * `data` holds nranks blocks of `size` bytes; block `rank` is ours; on return
+ * all are filled. A ring: nranks-1 steps over two persistent connections.
+ */
 ncclResult_t bootstrap_allgather(struct bootstrap* b, void* data, size_t size);
-/* Returns once every rank has entered. */
+/* Returns once every rank has entered (dissemination: ceil(log2 nranks) rounds). */
 ncclResult_t bootstrap_barrier(struct bootstrap* b);
 /*
- * Point to point, matched by (peer, tag). Send does not wait for the
- * matching recv (messages are queued at the receiver). Recv of a message
- * whose size differs from `size` fails with ncclInternalError.
+ * Point to point, matched by (peer, tag), in order within one (peer, tag).
+ * Send does not wait for the matching recv: the receiver queues whatever
+ * arrives while it is inside any bootstrap call, so a message that fits the
+ * socket buffers returns at once, and a larger one returns once the receiver
+ * enters some bootstrap call. Recv of a message whose size differs from
+ * `size` fails with ncclInternalError. peer == own rank is allowed.
  */
 ncclResult_t bootstrap_send(struct bootstrap* b, int peer, int tag, const void* data, size_t size);
 ncclResult_t bootstrap_recv(struct bootstrap* b, int peer, int tag, void* data, size_t size);

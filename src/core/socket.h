@@ -51,6 +51,8 @@ ncclResult_t socket_find_interfaces(struct braid_netif* out, int max, int* count
 
 /* "10.0.0.1:5000", "[fe80::1%eth0]:5000", "host:5000" (resolved). */
 ncclResult_t socket_addr_parse(const char* text, union braid_sockaddr* out);
+/* The same, for text from `origin` (e.g. "BRAID_COMM_ID"), which error messages name. */
+ncclResult_t socket_addr_parse_named(const char* text, const char* origin, union braid_sockaddr* out);
 /* "10.0.0.1:5000" or "[::1]:5000" into buf; returns buf. */
 const char* socket_addr_str(const union braid_sockaddr* addr, char* buf, size_t size);
 socklen_t socket_addr_len(const union braid_sockaddr* addr);
