@@ -48,9 +48,11 @@ struct braid_rings {
 /*
  * The trees of channel c (double binary tree across nodes, chain inside);
  * -1 = none. Inside a host the chain follows the channel's ring from the GPU
- * nearest its NIC; the chain head's up is the parent host's head and its
- * down[] holds the child hosts' heads and the next rank of its chain. Even
- * channels use the first binary tree, odd channels the second.
+ * nearest its NIC; the chain head's up is the parent host's head; its down[]
+ * holds first the next rank of its chain (when there is one), then the child
+ * hosts' heads. Even channels use the first binary tree, odd channels the
+ * second. The root (up = -1) is the head of host 0 in the first tree; in the
+ * second, of the last host (even host counts) or of host 1 (odd ones).
  */
 struct braid_tree_node {
   int up;
@@ -76,7 +78,11 @@ struct braid_tune_choice {
  * Detects (or loads from BRAID_TOPO_FILE) this rank's node, exchanges it with
  * the other ranks through comm->bootstrap, merges the graphs per host,
  * computes paths and searches rings and trees. Collective over the comm;
- * needs comm->peers filled.
+ * needs comm->peers (bus_id, host_hash, hostname) and comm->config filled.
+ * Honors BRAID_MIN/MAX_NCHANNELS, config.minCTAs/maxCTAs, BRAID_P2P_DISABLE,
+ * BRAID_ALGO/PROTO, BRAID_NTHREADS; rank 0 writes BRAID_TOPO_DUMP_FILE and
+ * BRAID_GRAPH_DUMP_FILE. Fails (ncclInvalidUsage) if ranks disagree on the
+ * result, which only differing environments can cause.
  */
 ncclResult_t topo_comm_init(struct ncclComm* comm);
 void topo_comm_free(struct ncclComm* comm);
@@ -106,6 +112,13 @@ void topo_ring_neighbors(const struct braid_rings* rings, int channel, int rank,
  * the channel stays on this host or the host has no known NIC.
  */
 int topo_comm_channel_net(const struct ncclComm* comm, int channel, const char** name);
+/*
+ * Path from this rank's GPU to the network port called `name` ("mlx5_0"):
+ * PIX/PXB mean the NIC shares the GPU's PCIe switch (GPUDirect RDMA is
+ * worthwhile), PHB/SYS that traffic crosses the CPU. DIS when the host has
+ * no such port.
+ */
+braid_path_type_t topo_comm_net_path(const struct ncclComm* comm, const char* name, float* bw);
 /* "NVL", "PIX", ... */
 const char* topo_path_type_name(braid_path_type_t type);
 
@@ -125,6 +138,8 @@ const struct braid_rings* topo_rings(const struct braid_topo* topo);
 const struct braid_trees* topo_trees(const struct braid_topo* topo);
 braid_path_type_t topo_path(const struct braid_topo* topo, int rank_a, int rank_b, float* bw);
 int topo_channel_net(const struct braid_topo* topo, int channel, int rank, const char** name);
+braid_path_type_t topo_net_path(const struct braid_topo* topo, int rank, const char* name,
+                                float* bw);
 ncclResult_t tune_choose_topo(const struct braid_topo* topo, braid_coll_t coll, size_t bytes,
                               unsigned algo_mask, unsigned proto_mask,
                               struct braid_tune_choice* out);

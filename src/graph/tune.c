@@ -1,0 +1,213 @@
+/*
+ * The tuning model: for a collective of a given size, which algorithm,
+ * protocol, channel count and thread count should be fastest. For each
+ * (collective, algorithm, protocol) the model keeps a latency and a
+ * per-channel bus bandwidth, derived once from the searched rings and trees
+ * and the constants of tune_table.c:
+ *
+ *   time = latency + bytes / (channels x busbw per channel x algbw/busbw ratio)
+ *
+ * where small messages use fewer channels (a channel needs
+ * nthreads x thread_bytes bytes to be worth its launch). The caller's masks
+ * say what the data path can run; BRAID_ALGO / BRAID_PROTO narrow that (see
+ * tune_override.c); the choice is explained in one INFO line.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "core/debug.h"
+#include "core/error.h"
+#include "core/param.h"
+#include "core/utils.h"
+#include "graph/topo.h"
+#include "graph/tune_override.h"
+
+static int tune_link_class(int path_type) {
+  if (path_type <= BRAID_PATH_NVB) return TUNE_LINK_NVL;
+  if (path_type == BRAID_PATH_NET) return TUNE_LINK_NET;
+  return TUNE_LINK_PCI;
+}
+
+/* busbw = algbw x factor (nccl-tests' definition); ratio is 1/factor. */
+static float tune_ring_ratio(int coll, int n) {
+  if (n <= 1) return 1.0f;
+  switch (coll) {
+    case BRAID_COLL_ALLREDUCE:
+      return (float)n / (2.0f * (float)(n - 1));
+    case BRAID_COLL_ALLGATHER:
+    case BRAID_COLL_REDUCESCATTER:
+      return (float)n / (float)(n - 1);
+    default:
+      return 1.0f;
+  }
+}
+
+/* Pipeline steps of one call around the ring. */
+static int tune_ring_steps(int coll, int n) {
+  if (n <= 1) return 0;
+  switch (coll) {
+    case BRAID_COLL_ALLREDUCE:
+      return 2 * (n - 1);
+    case BRAID_COLL_SENDRECV:
+      return 1;
+    default:
+      return n - 1;
+  }
+}
+
+/* The ring model: latency per step averages the ring's intra-host and network hops. */
+static void tune_model_ring(struct braid_topo* topo, struct tune_model* m) {
+  int n = topo->nranks, nh = topo->nhosts > 1 ? topo->nhosts : 0;
+  int intra = tune_link_class(topo->ring_intra_type);
+  for (int p = 0; p < BRAID_PROTO_COUNT; p++) {
+    float hop = ((float)(n - nh) * tune_table.hop_lat[intra][p] +
+                 (float)nh * tune_table.hop_lat[TUNE_LINK_NET][p]) /
+                (float)n;
+    float eff = tune_table.proto_eff[intra][p];
+    if (nh) eff = BRAID_MIN(eff, tune_table.proto_eff[TUNE_LINK_NET][p]);
+    for (int c = 0; c < BRAID_COLL_COUNT; c++) {
+      m->lat[c][BRAID_ALGO_RING][p] =
+          tune_table.base_lat[BRAID_ALGO_RING][p] + (float)tune_ring_steps(c, n) * hop;
+      m->busbw_ch[c][BRAID_ALGO_RING][p] = topo->rings.bw_per_channel * eff;
+      m->ratio[c][BRAID_ALGO_RING] = tune_ring_ratio(c, n);
+    }
+  }
+}
+
+/* The tree model (all-reduce only): reduce up, broadcast down, chain depth + log2(hosts). */
+static void tune_model_tree(struct braid_topo* topo, struct tune_model* m) {
+  int ppn = 1;
+  for (int h = 0; h < topo->nhosts; h++) ppn = BRAID_MAX(ppn, topo->hosts[h].nranks);
+  int levels = (int)ceil(log2((double)topo->nhosts));
+  int intra = tune_link_class(topo->ring_intra_type);
+  for (int p = 0; p < BRAID_PROTO_COUNT; p++) {
+    float eff = tune_table.proto_eff[intra][p];
+    if (topo->nhosts > 1) eff = BRAID_MIN(eff, tune_table.proto_eff[TUNE_LINK_NET][p]);
+    float depth_lat = (float)(ppn - 1) * tune_table.hop_lat[intra][p] +
+                      (float)levels * tune_table.hop_lat[TUNE_LINK_NET][p];
+    m->lat[BRAID_COLL_ALLREDUCE][BRAID_ALGO_TREE][p] =
+        tune_table.base_lat[BRAID_ALGO_TREE][p] + 2.0f * depth_lat;
+    m->busbw_ch[BRAID_COLL_ALLREDUCE][BRAID_ALGO_TREE][p] =
+        topo->trees.bw_per_channel * eff * tune_table.tree_eff;
+  }
+  /* NCCL's algbw/busbw for trees: each byte goes up and down. */
+  m->ratio[BRAID_COLL_ALLREDUCE][BRAID_ALGO_TREE] = 0.5f;
+}
+
+ncclResult_t tune_model_init(struct braid_topo* topo) {
+  ncclResult_t res = ncclSuccess;
+  struct tune_model* m = &topo->tune;
+  memset(m, 0, sizeof *m);
+  m->nranks = topo->nranks;
+  m->nhosts = topo->nhosts;
+  m->nchannels[BRAID_ALGO_RING] = topo->rings.nchannels;
+  m->nchannels[BRAID_ALGO_TREE] = topo->trees.nchannels;
+  tune_model_ring(topo, m);
+  tune_model_tree(topo, m);
+  /* LL128 relies on 128-byte store atomicity: NVLink only, Volta and later (as NCCL). */
+  int intra = tune_link_class(topo->ring_intra_type);
+  m->proto_topo_mask = (1u << BRAID_PROTO_SIMPLE) | (1u << BRAID_PROTO_LL);
+  if (topo->min_sm >= 70 && (intra == TUNE_LINK_NVL || topo->nranks == 1) &&
+      tune_table.proto_eff[intra][BRAID_PROTO_LL128] > 0.0f)
+    m->proto_topo_mask |= 1u << BRAID_PROTO_LL128;
+  BRAID_TRY(tune_override_parse(m));
+  m->nthreads_override = (int)braid_param_int(BRAID_P_NTHREADS);
+fail:
+  return res;
+}
+
+/* Threads per CTA for protocol p: the table's, within what the kernels are built for. */
+static int tune_nthreads(int p) { return BRAID_MIN(tune_table.nthreads[p], BRAID_MAX_NTHREADS); }
+
+/* Channels worth using for `bytes` with protocol p. */
+static int tune_channels(const struct tune_model* m, int algo, int p, size_t bytes) {
+  size_t per = (size_t)tune_nthreads(p) * (size_t)tune_table.thread_bytes[p];
+  size_t want = bytes / per + 1;
+  int max = m->nchannels[algo];
+  return want >= (size_t)max ? max : BRAID_MAX((int)want, 1);
+}
+
+static float tune_time(const struct tune_model* m, int coll, int algo, int p, size_t bytes,
+                       int nch) {
+  float busbw = (float)nch * m->busbw_ch[coll][algo][p];
+  if (m->nranks == 1 || bytes == 0) return m->lat[coll][algo][p];
+  if (busbw <= 0.0f) return INFINITY;
+  return m->lat[coll][algo][p] + (float)bytes / (busbw * m->ratio[coll][algo] * 1e3f);
+}
+
+/* What the model can run for `coll` (trees: all-reduce across hosts, unless forced). */
+static unsigned tune_algo_available(const struct tune_model* m, int coll) {
+  unsigned mask = 1u << BRAID_ALGO_RING;
+  int asked = m->algo_override[coll] != ~0u && (m->algo_override[coll] >> BRAID_ALGO_TREE & 1);
+  if (coll == BRAID_COLL_ALLREDUCE && (m->nhosts > 1 || asked)) mask |= 1u << BRAID_ALGO_TREE;
+  return mask;
+}
+
+/* Narrows `mask` by `pref` unless that leaves nothing (then the caller's mask wins). */
+static unsigned tune_narrow(unsigned mask, unsigned pref) {
+  return (mask & pref) ? (mask & pref) : mask;
+}
+
+/* One INFO line: the choice, and what the others would have cost. */
+static void tune_explain(const struct tune_model* m, int coll, size_t bytes, unsigned amask,
+                         unsigned pmask, const struct braid_tune_choice* out) {
+  char others[384] = "";
+  size_t len = 0;
+  for (int a = 0; a < BRAID_ALGO_COUNT; a++) {
+    for (int p = 0; p < BRAID_PROTO_COUNT; p++) {
+      if ((a == (int)out->algo && p == (int)out->proto) || m->busbw_ch[coll][a][p] <= 0.0f)
+        continue;
+      int allowed = ((amask >> a) & 1) && ((pmask >> p) & 1);
+      float t = tune_time(m, coll, a, p, bytes, tune_channels(m, a, p, bytes));
+      len += (size_t)snprintf(others + len, len < sizeof others ? sizeof others - len : 0,
+                              "%s%s/%s %.1f%s", len ? ", " : "", braid_algo_name(a),
+                              braid_proto_name(p), t, allowed ? "" : " (not allowed)");
+      if (len >= sizeof others) len = sizeof others - 1;
+    }
+  }
+  INFO(BRAID_LOG_TUNING,
+       "%s %zu B on %d ranks: %s/%s, %d channels x %d threads, %.1f us predicted; %s",
+       braid_coll_name(coll), bytes, m->nranks, braid_algo_name(out->algo),
+       braid_proto_name(out->proto), out->nchannels, out->nthreads, out->time_us,
+       others[0] ? others : "no alternative");
+}
+
+ncclResult_t tune_choose_topo(const struct braid_topo* topo, braid_coll_t coll, size_t bytes,
+                              unsigned algo_mask, unsigned proto_mask,
+                              struct braid_tune_choice* out) {
+  const struct tune_model* m = &topo->tune;
+  if (coll < 0 || coll >= BRAID_COLL_COUNT || (algo_mask & ((1u << BRAID_ALGO_COUNT) - 1)) == 0 ||
+      (proto_mask & ((1u << BRAID_PROTO_COUNT) - 1)) == 0)
+    return braid_err(ncclInternalError,
+                     "tune_choose: collective %d with algorithm mask 0x%x, protocol mask 0x%x: "
+                     "expected a collective and at least one algorithm and protocol",
+                     (int)coll, algo_mask, proto_mask);
+  algo_mask &= (1u << BRAID_ALGO_COUNT) - 1;
+  proto_mask &= (1u << BRAID_PROTO_COUNT) - 1;
+  /* What the caller can run, narrowed by the topology, then by the user's override. */
+  unsigned amask =
+      tune_narrow(tune_narrow(algo_mask, tune_algo_available(m, coll)), m->algo_override[coll]);
+  unsigned pmask =
+      tune_narrow(tune_narrow(proto_mask, m->proto_topo_mask), m->proto_override[coll]);
+  float best = INFINITY;
+  *out = (struct braid_tune_choice){
+      .algo = BRAID_ALGO_RING, .proto = BRAID_PROTO_SIMPLE, .nchannels = 1};
+  int found = 0;
+  for (int a = 0; a < BRAID_ALGO_COUNT; a++) {
+    for (int p = 0; p < BRAID_PROTO_COUNT; p++) {
+      if (!((amask >> a) & 1) || !((pmask >> p) & 1)) continue;
+      int nch = tune_channels(m, a, p, bytes);
+      float t = tune_time(m, coll, a, p, bytes, nch);
+      if (found && !(t < best)) continue;
+      found = 1;
+      best = t;
+      *out = (struct braid_tune_choice){
+          .algo = (braid_algo_t)a, .proto = (braid_proto_t)p, .nchannels = nch, .time_us = t};
+    }
+  }
+  int nt = m->nthreads_override > 0 ? m->nthreads_override : tune_nthreads(out->proto);
+  out->nthreads = BRAID_MIN(BRAID_MAX(nt / 32 * 32, 64), BRAID_MAX_NTHREADS);
+  if (braid_log_enabled(BRAID_LOG_INFO, BRAID_LOG_TUNING))
+    tune_explain(m, coll, bytes, amask, pmask, out);
+  return ncclSuccess;
+}

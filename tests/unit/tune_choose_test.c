@@ -1,0 +1,220 @@
+/*
+ * The tuning model: what it picks for small, medium and large messages on
+ * the fixtures, that it only ever returns what the caller's masks allow,
+ * and that BRAID_ALGO / BRAID_PROTO (and their NCCL names) steer it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/param.h"
+#include "graph/topo.h"
+#include "test.h"
+
+#define ALL_ALGOS ((1u << BRAID_ALGO_COUNT) - 1)
+#define ALL_PROTOS ((1u << BRAID_PROTO_COUNT) - 1)
+#define RING (1u << BRAID_ALGO_RING)
+#define SIMPLE (1u << BRAID_PROTO_SIMPLE)
+
+static const char* fixture(const char* name) {
+  static char path[8][512];
+  static int next;
+  char* p = path[next++ % 8];
+  snprintf(p, 512, "%s/%s", BRAID_FIXTURES, name);
+  return p;
+}
+
+static struct braid_topo* build(const char* name, int nhosts, int per_host) {
+  const char* files[8];
+  int ranks[8];
+  struct braid_topo* topo = NULL;
+  for (int h = 0; h < nhosts; h++) files[h] = fixture(name), ranks[h] = per_host;
+  TEST_EXPECT_RES(topo_build_from_files(files, nhosts, ranks, &topo), ncclSuccess);
+  return topo;
+}
+
+static struct braid_tune_choice choose(const struct braid_topo* topo, braid_coll_t coll,
+                                       size_t bytes, unsigned amask, unsigned pmask) {
+  struct braid_tune_choice c;
+  memset(&c, 0, sizeof c);
+  TEST_EXPECT_RES(tune_choose_topo(topo, coll, bytes, amask, pmask, &c), ncclSuccess);
+  return c;
+}
+
+static void expect(const struct braid_topo* topo, braid_coll_t coll, size_t bytes, unsigned amask,
+                   unsigned pmask, braid_algo_t algo, braid_proto_t proto, const char* what) {
+  struct braid_tune_choice c = choose(topo, coll, bytes, amask, pmask);
+  TEST_CHECK(c.algo == algo && c.proto == proto, "%s: %s %zu B chose %s/%s, expected %s/%s", what,
+             braid_coll_name(coll), bytes, braid_algo_name(c.algo), braid_proto_name(c.proto),
+             braid_algo_name(algo), braid_proto_name(proto));
+}
+
+/* Today's data path: Ring/Simple only; channels grow with the size, threads stay 512. */
+static void test_ring_simple_only(void) {
+  struct braid_topo* topo = build("h200x2_nvswitch.xml", 1, 2);
+  if (topo == NULL) return;
+  float last = 0.0f;
+  for (size_t bytes = 8; bytes <= (1ull << 31); bytes *= 4) {
+    struct braid_tune_choice c = choose(topo, BRAID_COLL_ALLREDUCE, bytes, RING, SIMPLE);
+    TEST_CHECK(c.algo == BRAID_ALGO_RING && c.proto == BRAID_PROTO_SIMPLE,
+               "only Ring/Simple allowed");
+    TEST_CHECK(c.nthreads == 512, "%zu B: %d threads", bytes, c.nthreads);
+    TEST_CHECK(c.time_us >= last, "%zu B: predicted time falls with size", bytes);
+    last = c.time_us;
+  }
+  TEST_CHECK(choose(topo, BRAID_COLL_ALLREDUCE, 8, RING, SIMPLE).nchannels == 1,
+             "8 B: one channel");
+  TEST_CHECK(choose(topo, BRAID_COLL_ALLREDUCE, 256 << 10, RING, SIMPLE).nchannels == 9,
+             "256 KiB: 9 channels");
+  TEST_CHECK(choose(topo, BRAID_COLL_ALLREDUCE, 1 << 30, RING, SIMPLE).nchannels == 32,
+             "1 GiB: all 32");
+  /* Large messages approach 32 x 12 x 0.86 GB/s of bus bandwidth (2 ranks: algbw = busbw). */
+  struct braid_tune_choice c = choose(topo, BRAID_COLL_ALLREDUCE, 1 << 30, RING, SIMPLE);
+  float busbw = (float)(1 << 30) / (c.time_us * 1e3f);
+  TEST_CHECK(busbw > 300.0f && busbw < 340.0f, "1 GiB all-reduce at %.0f GB/s predicted", busbw);
+  topo_free(topo);
+}
+
+/* Every algorithm and protocol allowed: LL small, LL128 medium, Simple large (one NVSwitch node). */
+static void test_sizes(void) {
+  struct braid_topo* topo = build("h200x8_nvswitch.xml", 1, 8);
+  if (topo == NULL) return;
+  expect(topo, BRAID_COLL_ALLREDUCE, 8, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING, BRAID_PROTO_LL,
+         "8 GPUs");
+  expect(topo, BRAID_COLL_ALLREDUCE, 1 << 20, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING,
+         BRAID_PROTO_LL128, "8 GPUs");
+  expect(topo, BRAID_COLL_ALLREDUCE, 1u << 30, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING,
+         BRAID_PROTO_SIMPLE, "8 GPUs");
+  expect(topo, BRAID_COLL_ALLGATHER, 1u << 30, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING,
+         BRAID_PROTO_SIMPLE, "8 GPUs");
+  /* One node: trees are never picked on their own (they are chains). */
+  for (size_t bytes = 8; bytes <= (1ull << 30); bytes *= 8)
+    TEST_CHECK(
+        choose(topo, BRAID_COLL_ALLREDUCE, bytes, ALL_ALGOS, ALL_PROTOS).algo == BRAID_ALGO_RING,
+        "one node, %zu B: no tree", bytes);
+  topo_free(topo);
+  /* PCIe: LL128 is unsafe there and never chosen, even when allowed. */
+  topo = build("pcie_4gpu_2socket.xml", 1, 4);
+  for (size_t bytes = 8; topo && bytes <= (1ull << 30); bytes *= 4)
+    TEST_CHECK(
+        choose(topo, BRAID_COLL_ALLREDUCE, bytes, ALL_ALGOS, ALL_PROTOS).proto != BRAID_PROTO_LL128,
+        "PCIe, %zu B: LL128 chosen", bytes);
+  topo_free(topo);
+}
+
+/* Across hosts: trees win small all-reduces, rings large ones. */
+static void test_multi_host(void) {
+  int hosts[] = {2, 4, 8};
+  for (int i = 0; i < 3; i++) {
+    struct braid_topo* topo = build("ib_nic_node.xml", hosts[i], 4);
+    if (topo == NULL) continue;
+    char what[32];
+    snprintf(what, sizeof what, "%d hosts", hosts[i]);
+    expect(topo, BRAID_COLL_ALLREDUCE, 8, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_TREE, BRAID_PROTO_LL,
+           what);
+    expect(topo, BRAID_COLL_ALLREDUCE, 1u << 30, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING,
+           BRAID_PROTO_SIMPLE, what);
+    expect(topo, BRAID_COLL_ALLGATHER, 8, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING, BRAID_PROTO_LL,
+           what);
+    topo_free(topo);
+  }
+}
+
+/* Whatever the masks, the answer is inside them. */
+static void test_masks(void) {
+  struct braid_topo* topo = build("ib_nic_node.xml", 2, 4);
+  if (topo == NULL) return;
+  for (unsigned am = 1; am <= ALL_ALGOS; am++)
+    for (unsigned pm = 1; pm <= ALL_PROTOS; pm++)
+      for (int coll = 0; coll < BRAID_COLL_COUNT; coll++)
+        for (size_t bytes = 0; bytes <= (1ull << 32); bytes = bytes ? bytes * 16 : 1) {
+          struct braid_tune_choice c = choose(topo, (braid_coll_t)coll, bytes, am, pm);
+          TEST_CHECK((am >> c.algo & 1) && (pm >> c.proto & 1), "masks %x/%x: got %s/%s", am, pm,
+                     braid_algo_name(c.algo), braid_proto_name(c.proto));
+          TEST_CHECK(c.nchannels >= 1 && c.nchannels <= BRAID_MAX_CHANNELS, "channels %d",
+                     c.nchannels);
+        }
+  struct braid_tune_choice c;
+  TEST_EXPECT_RES(tune_choose_topo(topo, BRAID_COLL_ALLREDUCE, 8, 0, ALL_PROTOS, &c),
+                  ncclInternalError);
+  TEST_EXPECT_RES(tune_choose_topo(topo, BRAID_COLL_COUNT, 8, ALL_ALGOS, ALL_PROTOS, &c),
+                  ncclInternalError);
+  topo_free(topo);
+}
+
+static struct braid_topo* build_with(const char* var, const char* value, const char* name,
+                                     int nhosts, int per_host) {
+  setenv(var, value, 1);
+  braid_param_reload();
+  struct braid_topo* topo = build(name, nhosts, per_host);
+  unsetenv(var);
+  braid_param_reload();
+  return topo;
+}
+
+static void test_overrides(void) {
+  struct braid_topo* topo = build_with("BRAID_PROTO", "LL", "h200x2_nvswitch.xml", 1, 2);
+  expect(topo, BRAID_COLL_ALLREDUCE, 1u << 30, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING,
+         BRAID_PROTO_LL, "BRAID_PROTO=LL");
+  expect(topo, BRAID_COLL_ALLREDUCE, 1u << 30, RING, SIMPLE, BRAID_ALGO_RING, BRAID_PROTO_SIMPLE,
+         "BRAID_PROTO=LL but the caller runs Simple only");
+  topo_free(topo);
+  topo = build_with("NCCL_PROTO", "LL128", "h200x2_nvswitch.xml", 1, 2);
+  expect(topo, BRAID_COLL_ALLREDUCE, 8, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING, BRAID_PROTO_LL128,
+         "NCCL_PROTO=LL128");
+  topo_free(topo);
+  topo = build_with("BRAID_PROTO", "^ll", "h200x2_nvswitch.xml", 1, 2);
+  expect(topo, BRAID_COLL_ALLREDUCE, 8, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING, BRAID_PROTO_LL128,
+         "BRAID_PROTO=^ll");
+  topo_free(topo);
+  topo = build_with("BRAID_ALGO", "Tree", "h200x2_nvswitch.xml", 1, 2);
+  expect(topo, BRAID_COLL_ALLREDUCE, 1u << 30, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_TREE,
+         BRAID_PROTO_SIMPLE, "BRAID_ALGO=Tree on one node");
+  expect(topo, BRAID_COLL_ALLGATHER, 1u << 30, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING,
+         BRAID_PROTO_SIMPLE, "BRAID_ALGO=Tree: all-gather has no tree");
+  topo_free(topo);
+  topo = build_with("BRAID_ALGO", "allreduce:tree;allgather:ring", "ib_nic_node.xml", 2, 4);
+  expect(topo, BRAID_COLL_ALLREDUCE, 1u << 30, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_TREE,
+         BRAID_PROTO_SIMPLE, "per collective");
+  expect(topo, BRAID_COLL_BROADCAST, 1u << 30, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING,
+         BRAID_PROTO_SIMPLE, "per collective");
+  topo_free(topo);
+  topo = build_with("NCCL_ALGO", "NVLS,Ring", "ib_nic_node.xml", 2, 4);
+  expect(topo, BRAID_COLL_ALLREDUCE, 8, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING, BRAID_PROTO_LL,
+         "NCCL's NVLS ignored");
+  topo_free(topo);
+  topo = build_with("BRAID_NTHREADS", "256", "h200x2_nvswitch.xml", 1, 2);
+  TEST_CHECK(topo && choose(topo, BRAID_COLL_ALLREDUCE, 8, RING, SIMPLE).nthreads == 256,
+             "BRAID_NTHREADS=256");
+  topo_free(topo);
+  /* Mistakes are errors that name the variable and the word. */
+  setenv("BRAID_ALGO", "ring,tee", 1);
+  braid_param_reload();
+  const char* file = fixture("h200x2_nvswitch.xml");
+  int n = 2;
+  topo = NULL;
+  TEST_EXPECT_RES(topo_build_from_files(&file, 1, &n, &topo), ncclInvalidUsage);
+  TEST_CHECK(strstr(braid_err_last(), "BRAID_ALGO: unknown name 'tee'") != NULL, "message: %s",
+             braid_err_last());
+  setenv("BRAID_ALGO", "allreduce=tree", 1);
+  braid_param_reload();
+  TEST_EXPECT_RES(topo_build_from_files(&file, 1, &n, &topo), ncclInvalidUsage);
+  setenv("BRAID_ALGO", "allreduc:tree", 1);
+  braid_param_reload();
+  TEST_EXPECT_RES(topo_build_from_files(&file, 1, &n, &topo), ncclInvalidUsage);
+  TEST_CHECK(strstr(braid_err_last(), "unknown collective 'allreduc'") != NULL, "message: %s",
+             braid_err_last());
+  unsetenv("BRAID_ALGO");
+  braid_param_reload();
+}
+
+int main(void) {
+  setenv("BRAID_DEBUG", "NONE", 1); /* the override mistakes WARN by design */
+  braid_param_reload();
+  test_ring_simple_only();
+  test_sizes();
+  test_multi_host();
+  test_masks();
+  test_overrides();
+  return test_summary();
+}
