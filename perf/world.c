@@ -237,15 +237,26 @@ const char* perf_world_launcher(int* size) {
   return NULL;
 }
 
-/* Hostname plus boot id: two containers with one hostname still differ. */
+/*
+ * Hostname plus boot id: two containers with one hostname still differ. A
+ * host id given to the library (BRAID_HOSTID, or NCCL's NCCL_HOSTID) wins, as
+ * it does there, so processes posing as separate hosts on one machine each
+ * count as the first of their host and take GPU 0 (tools/as-host.sh).
+ */
 static uint64_t perf_host_hash(void) {
   char id[512] = {0};
-  gethostname(id, 255);
-  FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
-  if (f) {
-    size_t len = strlen(id);
-    if (!fgets(id + len, (int)(sizeof(id) - len), f)) id[len] = '\0';
-    fclose(f);
+  const char* forced = getenv("BRAID_HOSTID");
+  if (!forced || !*forced) forced = getenv("NCCL_HOSTID");
+  if (forced && *forced) {
+    snprintf(id, sizeof id, "hostid:%s", forced);
+  } else {
+    gethostname(id, 255);
+    FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+      size_t len = strlen(id);
+      if (!fgets(id + len, (int)(sizeof(id) - len), f)) id[len] = '\0';
+      fclose(f);
+    }
   }
   uint64_t h = 1469598103934665603ull; /* FNV-1a */
   for (const char* p = id; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;

@@ -1,58 +1,166 @@
 #!/usr/bin/env bash
-# One round on the GPU machine: build, GPU tests, benchmarks against NCCL.
+# One round on the GPU machine: build (or use a staged build), GPU tests, benchmarks against NCCL.
 # Logs go to $OUT (the device tool brings them back) or ./gpu-check-out.
-#   bash tools/gpu-check.sh [build] [test] [sanitize] [perf] [compare]   (default: build test perf)
+#   bash tools/gpu-check.sh [probe] [build] [test] [hosts] [sanitize] [smoke] [perf] [compare] ...
+#   (default: build test perf)
+# With a build staged by tools/stage-device.sh (carry .device): BUILD_DIR=.device/build.
 # Keep NCCL_NVLS_ENABLE=0: NVLink multicast must never be used on the shared machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
+# The device tool brings back at most 8 files: logs go to $LOGS and are packed into
+# $OUT/logs.tgz at the end; summary.txt, the plot and the tables stay beside it.
+LOGS=$OUT/logs
+mkdir -p "$LOGS"
 BUILD_DIR=${BUILD_DIR:-build-gpu}
+NCCL_LIB_DIR=${NCCL_LIB_DIR:-/usr/lib/x86_64-linux-gnu}
 steps=${*:-build test perf}
 status=0
+MPIRUN="mpirun --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x BRAID_DEBUG -x BRAID_ALGO -x BRAID_PROTO"
 
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 
+# A staged build was configured in /work/main/build: make those absolute paths resolve here.
+if [ "$BUILD_DIR" = .device/build ]; then
+  [ -e build ] || ln -s .device/build build
+  [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+fi
+export LD_LIBRARY_PATH=$PWD/$BUILD_DIR/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+# run NAME TIMEOUT CMD...: runs with a time limit, log in $OUT/NAME.log, tail in the summary.
+run() {
+  local name=$1 limit=$2; shift 2
+  local start=$(date +%s)
+  timeout -k 5 "$limit" "$@" > "$LOGS/$name.log" 2>&1
+  local rc=$?
+  log "$name: rc=$rc ($(( $(date +%s) - start )) s)"
+  [ $rc -eq 0 ] || { status=1; tail -25 "$LOGS/$name.log" | tee -a "$OUT/summary.txt"; }
+  return $rc
+}
+
 for step in $steps; do
   case $step in
+    probe)
+      { nvidia-smi; nvidia-smi topo -m; nproc; free -g; df -h .; uname -a
+        ls -la "$NCCL_LIB_DIR"/libnccl* ; which mpirun mpicc nvcc cmake python3 compute-sanitizer
+        mpirun --version | head -2; ls /usr/include/mpi.h /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h
+        python3 -c 'import matplotlib, torch; print(matplotlib.__version__, torch.__version__, torch.cuda.device_count())'
+      } > "$LOGS/probe.log" 2>&1
+      log "probe"; head -40 "$LOGS/probe.log" >> "$OUT/summary.txt"
+      ;;
     build)
       log "build ($(nproc) cores)"
       start=$(date +%s)
       { cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
-        cmake --build "$BUILD_DIR" -j "$(nproc)"; } > "$OUT/build.log" 2>&1 || { status=1; tail -40 "$OUT/build.log"; }
+        cmake --build "$BUILD_DIR" -j "$(nproc)"; } > "$LOGS/build.log" 2>&1 || { status=1; tail -40 "$LOGS/build.log"; }
       log "build: rc=$status in $(( $(date +%s) - start )) s"
       ;;
     test)
       log "ctest -L gpu"
-      ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure --timeout 300 > "$OUT/ctest-gpu.log" 2>&1 || status=1
-      tail -15 "$OUT/ctest-gpu.log" | tee -a "$OUT/summary.txt"
+      timeout -k 10 ${TEST_LIMIT:-480} ctest --test-dir "$BUILD_DIR/tests/gpu" -L gpu --output-on-failure \
+        > "$LOGS/ctest-gpu.log" 2>&1 || status=1
+      tail -15 "$LOGS/ctest-gpu.log" | tee -a "$OUT/summary.txt"
       ;;
     unit)
       log "ctest -L 'unit|mp'"
-      ctest --test-dir "$BUILD_DIR" -L 'unit|mp' --output-on-failure -j 8 > "$OUT/ctest-unit.log" 2>&1 || status=1
-      tail -5 "$OUT/ctest-unit.log" | tee -a "$OUT/summary.txt"
+      ctest --test-dir "$BUILD_DIR" -L 'unit|mp' --output-on-failure -j 8 > "$LOGS/ctest-unit.log" 2>&1 || status=1
+      tail -5 "$LOGS/ctest-unit.log" | tee -a "$OUT/summary.txt"
       ;;
     sanitize)
       log "compute-sanitizer (reduced run)"
-      compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD_DIR/tests/gpu/gpu_coll" --mode threads --quick \
-        > "$OUT/sanitizer.log" 2>&1; rc=$?
+      # The errors suite is left out: it passes bad pointers on purpose, which the
+      # sanitizer rightly reports as failed CUDA calls.
+      { timeout -k 10 300 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 1000 \
+          "$BUILD_DIR/tests/gpu/gpu_coll" --mode threads --quick --suite coll &&
+        timeout -k 10 300 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 1000 \
+          "$BUILD_DIR/tests/gpu/gpu_coll" --mode threads --quick --suite p2p; } > "$LOGS/sanitizer.log" 2>&1; rc=$?
       [ $rc -eq 0 ] || status=1
-      tail -5 "$OUT/sanitizer.log" | tee -a "$OUT/summary.txt"
+      tail -5 "$LOGS/sanitizer.log" | tee -a "$OUT/summary.txt"
+      ;;
+    topo)
+      run topo 60 "$BUILD_DIR/tools/braid-info" --topo
+      ;;
+    smoke)
+      # Every collective, every type and op, single process on 2 GPUs, checked.
+      P=$BUILD_DIR/perf
+      run smoke_allreduce 60 $P/all_reduce_perf -g 2 -b 8 -e 64M -f 4 -n 5 -w 2
+      for c in all_reduce reduce_scatter reduce; do
+        run sweep_$c 120 $P/${c}_perf -g 2 -b 4 -e 4M -f 33 -d all -o all -n 2 -w 1
+      done
+      for c in all_gather broadcast sendrecv alltoall gather scatter; do
+        run sweep_$c 60 $P/${c}_perf -g 2 -b 4 -e 32M -f 9 -n 2 -w 1
+      done
+      ;;
+    mpi)
+      # The same binary under mpirun on Braid, then on the system NCCL.
+      P=$BUILD_DIR/perf
+      run mpi_allreduce_braid 120 $MPIRUN $P/all_reduce_perf -b 8 -e 1G -f 4 -g 1
+      LD_LIBRARY_PATH=$NCCL_LIB_DIR run mpi_allreduce_nccl 120 $MPIRUN $P/all_reduce_perf -b 8 -e 1G -f 4 -g 1
+      ;;
+    cost)
+      # Host time of each CUDA call the enqueue path makes.
+      nvcc -O2 -arch=sm_90 -Iinclude -o /tmp/cuda-call-cost tools/cuda-call-cost.cu \
+        -L"$BUILD_DIR/src" -lnccl > "$LOGS/cost-build.log" 2>&1 || tail "$LOGS/cost-build.log"
+      run cost 120 /tmp/cuda-call-cost && cat "$LOGS/cost.log" >> "$OUT/summary.txt"
+      LD_LIBRARY_PATH=$NCCL_LIB_DIR run cost_nccl 120 /tmp/cuda-call-cost &&
+        grep nccl "$LOGS/cost_nccl.log" | sed 's/^/NCCL: /' >> "$OUT/summary.txt"
+      ;;
+    graph)
+      # GPU time alone: the timed loop captured in a CUDA graph (-G), Braid then NCCL.
+      P=$BUILD_DIR/perf; S="-b 8 -e 1M -f 4 -w 5 -n 20 -g 1 -G 20"
+      run graph_ar 120 $MPIRUN $P/all_reduce_perf $S
+      LD_LIBRARY_PATH=$NCCL_LIB_DIR run graph_ar_nccl 120 $MPIRUN $P/all_reduce_perf $S
+      ;;
+    p2p)
+      P=$BUILD_DIR/perf; S="-b 8 -e 128M -f 4 -w 5 -n 20 -g 1"
+      for c in sendrecv alltoall; do
+        run cal_${c} 120 $MPIRUN $P/${c}_perf $S
+        LD_LIBRARY_PATH=$NCCL_LIB_DIR run cal_${c}_nccl 120 $MPIRUN $P/${c}_perf $S
+      done
+      ;;
+    testp2p)
+      run ctest_p2p 300 ctest --test-dir "$BUILD_DIR/tests/gpu" -R 'p2p|inflight' --output-on-failure
+      ;;
+    calib)
+      # Each protocol forced over the same sweep, the default choice, NCCL, and the host
+      # time per call (-C 1), two processes: what the tuning table is calibrated from.
+      P=$BUILD_DIR/perf; S="-b 8 -e 128M -f 4 -w 5 -n 20 -g 1"
+      run cal_ar_default 120 $MPIRUN $P/all_reduce_perf $S
+      BRAID_PROTO=LL run cal_ar_ll 120 $MPIRUN $P/all_reduce_perf -b 8 -e 8M -f 4 -w 5 -n 20 -g 1
+      BRAID_PROTO=Simple run cal_ar_simple 120 $MPIRUN $P/all_reduce_perf $S
+      run cal_ar_cpu 120 $MPIRUN $P/all_reduce_perf -b 8 -e 8K -f 4 -w 5 -n 50 -g 1 -C 1
+      LD_LIBRARY_PATH=$NCCL_LIB_DIR run cal_ar_nccl 120 $MPIRUN $P/all_reduce_perf $S
+      LD_LIBRARY_PATH=$NCCL_LIB_DIR run cal_ar_nccl_cpu 120 $MPIRUN $P/all_reduce_perf -b 8 -e 8K -f 4 -w 5 -n 50 -g 1 -C 1
+      for c in all_gather reduce_scatter sendrecv alltoall broadcast; do
+        run cal_${c} 120 $MPIRUN $P/${c}_perf $S
+        LD_LIBRARY_PATH=$NCCL_LIB_DIR run cal_${c}_nccl 120 $MPIRUN $P/${c}_perf $S
+      done
+      ;;
+    hosts)
+      # The network path on one GPU: two processes posing as two hosts (BRAID_HOSTID), the
+      # GPU suite over it, then all-reduce through sockets on Braid and on NCCL (NCCL_HOSTID).
+      run hosts_coll 570 "$BUILD_DIR/tests/gpu/gpu_coll" --mode hosts --suite all --timeout 560
+      P=$BUILD_DIR/perf; S="-b 8 -e 1G -f 4 -w 3 -n 10 -g 1"
+      run hosts_ar_braid 240 $MPIRUN tools/as-host.sh $P/all_reduce_perf $S
+      LD_LIBRARY_PATH=$NCCL_LIB_DIR run hosts_ar_nccl 240 $MPIRUN tools/as-host.sh $P/all_reduce_perf $S
+      grep -E '^ +[0-9]+ ' "$LOGS/hosts_ar_braid.log" | sed 's/^/braid /' >> "$OUT/summary.txt"
+      grep -E '^ +[0-9]+ ' "$LOGS/hosts_ar_nccl.log" | sed 's/^/nccl  /' >> "$OUT/summary.txt"
       ;;
     perf)
       log "all_reduce_perf, Braid, 2 processes"
-      mpirun --allow-run-as-root -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH \
-        "$BUILD_DIR/perf/all_reduce_perf" -b 8 -e 1G -f 2 -g 1 > "$OUT/all_reduce_braid.log" 2>&1 || status=1
-      tail -30 "$OUT/all_reduce_braid.log" | tee -a "$OUT/summary.txt"
+      $MPIRUN "$BUILD_DIR/perf/all_reduce_perf" -b 8 -e 1G -f 2 -g 1 > "$LOGS/all_reduce_braid.log" 2>&1 || status=1
+      tail -30 "$LOGS/all_reduce_braid.log" | tee -a "$OUT/summary.txt"
       ;;
     compare)
       log "perf/compare"
       python3 "$BUILD_DIR/perf/compare" --mpirun -np 2 --png "$OUT/compare.png" \
-        --markdown "$OUT/compare.md" > "$OUT/compare.log" 2>&1 || status=1
-      tail -60 "$OUT/compare.log" | tee -a "$OUT/summary.txt"
+        --markdown "$OUT/compare.md" > "$LOGS/compare.log" 2>&1 || status=1
+      tail -60 "$LOGS/compare.log" | tee -a "$OUT/summary.txt"
       ;;
     *) log "unknown step $step"; status=2 ;;
   esac
 done
+tar czf "$OUT/logs.tgz" -C "$LOGS" . && rm -rf "$LOGS"
 exit $status

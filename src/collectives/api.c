@@ -362,17 +362,23 @@ static ncclResult_t api_p2p_stage_in_place(const struct api_call* c, api_peers_t
   ncclResult_t res = ncclSuccess;
   size_t total = bytes * (size_t)c->comm->nranks;
   void* copy = NULL;
+  int saved_dev = -1;
   staged->stage_copy = NULL;
   if (sends != PEERS_ALL || recvs != PEERS_ALL || c->comm->nranks == 1 || bytes == 0 ||
       c->sendbuff != c->recvbuff)
     return ncclSuccess;
+  /* The caller's current device may be another GPU (one thread driving several). */
+  BRAID_CUDA_TRY(cudaGetDevice(&saved_dev));
+  BRAID_CUDA_TRY(cudaSetDevice(c->comm->cuda_dev));
   BRAID_CUDA_TRY(cudaMallocAsync(&copy, total, c->stream));
   BRAID_CUDA_TRY(cudaMemcpyAsync(copy, c->sendbuff, total, cudaMemcpyDeviceToDevice, c->stream));
   staged->sendbuff = copy;
   staged->stage_copy = copy;
+  BRAID_CUDA_TRY(cudaSetDevice(saved_dev));
   return ncclSuccess;
 fail:
   if (copy) cudaFreeAsync(copy, c->stream);
+  if (saved_dev >= 0) cudaSetDevice(saved_dev);
   return res;
 }
 

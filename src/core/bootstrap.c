@@ -330,6 +330,8 @@ fail:
 int bootstrap_rank(const struct bootstrap* b) { return b->rank; }
 int bootstrap_nranks(const struct bootstrap* b) { return b->nranks; }
 
+const uint8_t* bootstrap_secret(const struct bootstrap* b) { return b->secret; }
+
 const union braid_sockaddr* bootstrap_peer_addr(const struct bootstrap* b, int rank) {
   return b && rank >= 0 && rank < b->nranks ? &b->peers[rank].addr : NULL;
 }

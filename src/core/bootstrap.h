@@ -66,6 +66,11 @@ ncclResult_t bootstrap_init(const ncclUniqueId* ids, int nids, int rank, int nra
 int bootstrap_rank(const struct bootstrap* b);
 int bootstrap_nranks(const struct bootstrap* b);
 /*
+ * The job's 16-byte secret, which transports present in their own handshakes
+ * (the net backends' key). Never log it. Valid until bootstrap_close.
+ */
+const uint8_t* bootstrap_secret(const struct bootstrap* b);
+/*
  * Where rank `rank`'s bootstrap listener is, and the short host name it
  * reported (for error messages of later layers); NULL when out of range.
  * Valid until bootstrap_close.

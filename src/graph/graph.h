@@ -151,11 +151,21 @@ ncclResult_t topo_dump_graphs(const struct braid_topo* topo, int host, const cha
 /*
  * braid-info --topo [--topo-file F] [--dot FILE]: prints the machine (this
  * one's visible GPUs as the ranks of one node, or the node `topo_file`
- * describes), the path matrix, the rings and trees with their bandwidths
- * and why, and the tuning choices for a few sizes; `dot_file` (may be NULL)
- * receives a Graphviz picture of the node. Without a GPU and without
- * `topo_file` it says so and returns ncclSystemError.
+ * describes; NULL: BRAID_TOPO_FILE when set), the path matrix, the rings
+ * and trees with their bandwidths and why, and the tuning choices for a few
+ * sizes; `dot_file` (may be NULL) receives a Graphviz picture of the node,
+ * BRAID_TOPO_DUMP_FILE (when set) its topology XML. Without a GPU and
+ * without a file it says so and returns ncclSystemError.
  */
 ncclResult_t topo_report(FILE* out, const char* topo_file, const char* dot_file);
+/*
+ * braid-info --topo --expect FILE: compares the node topo_report would
+ * study with the node FILE describes, both as a communicator over all their
+ * GPUs. GPU count and SM versions, every GPU-to-GPU path (type, bandwidth
+ * within 1%) and the rings (channels, bandwidth) must match; other devices
+ * (NICs, sockets, PCIe switches) are only noted. Prints every difference on
+ * `out`; ncclInvalidUsage, naming the first, when one must-match differs.
+ */
+ncclResult_t topo_compare(FILE* out, const char* topo_file, const char* expect_file);
 
 #endif

@@ -71,29 +71,51 @@ static const struct topo_path* ring_gpu_path(const struct braid_topo* topo, int 
   return topo_path_get(host->sys, topo->rank_gpu[host->ranks[a]], topo->rank_gpu[host->ranks[b]]);
 }
 
+/* The routes the segment of host h in ring k uses, in order; returns how many (<= nranks + 1). */
+static int ring_segment_paths(const struct ring_search* st, int k, int h,
+                              const struct topo_path** out) {
+  const struct braid_topo* topo = st->topo;
+  const struct topo_host* host = &topo->hosts[h];
+  const int* seq = st->seq + (size_t)k * topo->nranks + st->offset[h];
+  int net = st->net[k * topo->nhosts + h], n = 0, last = host->nranks - 1;
+  for (int i = 0; i < last; i++) out[n++] = ring_gpu_path(topo, h, seq[i], seq[i + 1]);
+  if (topo->nhosts == 1 && last > 0) out[n++] = ring_gpu_path(topo, h, seq[last], seq[0]);
+  if (topo->nhosts > 1 && net >= 0) {
+    out[n++] = topo_path_get(host->sys, net, topo->rank_gpu[host->ranks[seq[0]]]);
+    out[n++] = topo_path_get(host->sys, topo->rank_gpu[host->ranks[seq[last]]], net);
+  }
+  return n;
+}
+
 /* Charges (sign 1) or refunds (sign -1) the segment of host h in ring k. */
 static void ring_segment_charge(struct ring_search* st, int k, int h, float sign) {
   struct braid_topo* topo = st->topo;
-  struct topo_host* host = &topo->hosts[h];
-  const int* seq = st->seq + (size_t)k * topo->nranks + st->offset[h];
-  int net = st->net[k * topo->nhosts + h];
-  float s = sign * st->speed;
-  for (int i = 0; i + 1 < host->nranks; i++)
-    ring_path_charge(host->sys, ring_gpu_path(topo, h, seq[i], seq[i + 1]), s);
-  if (topo->nhosts == 1) {
-    if (host->nranks > 1)
-      ring_path_charge(host->sys, ring_gpu_path(topo, h, seq[host->nranks - 1], seq[0]), s);
-    return;
-  }
-  if (net < 0) {
-    st->virt[h] -= s;
-    return;
-  }
-  ring_path_charge(host->sys, topo_path_get(host->sys, net, topo->rank_gpu[host->ranks[seq[0]]]),
-                   s);
-  ring_path_charge(
-      host->sys, topo_path_get(host->sys, topo->rank_gpu[host->ranks[seq[host->nranks - 1]]], net),
-      s);
+  const struct topo_path* paths[BRAID_MAX_RANKS_PER_HOST + 1];
+  int n = ring_segment_paths(st, k, h, paths);
+  for (int i = 0; i < n; i++) ring_path_charge(topo->hosts[h].sys, paths[i], sign * st->speed);
+  if (topo->nhosts > 1 && st->net[k * topo->nhosts + h] < 0) st->virt[h] -= sign * st->speed;
+}
+
+/*
+ * Host h takes the segment its twin (topo_twin.c) got in ring k: same local
+ * order, same NIC index. The twin started from the same state, so it fits;
+ * we check anyway and say 0 (search instead) if it does not.
+ */
+static int ring_copy_twin(struct ring_search* st, int k, int h) {
+  struct braid_topo* topo = st->topo;
+  int t = topo->hosts[h].twin, n = topo->hosts[h].nranks;
+  const struct topo_path* paths[BRAID_MAX_RANKS_PER_HOST + 1];
+  int* seq = st->seq + (size_t)k * topo->nranks;
+  memcpy(seq + st->offset[h], seq + st->offset[t], sizeof(int) * (size_t)n);
+  st->net[k * topo->nhosts + h] = st->net[k * topo->nhosts + t];
+  ring_segment_charge(st, k, h, 1.0f);
+  int ok = st->virt[h] > -RING_EPS, npaths = ring_segment_paths(st, k, h, paths);
+  for (int i = 0; i < npaths && ok; i++)
+    for (int j = 0; paths[i] && j < paths[i]->nhops && ok; j++)
+      ok = topo->hosts[h].sys->nodes[paths[i]->hops[2 * j]].links[paths[i]->hops[2 * j + 1]].avail >
+           -RING_EPS;
+  if (!ok) ring_segment_charge(st, k, h, -1.0f);
+  return ok;
 }
 
 /* Candidate order after local rank `cur`: path type, then bandwidth, then distance. */
@@ -233,6 +255,7 @@ static int ring_find_segment(struct ring_search* st, int k, int h) {
   struct topo_host* host = &topo->hosts[h];
   int nnets = topo_system_count(host->sys, TOPO_NET);
   st->seg_budget = tune_table.search_segment_budget;
+  if (host->twin != h && ring_copy_twin(st, k, h)) return 1;
   if (topo->nhosts == 1 || nnets == 0) {
     if (topo->nhosts > 1 && st->virt[h] + RING_EPS < st->speed) return 0;
     if (!ring_feasible(st, h, -1)) return 0;
@@ -480,12 +503,14 @@ ncclResult_t search_rings(struct braid_topo* topo) {
   ring_bottleneck(&st, bottleneck, sizeof bottleneck);
   ring_reset(topo);
   BRAID_TRY(ring_store(&st));
+  /* NVSwitch nodes get the same order every time; say so rather than call them distinct. */
+  const char* kind = st.nrings == 1 ? "" : ring_all_same(&st) ? "identical " : "distinct ";
   int len = snprintf(
       topo->search_why, sizeof topo->search_why,
-      "%s%d distinct ring%s of %.1f GB/s fit (%.1f GB/s in all; busiest link: %s); "
+      "%s%d %sring%s of %.1f GB/s fit (%.1f GB/s in all; busiest link: %s); "
       "%d channels of %.1f GB/s (one channel moves up to %.0f GB/s)",
       best_n > 0 ? "" : "no ring fits within the search budget, using rank order: ", st.nrings,
-      st.nrings == 1 ? "" : "s", st.speed, st.speed * (float)st.nrings, bottleneck,
+      kind, st.nrings == 1 ? "" : "s", st.speed, st.speed * (float)st.nrings, bottleneck,
       topo->rings.nchannels, topo->rings.bw_per_channel, tune_table.chan_bw_max);
   (void)len; /* a long explanation is cut, which is fine */
   if (topo->nranks == 1)

@@ -13,6 +13,7 @@
  * The second tree mirrors the first (p -> n-1-p) for an even n, and shifts
  * it by one (p -> p-1) for an odd n.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -57,53 +58,47 @@ void search_dtree(int n, int pos, int* up0, int* d00, int* d01, int* up1, int* d
   *d11 = search_dtree_back(n, b);
 }
 
-/* Fills the tree nodes of channel c. */
-static void search_tree_channel(struct braid_topo* topo, int c) {
+/* Fills the tree nodes of channel c; start[h] is where host h's ranks begin in a ring. */
+static void search_tree_channel(struct braid_topo* topo, int c, const int* start) {
   struct braid_tree_node* nodes = topo->trees.nodes + (size_t)c * topo->nranks;
   const int* ring = topo->rings.order + (size_t)c * topo->nranks;
-  int pos = 0, nh = topo->nhosts;
+  int nh = topo->nhosts;
   for (int r = 0; r < topo->nranks; r++)
     nodes[r] = (struct braid_tree_node){.up = -1, .down = {-1, -1, -1}};
   /* Chains: the ring lists each host's ranks contiguously, host after host. */
   for (int h = 0; h < nh; h++) {
     int n = topo->hosts[h].nranks;
     for (int i = 0; i < n; i++) {
-      int r = ring[pos + i];
-      if (i > 0) nodes[r].up = ring[pos + i - 1];
-      if (i + 1 < n) nodes[r].down[0] = ring[pos + i + 1];
+      int r = ring[start[h] + i];
+      if (i > 0) nodes[r].up = ring[start[h] + i - 1];
+      if (i + 1 < n) nodes[r].down[0] = ring[start[h] + i + 1];
     }
-    pos += n;
   }
   if (nh == 1) return;
   /* Heads: the first rank of each host's segment. */
   int up0, a0, b0, up1, a1, b1;
-  for (int h = 0, start = 0; h < nh; start += topo->hosts[h].nranks, h++) {
-    int head = ring[start];
+  for (int h = 0; h < nh; h++) {
+    int head = ring[start[h]];
     search_dtree(nh, h, &up0, &a0, &b0, &up1, &a1, &b1);
     int up = c % 2 == 0 ? up0 : up1, kids[2] = {c % 2 == 0 ? a0 : a1, c % 2 == 0 ? b0 : b1};
-    if (up >= 0) {
-      int s = 0;
-      for (int g = 0; g < up; g++) s += topo->hosts[g].nranks;
-      nodes[head].up = ring[s];
-    }
+    if (up >= 0) nodes[head].up = ring[start[up]];
     int nd = nodes[head].down[0] >= 0 ? 1 : 0;
-    for (int k = 0; k < 2; k++) {
-      if (kids[k] < 0) continue;
-      int s = 0;
-      for (int g = 0; g < kids[k]; g++) s += topo->hosts[g].nranks;
-      nodes[head].down[nd++] = ring[s];
-    }
+    for (int k = 0; k < 2; k++)
+      if (kids[k] >= 0) nodes[head].down[nd++] = ring[start[kids[k]]];
   }
 }
 
 ncclResult_t search_trees(struct braid_topo* topo) {
   ncclResult_t res = ncclSuccess;
-  int nch = topo->rings.nchannels;
+  int nch = topo->rings.nchannels, *start = NULL;
   BRAID_TRY(BRAID_CALLOC(&topo->trees.nodes, (size_t)nch * topo->nranks, "tree nodes"));
+  BRAID_TRY(BRAID_CALLOC(&start, (size_t)topo->nhosts, "tree search"));
+  for (int h = 1; h < topo->nhosts; h++) start[h] = start[h - 1] + topo->hosts[h - 1].nranks;
   topo->trees.nchannels = nch;
   topo->trees.nranks = topo->nranks;
   topo->trees.bw_per_channel = topo->rings.bw_per_channel;
-  for (int c = 0; c < nch; c++) search_tree_channel(topo, c);
+  for (int c = 0; c < nch; c++) search_tree_channel(topo, c, start);
 fail:
+  free(start);
   return res;
 }

@@ -148,8 +148,9 @@ struct topo_ring_net {
 struct topo_host {
   struct topo_system* sys;
   int nranks;
-  int* ranks;    /* global ranks on this host, ascending */
-  uint64_t hash; /* host identity */
+  int* ranks;     /* global ranks on this host, ascending */
+  uint64_t shape; /* hash of what the ring search reads from this host */
+  int twin;       /* first host the search sees alike (itself if none): topo_twin.c */
 };
 
 struct braid_topo {
@@ -158,8 +159,7 @@ struct braid_topo {
   struct topo_host* hosts;
   int* rank_host;                 /* [nranks] */
   int* rank_gpu;                  /* [nranks] GPU node index in its host's system */
-  int* path_type;                 /* [nranks*nranks] braid_path_type_t */
-  float* path_bw;                 /* [nranks*nranks] GB/s */
+  float* rank_net_bw;             /* [nranks] GB/s from the rank's GPU to its best NIC */
   int min_sm;                     /* smallest SM version among the GPUs (90 for H100/H200) */
   int max_channels, min_channels; /* bounds the search honored */
 
@@ -186,6 +186,33 @@ struct topo_build_opts {
 ncclResult_t topo_build(struct xml_doc** docs, int nhosts, const int* rank_host,
                         const int64_t* rank_busid, int nranks, const struct topo_build_opts* opts,
                         struct braid_topo** out);
+
+/* ---- topo_merge.c: per-rank descriptions -> one document per host ---- */
+/*
+ * Groups ranks into hosts by host_hash (hosts numbered in order of their
+ * first rank) and merges each host's descriptions (texts[r], NCCL topology
+ * XML) in rank order into docs[host], which the caller frees (docs has room
+ * for nranks). hostnames (may be NULL) name the hosts in messages.
+ */
+ncclResult_t topo_merge_hosts(const char* const* texts, const uint64_t* host_hash,
+                              const char* const* hostnames, int nranks, int* rank_host, int* nhosts,
+                              struct xml_doc** docs);
+/* BRAID_TOPO_DUMP_FILE: writes host `host`'s document, its GPUs marked with their ranks. */
+ncclResult_t topo_dump_host(struct xml_doc* doc, int host, const int* rank_host,
+                            const int64_t* rank_busid, int nranks, const char* path);
+
+/* ---- topo_report.c / topo_compare.c: braid-info --topo ---- */
+/*
+ * The node braid-info studies, built as one communicator over all its GPUs:
+ * `topo_file`, else (use_env) BRAID_TOPO_FILE, else detection; with use_env
+ * also written to BRAID_TOPO_DUMP_FILE when that is set (saying so on `out`).
+ */
+ncclResult_t topo_node_load(FILE* out, const char* topo_file, int use_env,
+                            struct braid_topo** topo);
+
+/* ---- topo_twin.c ---- */
+/* Sets every host's shape and twin; needs the hosts' systems, paths and rank_gpu. */
+void topo_hosts_find_twins(struct braid_topo* topo);
 
 /* ---- search_ring.c / search_tree.c ---- */
 ncclResult_t search_rings(struct braid_topo* topo);

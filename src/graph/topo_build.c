@@ -24,8 +24,7 @@ void topo_free(struct braid_topo* topo) {
   free(topo->hosts);
   free(topo->rank_host);
   free(topo->rank_gpu);
-  free(topo->path_type);
-  free(topo->path_bw);
+  free(topo->rank_net_bw);
   free(topo->rings.order);
   free(topo->trees.nodes);
   free(topo->ring_nets);
@@ -103,12 +102,15 @@ static ncclResult_t topo_build_ranks(struct braid_topo* topo, const int* rank_ho
         host->sys->source, n, n == 1 ? "" : "s");
     topo->rank_gpu[r] = gpus[local];
   }
-  for (int a = 0; a < topo->nranks; a++)
-    for (int b = a + 1; b < topo->nranks; b++)
-      BRAID_CHECK(
-          topo->rank_host[a] != topo->rank_host[b] || topo->rank_gpu[a] != topo->rank_gpu[b],
-          ncclInvalidUsage,
-          "ranks %d and %d use the same GPU of one host: one rank per GPU is supported", a, b);
+  for (int h = 0; h < topo->nhosts; h++) {
+    const struct topo_host* host = &topo->hosts[h];
+    for (int i = 0; i < host->nranks; i++)
+      for (int j = i + 1; j < host->nranks; j++)
+        BRAID_CHECK(topo->rank_gpu[host->ranks[i]] != topo->rank_gpu[host->ranks[j]],
+                    ncclInvalidUsage,
+                    "ranks %d and %d use the same GPU of one host: one rank per GPU is supported",
+                    host->ranks[i], host->ranks[j]);
+  }
 fail:
   return res;
 }
@@ -125,27 +127,19 @@ static float topo_build_net_bw(const struct braid_topo* topo, int r) {
   return best > 0.0f ? best : tune_table.net_default_bw;
 }
 
+/*
+ * What topo_path needs beyond the host graphs: each rank's best bandwidth to
+ * the network. Pairs are not stored: at 1,024 hosts of 8 GPUs a matrix of
+ * every pair would be half a gigabyte, and a pair's answer is one lookup.
+ */
 static ncclResult_t topo_build_paths(struct braid_topo* topo) {
   ncclResult_t res = ncclSuccess;
-  int n = topo->nranks;
-  BRAID_TRY(BRAID_CALLOC(&topo->path_type, (size_t)n * n, "rank paths"));
-  BRAID_TRY(BRAID_CALLOC(&topo->path_bw, (size_t)n * n, "rank paths"));
-  topo->min_sm = 0;
-  for (int a = 0; a < n; a++) {
-    const struct topo_system* sys = topo->hosts[topo->rank_host[a]].sys;
-    int sm = sys->nodes[topo->rank_gpu[a]].u.gpu.sm;
-    topo->min_sm = a == 0 ? sm : BRAID_MIN(topo->min_sm, sm);
-    for (int b = 0; b < n; b++) {
-      if (topo->rank_host[a] != topo->rank_host[b]) {
-        topo->path_type[a * n + b] = BRAID_PATH_NET;
-        topo->path_bw[a * n + b] =
-            BRAID_MIN(topo_build_net_bw(topo, a), topo_build_net_bw(topo, b));
-        continue;
-      }
-      const struct topo_path* p = topo_path_get(sys, topo->rank_gpu[a], topo->rank_gpu[b]);
-      topo->path_type[a * n + b] = p ? p->type : BRAID_PATH_DIS;
-      topo->path_bw[a * n + b] = p ? p->bw : 0.0f;
-    }
+  BRAID_TRY(BRAID_CALLOC(&topo->rank_net_bw, (size_t)topo->nranks, "rank network bandwidth"));
+  for (int r = 0; r < topo->nranks; r++) {
+    const struct topo_system* sys = topo->hosts[topo->rank_host[r]].sys;
+    int sm = sys->nodes[topo->rank_gpu[r]].u.gpu.sm;
+    topo->min_sm = r == 0 ? sm : BRAID_MIN(topo->min_sm, sm);
+    topo->rank_net_bw[r] = topo_build_net_bw(topo, r);
   }
 fail:
   return res;
@@ -186,6 +180,7 @@ ncclResult_t topo_build(struct xml_doc** docs, int nhosts, const int* rank_host,
   BRAID_TRY(topo_build_ranks(topo, rank_host, rank_busid));
   BRAID_TRY(topo_build_paths(topo));
   topo_build_channel_bounds(topo, opts);
+  topo_hosts_find_twins(topo);
   BRAID_TRY(search_rings(topo));
   BRAID_TRY(search_trees(topo));
   BRAID_TRY(tune_model_init(topo));

@@ -79,46 +79,36 @@ fail:
   return res;
 }
 
-/* Hosts in order of their first rank; the descriptions of each host merged in rank order. */
+/* Groups the exchanged descriptions by host id and merges each host's (topo_merge.c). */
 static ncclResult_t topo_comm_merge(struct ncclComm* comm, const char* texts, size_t stride,
                                     int* rank_host, int* nhosts, struct xml_doc** docs) {
   ncclResult_t res = ncclSuccess;
-  struct xml_doc* one = NULL;
-  char source[128];
-  *nhosts = 0;
+  const char** text = NULL;
+  const char** names = NULL;
+  uint64_t* hashes = NULL;
+  BRAID_TRY(BRAID_CALLOC(&text, (size_t)comm->nranks, "topology merge"));
+  BRAID_TRY(BRAID_CALLOC(&names, (size_t)comm->nranks, "topology merge"));
+  BRAID_TRY(BRAID_CALLOC(&hashes, (size_t)comm->nranks, "topology merge"));
   for (int r = 0; r < comm->nranks; r++) {
-    rank_host[r] = -1;
-    for (int q = 0; q < r && rank_host[r] < 0; q++)
-      if (comm->peers[q].host_hash == comm->peers[r].host_hash) rank_host[r] = rank_host[q];
-    if (rank_host[r] < 0) {
-      rank_host[r] = (*nhosts)++;
-      snprintf(source, sizeof source, "host %s (rank %d)", comm->peers[r].hostname, r);
-      BRAID_TRY(xml_doc_create(source, &docs[rank_host[r]]));
-    }
-    snprintf(source, sizeof source, "rank %d's topology", r);
-    const char* text = texts + (size_t)r * stride;
-    BRAID_TRY(xml_parse_buffer(text, strlen(text), source, &one));
-    BRAID_TRY(topo_xml_fuse(docs[rank_host[r]], one));
-    xml_doc_free(one);
-    one = NULL;
+    text[r] = texts + (size_t)r * stride;
+    names[r] = comm->peers[r].hostname;
+    hashes[r] = comm->peers[r].host_hash;
   }
+  BRAID_TRY(topo_merge_hosts(text, hashes, names, comm->nranks, rank_host, nhosts, docs));
 fail:
-  xml_doc_free(one);
+  free(text);
+  free(names);
+  free(hashes);
   return res;
 }
 
-/* BRAID_TOPO_DUMP_FILE: rank 0 writes its host's merged description, ranks as this comm has them. */
-static void topo_comm_dump_topo(struct ncclComm* comm, struct xml_doc* doc, const int* rank_host) {
+/* BRAID_TOPO_DUMP_FILE: rank 0 writes its host's merged description. */
+static void topo_comm_dump_topo(struct ncclComm* comm, struct xml_doc* doc, const int* rank_host,
+                                const int64_t* rank_busid) {
   const char* path = braid_param_str(BRAID_P_TOPO_DUMP_FILE);
   if (comm->rank != 0 || path == NULL || path[0] == '\0') return;
-  for (int r = 0; r < comm->nranks; r++) {
-    struct xml_node* gpu =
-        rank_host[r] == rank_host[0] ? topo_xml_find_gpu(doc->root, comm->peers[r].bus_id) : NULL;
-    if (gpu && xml_attr_set_int(gpu, "rank", r) != ncclSuccess) return;
-  }
-  if (xml_write_file(path, doc) == ncclSuccess)
-    INFO(BRAID_LOG_ENV, "topology of this host written to %s", path);
   /* A failed dump was reported by braid_err; the communicator does not need it. */
+  (void)topo_dump_host(doc, rank_host[0], rank_host, rank_busid, comm->nranks, path);
 }
 
 /*
@@ -183,8 +173,8 @@ ncclResult_t topo_comm_init(struct ncclComm* comm) {
   BRAID_TRY(BRAID_CALLOC(&rank_host, (size_t)comm->nranks, "host topologies"));
   BRAID_TRY(BRAID_CALLOC(&rank_busid, (size_t)comm->nranks, "host topologies"));
   BRAID_TRY(topo_comm_merge(comm, texts, stride, rank_host, &nhosts, docs));
-  topo_comm_dump_topo(comm, docs[rank_host[comm->rank]], rank_host);
   for (int r = 0; r < comm->nranks; r++) rank_busid[r] = comm->peers[r].bus_id;
+  topo_comm_dump_topo(comm, docs[rank_host[comm->rank]], rank_host, rank_busid);
   struct topo_build_opts opts = {.min_channels = comm->config.min_ctas,
                                  .max_channels = comm->config.max_ctas};
   BRAID_TRY(topo_build(docs, nhosts, rank_host, rank_busid, comm->nranks, &opts, &topo));

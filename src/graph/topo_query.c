@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "core/utils.h"
 #include "graph/topo.h"
 
 const struct braid_rings* topo_rings(const struct braid_topo* topo) {
@@ -18,12 +19,18 @@ const struct braid_trees* topo_trees(const struct braid_topo* topo) {
 const char* topo_explain(const struct braid_topo* topo) { return topo ? topo->search_why : ""; }
 
 braid_path_type_t topo_path(const struct braid_topo* topo, int a, int b, float* bw) {
-  if (topo == NULL || a < 0 || b < 0 || a >= topo->nranks || b >= topo->nranks) {
-    if (bw) *bw = 0.0f;
+  if (bw) *bw = 0.0f;
+  if (topo == NULL || a < 0 || b < 0 || a >= topo->nranks || b >= topo->nranks)
     return BRAID_PATH_DIS;
+  if (topo->rank_host[a] != topo->rank_host[b]) {
+    if (bw) *bw = BRAID_MIN(topo->rank_net_bw[a], topo->rank_net_bw[b]);
+    return BRAID_PATH_NET;
   }
-  if (bw) *bw = topo->path_bw[a * topo->nranks + b];
-  return (braid_path_type_t)topo->path_type[a * topo->nranks + b];
+  const struct topo_system* sys = topo->hosts[topo->rank_host[a]].sys;
+  const struct topo_path* p = topo_path_get(sys, topo->rank_gpu[a], topo->rank_gpu[b]);
+  if (p == NULL) return BRAID_PATH_DIS;
+  if (bw) *bw = p->bw;
+  return (braid_path_type_t)p->type;
 }
 
 int topo_channel_net(const struct braid_topo* topo, int channel, int rank, const char** name) {

@@ -5,11 +5,16 @@
  * would build it, then printed: the device tree, the path matrix, the rings
  * and trees with their bandwidths and the search's explanation, and what
  * the tuning model picks for a few sizes. --dot draws the node for Graphviz.
+ * BRAID_TOPO_FILE is read when no file is given, and BRAID_TOPO_DUMP_FILE
+ * receives the node's XML, detected or read: on a GPU machine,
+ * `BRAID_TOPO_DUMP_FILE=node.xml braid-info --topo` records the machine in
+ * the form a VM's BRAID_TOPO_FILE or a unit-test fixture takes.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "core/param.h"
 #include "core/utils.h"
 #include "graph/topo.h"
 
@@ -181,23 +186,42 @@ static ncclResult_t report_dot(const struct topo_system* sys, const char* path) 
   return ncclSuccess;
 }
 
-ncclResult_t topo_report(FILE* out, const char* topo_file, const char* dot_file) {
+ncclResult_t topo_node_load(FILE* out, const char* topo_file, int use_env,
+                            struct braid_topo** topo) {
   ncclResult_t res = ncclSuccess;
   struct xml_doc* doc = NULL;
   struct topo_system* sys = NULL;
-  struct braid_topo* topo = NULL;
   int rank_host[BRAID_MAX_RANKS_PER_HOST] = {0}, ngpus = 0;
+  const char* dump_file = use_env ? braid_param_str(BRAID_P_TOPO_DUMP_FILE) : NULL;
+  *topo = NULL;
+  /* As in a communicator, BRAID_TOPO_FILE replaces detection (a VM given its host's shape). */
+  if (use_env && (topo_file == NULL || topo_file[0] == '\0'))
+    topo_file = braid_param_str(BRAID_P_TOPO_FILE);
   if (topo_file && topo_file[0])
     BRAID_TRY(xml_parse_file(topo_file, &doc));
   else
     BRAID_TRY(topo_detect_all(&doc, &ngpus));
+  if (dump_file && dump_file[0]) {
+    BRAID_TRY(xml_write_file(dump_file, doc));
+    fprintf(out, "Topology (NCCL topology XML) written to %s\n", dump_file);
+  }
   BRAID_TRY(topo_xml_to_system(doc, &sys));
   ngpus = BRAID_MIN(topo_system_count(sys, TOPO_GPU), BRAID_MAX_RANKS_PER_HOST);
   BRAID_CHECK(ngpus > 0, ncclInvalidUsage, "%s describes no GPU (a <gpu> in a <pci> in a <cpu>)",
               doc->source);
-  BRAID_TRY(topo_build(&doc, 1, rank_host, NULL, ngpus, NULL, &topo));
-  fprintf(out, "%d GPU%s, taken as the ranks of one node (rank i = the i-th CUDA device)\n", ngpus,
-          ngpus == 1 ? "" : "s");
+  BRAID_TRY(topo_build(&doc, 1, rank_host, NULL, ngpus, NULL, topo));
+fail:
+  topo_system_free(sys);
+  xml_doc_free(doc);
+  return res;
+}
+
+ncclResult_t topo_report(FILE* out, const char* topo_file, const char* dot_file) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_topo* topo = NULL;
+  BRAID_TRY(topo_node_load(out, topo_file, 1, &topo));
+  fprintf(out, "%d GPU%s, taken as the ranks of one node (rank i = the i-th CUDA device)\n",
+          topo->nranks, topo->nranks == 1 ? "" : "s");
   BRAID_TRY(report_machine(out, topo));
   report_paths(out, topo);
   report_rings_trees(out, topo);
@@ -209,7 +233,5 @@ ncclResult_t topo_report(FILE* out, const char* topo_file, const char* dot_file)
   }
 fail:
   topo_free(topo);
-  topo_system_free(sys);
-  xml_doc_free(doc);
   return res;
 }

@@ -4,12 +4,17 @@
  * network adapters (InfiniBand/RoCE ports through libibverbs, Ethernet
  * interfaces from /sys/class/net).
  *
- * We read sysfs directly instead of linking hwloc: the PCI tree is the
- * realpath of /sys/bus/pci/devices/<busid> (every directory on the way is a
- * bridge), NUMA placement is its numa_node file, and CPU masks come from
- * /sys/devices/system/node. That avoids a link dependency for one
- * libnccl.so.2 that has to load everywhere, and gives the same facts hwloc
- * would read from the same files.
+ * We read sysfs directly instead of using hwloc (which DESIGN.md lists),
+ * neither linked nor loaded with dlopen. Everything the graph needs from
+ * the CPU side is four files, the very ones hwloc reads on Linux: the PCI
+ * tree is the realpath of /sys/bus/pci/devices/<busid> (every directory on
+ * the way is a bridge), link speed and width are max_link_speed/width
+ * there, NUMA placement is its numa_node file, CPU masks come from
+ * /sys/devices/system/node and the CPU kind from /proc/cpuinfo. What hwloc
+ * adds beyond that (caches, cores, NUMA distances, non-Linux systems) the
+ * graph does not use, while hwloc would cost one libnccl.so.2 a dependency
+ * that must load everywhere. Where sysfs hides the real tree (a VM), no
+ * library can recover it: BRAID_TOPO_FILE gives the host's shape instead.
  *
  * A PCIe switch shows up as an upstream port with downstream ports under
  * it; like NCCL we keep the upstream port only (we climb two directories at

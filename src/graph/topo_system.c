@@ -39,8 +39,8 @@ void topo_system_free(struct topo_system* sys) {
 
 ncclResult_t topo_node_add(struct topo_system* sys, int type, int64_t id, int* index) {
   if (sys->nnodes >= TOPO_MAX_NODES)
-    return braid_err(ncclInvalidUsage, "%s: more than %d devices in one node", sys->source,
-                     TOPO_MAX_NODES);
+    return braid_err(ncclInvalidUsage, "%s: more than %d devices in one node: expected fewer",
+                     sys->source, TOPO_MAX_NODES);
   if (sys->nnodes == sys->cap_nodes) {
     int cap = sys->cap_nodes ? sys->cap_nodes * 2 : 32;
     struct topo_node* n = realloc(sys->nodes, (size_t)cap * sizeof *n);

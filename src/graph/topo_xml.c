@@ -159,7 +159,9 @@ static ncclResult_t topo_xml_add_net(const struct xml_doc* doc, struct topo_syst
   BRAID_TRY(topo_xml_int(doc, xml, "gdr", 0, 0, 1, 0, &gdr));
   BRAID_TRY(topo_xml_float(doc, xml, "latency", 0.0, 1e9, 0.0, &latency));
   int dup = topo_node_find(sys, TOPO_NET, dev);
-  BRAID_CHECK(dup < 0, ncclInvalidUsage, "%s:%d: <net dev=\"%lld\"> appears twice (also line %d)",
+  BRAID_CHECK(dup < 0, ncclInvalidUsage,
+              "%s:%d: <net dev=\"%lld\"> appears twice (also line %d): expected "
+              "one <net> per dev",
               doc->source, xml->line, dev, sys->nodes[dup].line);
   BRAID_TRY(topo_node_add(sys, TOPO_NET, dev, &index));
   struct topo_node* net = &sys->nodes[index];
@@ -196,8 +198,9 @@ static ncclResult_t topo_xml_add_gpu(const struct xml_doc* doc, struct topo_syst
   long long dev, sm, gdr, mem;
   int dup = topo_node_find(sys, TOPO_GPU, busid);
   BRAID_CHECK(dup < 0, ncclInvalidUsage,
-              "%s:%d: the GPU at this bus id appears twice (also line %d)", doc->source, xml->line,
-              sys->nodes[dup].line);
+              "%s:%d: the GPU at this bus id appears twice (also line %d): expected one <gpu> "
+              "per bus id",
+              doc->source, xml->line, sys->nodes[dup].line);
   BRAID_TRY(topo_xml_int(doc, xml, "dev", 1, 0, 65535, 0, &dev));
   BRAID_TRY(topo_xml_int(doc, xml, "sm", 1, 10, 10000, 0, &sm));
   BRAID_TRY(topo_xml_int(doc, xml, "gdr", 0, 0, 1, 0, &gdr));
@@ -254,7 +257,9 @@ static ncclResult_t topo_xml_add_pci(const struct xml_doc* doc, struct topo_syst
     return ncclSuccess;
   } else if (cls == NULL || strncmp(cls, "0x0604", 6) == 0) {
     int dup = topo_node_find(sys, TOPO_PCI, busid);
-    BRAID_CHECK(dup < 0, ncclInvalidUsage, "%s:%d: <pci busid=\"%s\"> appears twice (also line %d)",
+    BRAID_CHECK(dup < 0, ncclInvalidUsage,
+                "%s:%d: <pci busid=\"%s\"> appears twice (also line %d): expected one "
+                "<pci> per bus id",
                 doc->source, xml->line, xml_attr_get(xml, "busid"), sys->nodes[dup].line);
     BRAID_TRY(topo_node_add(sys, TOPO_PCI, busid, &index));
     const char* vendor = xml_attr_get(xml, "vendor");
@@ -280,8 +285,9 @@ static ncclResult_t topo_xml_add_cpu(const struct xml_doc* doc, struct topo_syst
   BRAID_TRY(topo_xml_int(doc, xml, "numaid", 1, -1, 65535, 0, &numa));
   int dup = topo_node_find(sys, TOPO_CPU, numa);
   BRAID_CHECK(dup < 0, ncclInvalidUsage,
-              "%s:%d: <cpu numaid=\"%lld\"> appears twice (also line %d)", doc->source, xml->line,
-              numa, sys->nodes[dup].line);
+              "%s:%d: <cpu numaid=\"%lld\"> appears twice (also line %d): expected one <cpu> "
+              "per numaid",
+              doc->source, xml->line, numa, sys->nodes[dup].line);
   BRAID_TRY(topo_node_add(sys, TOPO_CPU, numa, &index));
   sys->nodes[index].line = xml->line;
   BRAID_TRY(topo_xml_cpu_kind(doc, xml, &sys->nodes[index]));
@@ -358,7 +364,8 @@ static ncclResult_t topo_xml_add_nvlinks(const struct xml_doc* doc, struct topo_
     const struct xml_node* pci = xml->parent;
     int64_t busid;
     BRAID_CHECK(pci && strcmp(pci->name, "pci") == 0, ncclInvalidUsage,
-                "%s:%d: <gpu> must be inside a <pci busid=...> element", doc->source, xml->line);
+                "%s:%d: <gpu> inside <%s>: expected it inside a <pci busid=...> element",
+                doc->source, xml->line, pci ? pci->name : "nothing");
     BRAID_TRY(topo_xml_busid(doc, pci, "busid", &busid));
     int gpu = topo_node_find(sys, TOPO_GPU, busid);
     if (gpu < 0) return ncclSuccess; /* outside any <cpu>: never added */

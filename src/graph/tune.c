@@ -148,28 +148,50 @@ static unsigned tune_narrow(unsigned mask, unsigned pref) {
   return (mask & pref) ? (mask & pref) : mask;
 }
 
-/* One INFO line: the choice, and what the others would have cost. */
-static void tune_explain(const struct tune_model* m, int coll, size_t bytes, unsigned amask,
-                         unsigned pmask, const struct braid_tune_choice* out) {
-  char others[384] = "";
+/* Why (a, p) was not a candidate, or NULL when it was. */
+static const char* tune_excluded(const struct tune_model* m, int coll, int a, int p,
+                                 unsigned caller_amask, unsigned caller_pmask, unsigned amask,
+                                 unsigned pmask) {
+  if (((amask >> a) & 1) && ((pmask >> p) & 1)) return NULL;
+  if (!((caller_amask >> a) & 1) || !((caller_pmask >> p) & 1)) return "caller cannot run it";
+  if (!((amask >> a) & 1))
+    return (tune_algo_available(m, coll) >> a) & 1 ? "BRAID_ALGO" : "topology";
+  return (m->proto_topo_mask >> p) & 1 ? "BRAID_PROTO" : "topology";
+}
+
+/*
+ * One INFO line: the choice, its predicted time split into latency and
+ * transfer, and what every other algorithm/protocol would have cost or why
+ * it was not considered (the caller's data path, the topology, or
+ * BRAID_ALGO/BRAID_PROTO).
+ */
+static void tune_explain(const struct tune_model* m, int coll, size_t bytes, unsigned caller_amask,
+                         unsigned caller_pmask, unsigned amask, unsigned pmask,
+                         const struct braid_tune_choice* out) {
+  char others[512] = "";
   size_t len = 0;
   for (int a = 0; a < BRAID_ALGO_COUNT; a++) {
     for (int p = 0; p < BRAID_PROTO_COUNT; p++) {
       if ((a == (int)out->algo && p == (int)out->proto) || m->busbw_ch[coll][a][p] <= 0.0f)
         continue;
-      int allowed = ((amask >> a) & 1) && ((pmask >> p) & 1);
+      const char* why = tune_excluded(m, coll, a, p, caller_amask, caller_pmask, amask, pmask);
       float t = tune_time(m, coll, a, p, bytes, tune_channels(m, a, p, bytes));
       len += (size_t)snprintf(others + len, len < sizeof others ? sizeof others - len : 0,
-                              "%s%s/%s %.1f%s", len ? ", " : "", braid_algo_name(a),
-                              braid_proto_name(p), t, allowed ? "" : " (not allowed)");
+                              "%s%s/%s %.1f%s%s%s", len ? ", " : "", braid_algo_name(a),
+                              braid_proto_name(p), t, why ? " (excluded: " : "", why ? why : "",
+                              why ? ")" : "");
       if (len >= sizeof others) len = sizeof others - 1;
     }
   }
+  float lat = m->lat[coll][out->algo][out->proto];
+  float algbw =
+      (float)out->nchannels * m->busbw_ch[coll][out->algo][out->proto] * m->ratio[coll][out->algo];
   INFO(BRAID_LOG_TUNING,
-       "%s %zu B on %d ranks: %s/%s, %d channels x %d threads, %.1f us predicted; %s",
+       "%s %zu B on %d ranks: %s/%s, %d channels x %d threads, %.1f us predicted "
+       "(%.1f us latency + %.1f GB/s algbw); others in us: %s",
        braid_coll_name(coll), bytes, m->nranks, braid_algo_name(out->algo),
-       braid_proto_name(out->proto), out->nchannels, out->nthreads, out->time_us,
-       others[0] ? others : "no alternative");
+       braid_proto_name(out->proto), out->nchannels, out->nthreads, out->time_us, lat, algbw,
+       others[0] ? others : "none");
 }
 
 ncclResult_t tune_choose_topo(const struct braid_topo* topo, braid_coll_t coll, size_t bytes,
@@ -208,6 +230,6 @@ ncclResult_t tune_choose_topo(const struct braid_topo* topo, braid_coll_t coll, 
   int nt = m->nthreads_override > 0 ? m->nthreads_override : tune_nthreads(out->proto);
   out->nthreads = BRAID_MIN(BRAID_MAX(nt / 32 * 32, 64), BRAID_MAX_NTHREADS);
   if (braid_log_enabled(BRAID_LOG_INFO, BRAID_LOG_TUNING))
-    tune_explain(m, coll, bytes, amask, pmask, out);
+    tune_explain(m, coll, bytes, algo_mask, proto_mask, amask, pmask, out);
   return ncclSuccess;
 }

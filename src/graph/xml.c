@@ -104,7 +104,8 @@ static ncclResult_t xml_parse_name(struct xml_parser* p, char* out, const char* 
                            xml_parse_found(p, found, sizeof found));
   while (p->pos < p->len && xml_is_name_char(p->buf[p->pos], 0)) {
     if (n + 1 >= XML_NAME_MAX)
-      return xml_parse_error(p, p->line, "%s longer than %d characters", what, XML_NAME_MAX - 1);
+      return xml_parse_error(p, p->line, "%s longer than %d characters: expected a shorter name",
+                             what, XML_NAME_MAX - 1);
     out[n++] = p->buf[p->pos++];
   }
   out[n] = '\0';
@@ -174,8 +175,8 @@ static ncclResult_t xml_parse_value(struct xml_parser* p, const char* elem, cons
     char c = p->buf[p->pos];
     if (c == quote) break;
     if (c == '<') {
-      res = xml_parse_error(p, p->line, "<%s> attribute %s: '<' inside a value (missing %c?)", elem,
-                            key, quote);
+      res = xml_parse_error(p, p->line, "<%s> attribute %s: '<' inside a value: expected %c first",
+                            elem, key, quote);
       goto fail;
     }
     if (c == '&') {
@@ -185,8 +186,10 @@ static ncclResult_t xml_parse_value(struct xml_parser* p, const char* elem, cons
       xml_parse_advance(p, 1);
     }
     if (n + 1 >= XML_VALUE_MAX) {
-      res = xml_parse_error(p, start, "<%s> attribute %s: value longer than %d characters", elem,
-                            key, XML_VALUE_MAX - 1);
+      res = xml_parse_error(p, start,
+                            "<%s> attribute %s: value longer than %d characters: "
+                            "expected a shorter value",
+                            elem, key, XML_VALUE_MAX - 1);
       goto fail;
     }
     value[n++] = c;
@@ -223,10 +226,11 @@ static ncclResult_t xml_parse_attrs(struct xml_parser* p, struct xml_node* node)
     p->pos++;
     xml_parse_skip_space(p);
     if (xml_attr_get(node, key) != NULL)
-      return xml_parse_error(p, p->line, "<%s>: attribute %s given twice", node->name, key);
+      return xml_parse_error(p, p->line, "<%s>: attribute %s given twice: expected it once",
+                             node->name, key);
     if (node->nattrs >= XML_MAX_ATTRS)
-      return xml_parse_error(p, p->line, "<%s>: more than %d attributes", node->name,
-                             XML_MAX_ATTRS);
+      return xml_parse_error(p, p->line, "<%s>: more than %d attributes: expected fewer",
+                             node->name, XML_MAX_ATTRS);
     BRAID_TRY(xml_parse_value(p, node->name, key, &value));
     BRAID_TRY(xml_attr_set(node, key, value));
     free(value);
@@ -276,9 +280,10 @@ static ncclResult_t xml_parse_element(struct xml_parser* p, struct xml_node* par
   char name[XML_NAME_MAX];
   int line = p->line;
   if (depth > XML_MAX_DEPTH)
-    return xml_parse_error(p, line, "elements nested deeper than %d levels", XML_MAX_DEPTH);
+    return xml_parse_error(p, line, "elements nested deeper than %d levels: expected fewer",
+                           XML_MAX_DEPTH);
   if (p->doc->nnodes >= XML_MAX_NODES)
-    return xml_parse_error(p, line, "more than %d elements", XML_MAX_NODES);
+    return xml_parse_error(p, line, "more than %d elements: expected fewer", XML_MAX_NODES);
   p->pos++; /* '<' */
   BRAID_TRY(xml_parse_name(p, name, "an element name after '<'"));
   BRAID_TRY(xml_node_add(p->doc, parent, name, &node));

@@ -5,9 +5,9 @@
  * Between processes the FIFO is exported with a CUDA IPC handle and opened
  * by the sender; inside one process (ncclCommInitAll, or several GPUs per
  * thread) the sender uses the pointer itself after enabling peer access.
- * FIFO layout: tail counter, head counter (each on its own 128-byte line),
- * then BRAID_STEPS slots.
+ * FIFO layout: transport.h's (counters, Simple slots, LL slots).
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,10 +18,6 @@
 #include "core/param.h"
 #include "core/utils.h"
 #include "transport/transport.h"
-
-#define P2P_TAIL_OFFSET 0
-#define P2P_HEAD_OFFSET 128
-#define P2P_BUFF_OFFSET 256
 
 struct p2p_info {
   uint64_t pid_hash;  /* the owner's process */
@@ -71,15 +67,6 @@ static ncclResult_t p2p_state_new(struct braid_connector* conn) {
   return BRAID_CALLOC((struct p2p_state**)&conn->state, 1, "p2p connection");
 }
 
-static void p2p_fill_dev(struct braid_connector* conn, char* base) {
-  conn->dev.tail = (uint64_t*)(base + P2P_TAIL_OFFSET);
-  conn->dev.head = (uint64_t*)(base + P2P_HEAD_OFFSET);
-  conn->dev.buff = base + P2P_BUFF_OFFSET;
-  conn->dev.slot_bytes = (uint32_t)(conn->buff_bytes / BRAID_STEPS);
-  conn->dev.step = 0;
-  conn->dev.seen_head = 0;
-}
-
 static ncclResult_t p2p_send_setup(struct ncclComm* comm, struct braid_connector* conn,
                                    struct braid_conn_info* info) {
   return p2p_state_new(conn);
@@ -90,11 +77,11 @@ static ncclResult_t p2p_recv_setup(struct ncclComm* comm, struct braid_connector
   ncclResult_t res = ncclSuccess;
   struct p2p_info* pi = (struct p2p_info*)info->data;
   struct p2p_state* st;
-  size_t bytes = P2P_BUFF_OFFSET + conn->buff_bytes;
+  size_t bytes = transport_fifo_bytes(conn);
   BRAID_TRY(p2p_state_new(conn));
   st = conn->state;
   BRAID_CUDA_TRY(cudaMalloc(&st->owned, bytes));
-  BRAID_CUDA_TRY(cudaMemset(st->owned, 0, P2P_BUFF_OFFSET));
+  BRAID_CUDA_TRY(cudaMemset(st->owned, 0, bytes));
   pi->pid_hash = comm->peers[comm->rank].pid_hash;
   pi->cuda_dev = comm->cuda_dev;
   pi->ptr = st->owned;
@@ -107,15 +94,34 @@ fail:
   return res;
 }
 
-/* Lets this thread's current device reach `peer_dev`; already enabled is fine. */
+/*
+ * Lets this thread's current device reach `peer_dev`. Peer access is a
+ * process-wide property of a device pair; the pairs this process enabled are
+ * remembered, so the call is made once per pair (asking again returns an
+ * error, which tools like compute-sanitizer report even when it is expected).
+ */
+#define P2P_MAX_DEVS 64
+static pthread_mutex_t p2p_peer_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t p2p_peer_enabled[P2P_MAX_DEVS]; /* bit p of [d]: d reaches p */
+
 static ncclResult_t p2p_enable_peer_access(int peer_dev) {
   ncclResult_t res = ncclSuccess;
-  cudaError_t err = cudaDeviceEnablePeerAccess(peer_dev, 0);
-  if (err == cudaErrorPeerAccessAlreadyEnabled) {
-    (void)cudaGetLastError();
+  int dev = -1;
+  BRAID_CUDA_TRY(cudaGetDevice(&dev));
+  int known = dev >= 0 && dev < P2P_MAX_DEVS && peer_dev >= 0 && peer_dev < P2P_MAX_DEVS;
+  pthread_mutex_lock(&p2p_peer_lock);
+  if (!known || !(p2p_peer_enabled[dev] >> peer_dev & 1)) {
+    cudaError_t err = cudaDeviceEnablePeerAccess(peer_dev, 0);
+    if (err == cudaErrorPeerAccessAlreadyEnabled) {
+      (void)cudaGetLastError(); /* enabled by the application itself */
+      err = cudaSuccess;
+    }
+    if (err == cudaSuccess && known) p2p_peer_enabled[dev] |= 1ull << peer_dev;
+    pthread_mutex_unlock(&p2p_peer_lock);
+    BRAID_CUDA_TRY(err);
     return ncclSuccess;
   }
-  BRAID_CUDA_TRY(err);
+  pthread_mutex_unlock(&p2p_peer_lock);
   return ncclSuccess;
 fail:
   return res;
@@ -145,7 +151,7 @@ static ncclResult_t p2p_send_connect(struct ncclComm* comm, struct braid_connect
     }
     base = st->opened;
   }
-  p2p_fill_dev(conn, base);
+  transport_fifo_fill_dev(conn, base);
   return ncclSuccess;
 fail:
   return res;
@@ -154,7 +160,7 @@ fail:
 static ncclResult_t p2p_recv_connect(struct ncclComm* comm, struct braid_connector* conn,
                                      const struct braid_conn_info* peer_info) {
   struct p2p_state* st = conn->state;
-  p2p_fill_dev(conn, st->owned);
+  transport_fifo_fill_dev(conn, st->owned);
   return ncclSuccess;
 }
 

@@ -28,10 +28,6 @@
 #include "core/utils.h"
 #include "transport/transport.h"
 
-#define SHM_TAIL_OFFSET 0
-#define SHM_HEAD_OFFSET 128
-#define SHM_BUFF_OFFSET 256
-
 struct shm_info {
   char name[64];
   size_t bytes;
@@ -107,12 +103,7 @@ static ncclResult_t shm_fill_dev(struct braid_connector* conn) {
   struct shm_state* st = conn->state;
   char* dev = NULL;
   BRAID_CUDA_TRY(cudaHostGetDevicePointer((void**)&dev, st->host, 0));
-  conn->dev.tail = (uint64_t*)(dev + SHM_TAIL_OFFSET);
-  conn->dev.head = (uint64_t*)(dev + SHM_HEAD_OFFSET);
-  conn->dev.buff = dev + SHM_BUFF_OFFSET;
-  conn->dev.slot_bytes = (uint32_t)(conn->buff_bytes / BRAID_STEPS);
-  conn->dev.step = 0;
-  conn->dev.seen_head = 0;
+  transport_fifo_fill_dev(conn, dev);
   return ncclSuccess;
 fail:
   return res;
@@ -134,7 +125,7 @@ static ncclResult_t shm_recv_setup(struct ncclComm* comm, struct braid_connector
   BRAID_TRY(braid_random_bytes(&nonce, sizeof nonce));
   snprintf(st->name, sizeof st->name, "/braid-%d-r%d-p%d-c%d-%08x", (int)getpid(), comm->rank,
            conn->peer, conn->channel, nonce);
-  st->bytes = SHM_BUFF_OFFSET + conn->buff_bytes;
+  st->bytes = transport_fifo_bytes(conn); /* posix_fallocate zeroes it */
   BRAID_TRY(shm_map(st, 1));
   memcpy(si->name, st->name, sizeof si->name);
   si->bytes = st->bytes;
@@ -152,7 +143,7 @@ static ncclResult_t shm_send_connect(struct ncclComm* comm, struct braid_connect
               "malformed shm connection info from rank %d", conn->peer);
   memcpy(st->name, si->name, sizeof st->name);
   st->bytes = si->bytes;
-  BRAID_CHECK(st->bytes == SHM_BUFF_OFFSET + conn->buff_bytes, ncclInternalError,
+  BRAID_CHECK(st->bytes == transport_fifo_bytes(conn), ncclInternalError,
               "shm FIFO size mismatch with rank %d", conn->peer);
   BRAID_TRY(shm_map(st, 0));
   BRAID_TRY(shm_fill_dev(conn));

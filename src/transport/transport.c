@@ -23,8 +23,9 @@
 enum { TAG_RING_SEND_INFO = 1, TAG_RING_RECV_INFO = 2, TAG_P2P_SEND_INFO = 3, TAG_P2P_RECV_INFO = 4 };
 #define CONN_TAG(kind, channel) (0x40000000 | ((kind) << 16) | (channel))
 
-static const struct braid_transport_ops* const transports[] = {&braid_transport_p2p,
-                                                               &braid_transport_shm};
+/* In order of preference; NET, the last, only connects ranks on different hosts. */
+static const struct braid_transport_ops* const transports[] = {
+    &braid_transport_p2p, &braid_transport_shm, &braid_transport_net};
 
 static ncclResult_t transport_select(struct ncclComm* comm, int peer,
                                      const struct braid_transport_ops** out) {
@@ -41,11 +42,6 @@ static ncclResult_t transport_select(struct ncclComm* comm, int peer,
   }
   int p2p_off = braid_param_int(BRAID_P_P2P_DISABLE) != 0;
   int shm_off = braid_param_int(BRAID_P_SHM_DISABLE) != 0;
-  if (me->host_hash != other->host_hash)
-    return braid_err(ncclInvalidUsage,
-                     "no transport between rank %d (%s) and rank %d (%s): they are on different "
-                     "hosts and this build of Braid has no network transport yet",
-                     comm->rank, me->hostname, peer, other->hostname);
   return braid_err(ncclInvalidUsage,
                    "no transport between rank %d (GPU %d) and rank %d (GPU %d) on host %s: "
                    "P2P is %s and shared memory is %s; unset BRAID_P2P_DISABLE/NCCL_P2P_DISABLE "
@@ -84,6 +80,17 @@ static ncclResult_t conn_connect(struct ncclComm* comm, struct braid_connector* 
   return ncclSuccess;
 fail:
   return res;
+}
+
+void transport_fifo_fill_dev(struct braid_connector* conn, char* base) {
+  conn->dev.tail = (uint64_t*)(base + BRAID_FIFO_TAIL_OFFSET);
+  conn->dev.head = (uint64_t*)(base + BRAID_FIFO_HEAD_OFFSET);
+  conn->dev.buff = base + BRAID_FIFO_BUFF_OFFSET;
+  conn->dev.slot_bytes = (uint32_t)(conn->buff_bytes / BRAID_STEPS);
+  conn->dev.ll_buff = base + BRAID_FIFO_BUFF_OFFSET + conn->buff_bytes;
+  conn->dev.ll_slot_bytes = BRAID_LL_SLOT_BYTES;
+  conn->dev.step = 0;
+  conn->dev.seen_head = 0;
 }
 
 static void conn_init(struct braid_connector* conn, int peer, int channel, int is_send,
@@ -140,9 +147,11 @@ ncclResult_t transport_rings_connect(struct ncclComm* comm) {
     BRAID_TRY(conn_setup(comm, &ch->ring_recv[c], CONN_TAG(TAG_RING_RECV_INFO, c)));
     BRAID_TRY(conn_setup(comm, &ch->ring_send[c], CONN_TAG(TAG_RING_SEND_INFO, c)));
   }
+  ch->ll_ok = 1;
   for (int c = 0; c < ch->nchannels; c++) {
     BRAID_TRY(conn_connect(comm, &ch->ring_recv[c], CONN_TAG(TAG_RING_SEND_INFO, c)));
     BRAID_TRY(conn_connect(comm, &ch->ring_send[c], CONN_TAG(TAG_RING_RECV_INFO, c)));
+    if (!ch->ring_recv[c].dev.ll_buff || !ch->ring_send[c].dev.ll_buff) ch->ll_ok = 0;
   }
   INFO(BRAID_LOG_INIT, "%d ring channels connected via %s (next rank %d), %zu KiB per FIFO",
        ch->nchannels, ch->ring_send[0].transport->name, ch->ring_send[0].peer, bytes >> 10);

@@ -1,7 +1,7 @@
 /*
  * libFuzzer harness for the topology reader (BRAID_FUZZ=ON, clang only):
  * bytes -> XML parser -> node graph -> paths, rings, trees and tuning for
- * the GPUs it describes. Any crash, leak or sanitizer report is a bug; an
+ * the GPUs it describes, as one host and as three. Any crash, leak or sanitizer report is a bug; an
  * error return is the expected answer to bad input.
  *
  *   CC=clang cmake -B build-fuzz -DBRAID_FUZZ=ON
@@ -37,6 +37,14 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (n > 0 && topo_build(&doc, 1, rank_host, NULL, n, NULL, &topo) == ncclSuccess) {
       struct braid_tune_choice c;
       tune_choose_topo(topo, BRAID_COLL_ALLREDUCE, size, ~0u, ~0u, &c);
+      topo_free(topo);
+      topo = NULL;
+      /* Three hosts of this node: the search across NICs, twins, double binary trees. */
+      struct xml_doc* docs[3] = {doc, doc, doc};
+      int hosts[24];
+      for (int i = 0; i < 3 * n; i++) hosts[i] = i / n;
+      if (topo_build(docs, 3, hosts, NULL, 3 * n, NULL, &topo) == ncclSuccess)
+        tune_choose_topo(topo, BRAID_COLL_ALLREDUCE, size, ~0u, ~0u, &c);
     }
   }
   topo_free(topo);

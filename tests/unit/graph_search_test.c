@@ -141,7 +141,7 @@ static int same_result(const struct braid_topo* a, const struct braid_topo* b) {
 static struct xml_doc* rank_doc(const struct xml_doc* whole, int dev) {
   struct xml_doc* doc = NULL;
   struct xml_node *root = NULL, *cpu = NULL;
-  char want[8];
+  char want[16];
   snprintf(want, sizeof want, "%d", dev);
   xml_doc_create("rank", &doc);
   xml_node_add(doc, NULL, "system", &root);

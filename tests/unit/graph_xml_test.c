@@ -92,75 +92,140 @@ static void test_contents(void) {
   }
 }
 
-/* Parses `text` (as "case.xml") and converts it; expects failure with `want` in the message. */
-static void expect_error(const char* text, const char* want, const char* why) {
+/*
+ * Malformed documents, each with the message it must give: "case.xml:LINE:"
+ * first, then what was found and what was expected. Every case is parsed
+ * and, when it parses, converted to a graph.
+ */
+struct malformed_case {
+  const char* why;
+  const char* text;
+  const char* want; /* a part of the message, from the file and line on */
+};
+
+/* `body` on line 4, inside a GPU's <pci>. */
+#define GPU_IN(body) \
+  "<system>\n<cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\">\n" body "\n</pci></cpu></system>"
+
+static const struct malformed_case malformed_cases[] = {
+    {"missing attribute", GPU_IN("<gpu dev=\"0\"/>"), "case.xml:4: <gpu> has no sm attribute"},
+    {"unclosed tag", "<system version=\"1\">\n  <cpu numaid=\"0\">\n</system>\n",
+     "case.xml:3: malformed XML: </system> closes <cpu> opened at line 2: expected </cpu>"},
+    {"truncated inside", "<system version=\"1\">\n  <cpu numaid=\"0\">\n",
+     "case.xml:3: malformed XML: <cpu> opened at line 2 is never closed"},
+    {"truncated tag", "<system version=\"1\">\n<cpu numaid=\"0\"",
+     "case.xml:2: malformed XML: <cpu> is cut off"},
+    {"garbage", "\x01\x02garbage",
+     "case.xml:1: malformed XML: expected '<' starting the root element, found byte 0x01"},
+    {"huge number", GPU_IN("<gpu dev=\"0\" sm=\"99999999999999999999999\"/>"),
+     "case.xml:4: <gpu sm=\"99999999999999999999999\">: expected an integer from 10 to 10000"},
+    {"negative device", GPU_IN("<gpu dev=\"-5\" sm=\"90\"/>"),
+     "case.xml:4: <gpu dev=\"-5\">: expected an integer from 0 to 65535"},
+    {"bad bus id", "<system>\n<cpu numaid=\"0\">\n<pci busid=\"not-a-bus\"/>\n</cpu></system>",
+     "case.xml:3: <pci busid=\"not-a-bus\">: expected a PCI bus id"},
+    {"bad number", "<system>\n<cpu numaid=\"0x\"/></system>",
+     "case.xml:2: <cpu numaid=\"0x\">: expected an integer"},
+    {"duplicate attribute", "<system a=\"1\" a=\"2\"/>",
+     "case.xml:1: malformed XML: <system>: attribute a given twice: expected it once"},
+    {"unterminated value", "<system version=\"1/>", "never closed: expected \""},
+    {"missing =", "<system version 1/>",
+     "case.xml:1: malformed XML: <system> attribute version: expected '='"},
+    {"bad entity", "<system v=\"&bogus;\"/>",
+     "case.xml:1: malformed XML: unknown character reference: expected &amp;"},
+    {"empty", "", "case.xml:1: malformed XML: no element: expected a root element"},
+    {"two roots", "<system/>\n<system/>",
+     "case.xml:2: malformed XML: content after the end of <system>: expected end of file"},
+    {"wrong root", "<graphs version=\"1\"/>",
+     "case.xml:1: the root element is <graphs>: expected <system"},
+    {"text content", "<system>text</system>",
+     "case.xml:1: malformed XML: unexpected text inside <system>: expected '<'"},
+    {"open comment", "<system>\n<!-- never closed",
+     "case.xml:2: malformed XML: comment is never closed: expected \"-->\""},
+    {"nvlink without count",
+     GPU_IN("<gpu dev=\"0\" sm=\"90\">\n<nvlink target=\"0000:02:00.0\" tclass=\"0x030200\"/>"
+            "</gpu>"),
+     "case.xml:5: <nvlink> has no count attribute"},
+    {"duplicate cpu", "<system>\n<cpu numaid=\"0\"/>\n<cpu numaid=\"0\"/>\n</system>",
+     "case.xml:3: <cpu numaid=\"0\"> appears twice (also line 2): expected one <cpu> per numaid"},
+    {"duplicate switch",
+     "<system>\n<cpu numaid=\"0\">\n<pci busid=\"0000:10:00.0\"/>\n<pci busid=\"0000:10:00.0\"/>\n"
+     "</cpu></system>",
+     "case.xml:4: <pci busid=\"0000:10:00.0\"> appears twice (also line 3): expected one <pci>"},
+    {"duplicate net",
+     "<system>\n<cpu numaid=\"0\">\n<pci busid=\"0000:10:00.0\" class=\"0x020700\"><nic>\n"
+     "<net name=\"a\" dev=\"0\"/>\n<net name=\"b\" dev=\"0\"/>\n</nic></pci></cpu></system>",
+     "case.xml:5: <net dev=\"0\"> appears twice (also line 4): expected one <net> per dev"},
+    {"GPU outside a pci",
+     "<system>\n<cpu numaid=\"0\">\n<gpu dev=\"0\" sm=\"90\"/>\n</cpu></system>",
+     "case.xml:3: <gpu> inside <cpu>: expected it inside a <pci busid=...> element"},
+    {"'<' in a value", "<system>\n<cpu numaid=\"0<\"/></system>",
+     "case.xml:2: malformed XML: <cpu> attribute numaid: '<' inside a value: expected \" first"},
+    {"no value quotes", "<system>\n<cpu numaid=0/></system>",
+     "case.xml:2: malformed XML: <cpu> attribute numaid: expected a quoted value"},
+    {"bad close", "<system>\n</system x>", "case.xml:2: malformed XML: </system: expected '>'"},
+    {"float out of range",
+     "<system>\n<cpu numaid=\"0\">\n<pci busid=\"0000:10:00.0\" class=\"0x020700\"><nic>\n"
+     "<net name=\"a\" dev=\"0\" latency=\"-3\"/>\n</nic></pci></cpu></system>",
+     "case.xml:4: <net latency=\"-3\">: expected a number from 0"},
+    {"nvlink to a bad bus id",
+     GPU_IN("<gpu dev=\"0\" sm=\"90\">\n<nvlink target=\"zz\" count=\"2\" "
+            "tclass=\"0x030200\"/></gpu>"),
+     "case.xml:5: <nvlink target=\"zz\">: expected a PCI bus id"},
+};
+
+static void expect_error(const struct malformed_case* c) {
   struct xml_doc* doc = NULL;
   struct topo_system* sys = NULL;
   braid_err_clear();
-  ncclResult_t res = xml_parse_buffer(text, strlen(text), "case.xml", &doc);
+  ncclResult_t res = xml_parse_buffer(c->text, strlen(c->text), "case.xml", &doc);
   if (res == ncclSuccess) res = topo_xml_to_system(doc, &sys);
-  TEST_CHECK(res == ncclInvalidUsage, "%s: returned %d, expected ncclInvalidUsage", why, (int)res);
-  TEST_CHECK(strstr(braid_err_last(), want) != NULL, "%s: message \"%s\" lacks \"%s\"", why,
-             braid_err_last(), want);
+  const char* msg = braid_err_last();
+  TEST_CHECK(res == ncclInvalidUsage, "%s: returned %d, expected ncclInvalidUsage", c->why,
+             (int)res);
+  TEST_CHECK(strstr(msg, c->want) != NULL, "%s: message \"%s\" lacks \"%s\"", c->why, msg, c->want);
+  /* File and line first, and always what was expected. */
+  int line = 0, n = 0;
+  const char* at = strstr(msg, "case.xml:");
+  TEST_CHECK(at && sscanf(at, "case.xml:%d:%n", &line, &n) == 1 && n > 0 && line >= 1,
+             "%s: no file:line in \"%s\"", c->why, msg);
+  TEST_CHECK(strstr(msg, "expected") != NULL, "%s: \"%s\" does not say what was expected", c->why,
+             msg);
   topo_system_free(sys);
   xml_doc_free(doc);
 }
 
+/* Limits: names, values, depth, attributes. */
+static void test_limits(void) {
+  static char text[1 << 16];
+  struct malformed_case c = {"deep nesting", text, "nested deeper than 64 levels: expected fewer"};
+  text[0] = '\0';
+  for (int i = 0; i < 70; i++) strcat(text, "<a>");
+  expect_error(&c);
+  snprintf(text, sizeof text, "<system>\n<%0100d/></system>", 0);
+  text[10] = 'x'; /* a 100-character element name */
+  c = (struct malformed_case){"long name", text, "case.xml:2: malformed XML: an element name"};
+  expect_error(&c);
+  int len = snprintf(text, sizeof text, "<system>\n<cpu numaid=\"");
+  memset(text + len, '7', 2000);
+  snprintf(text + len + 2000, sizeof text - (size_t)len - 2000, "\"/></system>");
+  c = (struct malformed_case){"long value", text,
+                              "case.xml:2: malformed XML: <cpu> attribute "
+                              "numaid: value longer than 1023 characters"};
+  expect_error(&c);
+  len = snprintf(text, sizeof text, "<system");
+  for (int i = 0; i < 70; i++)
+    len += snprintf(text + len, sizeof text - (size_t)len, " a%d=\"1\"", i);
+  snprintf(text + len, sizeof text - (size_t)len, "/>");
+  c = (struct malformed_case){"many attributes", text,
+                              "case.xml:1: malformed XML: <system>: more "
+                              "than 64 attributes: expected fewer"};
+  expect_error(&c);
+}
+
 static void test_malformed(void) {
-  expect_error(
-      "<system version=\"1\">\n<cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\">\n<gpu dev=\"0\"/>\n"
-      "</pci>\n</cpu>\n</system>\n",
-      "case.xml:4: <gpu> has no sm attribute", "missing attribute");
-  expect_error(
-      "<system version=\"1\">\n  <cpu numaid=\"0\">\n</system>\n",
-      "case.xml:3: malformed XML: </system> closes <cpu> opened at line 2: expected </cpu>",
-      "unclosed tag");
-  expect_error("<system version=\"1\">\n  <cpu numaid=\"0\">\n",
-               "case.xml:3: malformed XML: <cpu> opened at line 2 is never closed",
-               "truncated inside");
-  expect_error("<system version=\"1\">\n<cpu numaid=\"0\"",
-               "case.xml:2: malformed XML: <cpu> is cut off", "truncated tag");
-  expect_error("\x01\x02garbage",
-               "case.xml:1: malformed XML: expected '<' starting the root element, found byte 0x01",
-               "garbage");
-  expect_error(
-      "<system>\n<cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\">\n<gpu dev=\"0\" "
-      "sm=\"99999999999999999999999\"/>\n"
-      "</pci></cpu></system>",
-      "case.xml:4: <gpu sm=\"99999999999999999999999\">: expected an integer from 10 to 10000",
-      "huge number");
-  expect_error(
-      "<system>\n<cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\">\n<gpu dev=\"-5\" "
-      "sm=\"90\"/>\n</pci></cpu></system>",
-      "case.xml:4: <gpu dev=\"-5\">: expected an integer from 0 to 65535", "negative device");
-  expect_error("<system>\n<cpu numaid=\"0\">\n<pci busid=\"not-a-bus\"/>\n</cpu></system>",
-               "case.xml:3: <pci busid=\"not-a-bus\">: expected a PCI bus id", "bad bus id");
-  expect_error("<system>\n<cpu numaid=\"0x\"/></system>", "case.xml:2: <cpu numaid=\"0x\">",
-               "bad number");
-  expect_error("<system a=\"1\" a=\"2\"/>",
-               "case.xml:1: malformed XML: <system>: attribute a given twice",
-               "duplicate attribute");
-  expect_error("<system version=\"1/>", "never closed: expected \"", "unterminated value");
-  expect_error("<system version 1/>",
-               "case.xml:1: malformed XML: <system> attribute version: expected '='", "missing =");
-  expect_error("<system v=\"&bogus;\"/>", "unknown character reference", "bad entity");
-  expect_error("", "case.xml:1: malformed XML: no element", "empty");
-  expect_error("<system/><system/>", "content after the end of <system>", "two roots");
-  expect_error("<graphs version=\"1\"/>",
-               "case.xml:1: the root element is <graphs>: expected <system", "wrong root");
-  expect_error("<system>text</system>", "unexpected text inside <system>: expected '<'",
-               "text content");
-  expect_error("<system>\n<!-- never closed", "case.xml:2: malformed XML: comment is never closed",
-               "open comment");
-  char deep[4096] = "";
-  for (int i = 0; i < 70; i++) strcat(deep, "<a>");
-  expect_error(deep, "nested deeper than 64 levels", "deep nesting");
-  expect_error(
-      "<system>\n<cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\"><gpu dev=\"0\" sm=\"90\">\n"
-      "<nvlink target=\"0000:02:00.0\" tclass=\"0x030200\"/></gpu></pci></cpu></system>",
-      "case.xml:4: <nvlink> has no count attribute", "nvlink without count");
-  expect_error("<system>\n<cpu numaid=\"0\"/>\n<cpu numaid=\"0\"/>\n</system>",
-               "case.xml:3: <cpu numaid=\"0\"> appears twice (also line 2)", "duplicate cpu");
+  for (size_t i = 0; i < sizeof malformed_cases / sizeof malformed_cases[0]; i++)
+    expect_error(&malformed_cases[i]);
+  test_limits();
   /* A missing file names itself. */
   struct xml_doc* doc = NULL;
   TEST_EXPECT_RES(xml_parse_file("/nonexistent/topo.xml", &doc), ncclSystemError);

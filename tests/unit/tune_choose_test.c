@@ -5,7 +5,9 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "core/debug.h"
 #include "core/error.h"
 #include "core/param.h"
 #include "graph/topo.h"
@@ -208,6 +210,67 @@ static void test_overrides(void) {
   braid_param_reload();
 }
 
+/* The INFO log of a choice (BRAID_DEBUG_SUBSYS=TUNING), read back from BRAID_DEBUG_FILE. */
+static char* explain(const struct braid_topo* topo, braid_coll_t coll, size_t bytes, unsigned amask,
+                     unsigned pmask) {
+  char path[] = "/tmp/braid_tune_log_XXXXXX";
+  int fd = mkstemp(path);
+  static char text[4096];
+  text[0] = '\0';
+  if (fd < 0) return text;
+  close(fd);
+  setenv("BRAID_DEBUG", "INFO", 1);
+  setenv("BRAID_DEBUG_SUBSYS", "TUNING", 1);
+  setenv("BRAID_DEBUG_FILE", path, 1);
+  braid_log_reset();
+  choose(topo, coll, bytes, amask, pmask);
+  setenv("BRAID_DEBUG", "NONE", 1);
+  unsetenv("BRAID_DEBUG_SUBSYS");
+  unsetenv("BRAID_DEBUG_FILE");
+  braid_log_reset(); /* closes the file */
+  FILE* f = fopen(path, "r");
+  size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+  text[n] = '\0';
+  if (f) fclose(f);
+  unlink(path);
+  return text;
+}
+
+static void expect_line(const char* text, const char* want, const char* what) {
+  TEST_CHECK(strstr(text, want) != NULL, "%s: the log line lacks \"%s\":\n%s", what, want, text);
+}
+
+static void test_explain(void) {
+  struct braid_topo* topo = build("h200x8_nvswitch.xml", 1, 8);
+  if (topo == NULL) return;
+  const char* text = explain(topo, BRAID_COLL_ALLREDUCE, 1 << 20, ALL_ALGOS, ALL_PROTOS);
+  int lines = 0;
+  for (const char* c = text; *c; c++) lines += *c == '\n';
+  TEST_CHECK(lines == 1, "one choice, %d log lines:\n%s", lines, text);
+  expect_line(text, "BRAID INFO TUNING AllReduce 1048576 B on 8 ranks: Ring/LL128, ", "1 MiB");
+  expect_line(text, "us predicted (", "1 MiB");
+  expect_line(text, "us latency + ", "1 MiB");
+  expect_line(text, "Ring/Simple ", "1 MiB");
+  expect_line(text, "Tree/LL128 ", "1 MiB");
+  text = explain(topo, BRAID_COLL_ALLREDUCE, 1 << 20, RING, SIMPLE);
+  expect_line(text, ": Ring/Simple, ", "Simple only");
+  expect_line(text, "Ring/LL128 ", "Simple only");
+  expect_line(text, "(excluded: caller cannot run it)", "Simple only");
+  topo_free(topo);
+  topo = build_with("BRAID_PROTO", "Simple", "h200x8_nvswitch.xml", 1, 8);
+  text = explain(topo, BRAID_COLL_ALLREDUCE, 8, ALL_ALGOS, ALL_PROTOS);
+  expect_line(text, "AllReduce 8 B on 8 ranks: Ring/Simple", "BRAID_PROTO=Simple");
+  expect_line(text, "Ring/LL ", "BRAID_PROTO=Simple");
+  expect_line(text, "(excluded: BRAID_PROTO)", "BRAID_PROTO=Simple");
+  topo_free(topo);
+  /* PCIe: LL128 is the topology's to exclude, and is not even listed (no bandwidth there). */
+  topo = build("pcie_4gpu_2socket.xml", 1, 4);
+  text = explain(topo, BRAID_COLL_ALLGATHER, 8, ALL_ALGOS, ALL_PROTOS);
+  expect_line(text, "AllGather 8 B on 4 ranks: Ring/LL, ", "PCIe");
+  TEST_CHECK(strstr(text, "LL128") == NULL, "PCIe: LL128 listed:\n%s", text);
+  topo_free(topo);
+}
+
 int main(void) {
   setenv("BRAID_DEBUG", "NONE", 1); /* the override mistakes WARN by design */
   braid_param_reload();
@@ -216,5 +279,6 @@ int main(void) {
   test_multi_host();
   test_masks();
   test_overrides();
+  test_explain();
   return test_summary();
 }

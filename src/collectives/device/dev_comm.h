@@ -33,13 +33,29 @@ extern "C" {
 
 struct braid_dev_conn {
   char* buff;          /* BRAID_STEPS slots of slot_bytes, in the receiver's memory */
-  uint64_t* tail;      /* steps filled: written by the sender */
-  uint64_t* head;      /* steps drained: written by the receiver */
+  char* ll_buff;       /* BRAID_STEPS LL slots of ll_slot_bytes, or NULL: no LL on this link */
+  uint64_t* tail;      /* steps filled (Simple): written by the sender */
+  uint64_t* head;      /* steps drained (every protocol): written by the receiver */
   uint64_t step;       /* this end's next step (persists across kernels) */
   uint64_t seen_head;  /* sender: the head value it last read (saves a remote read per launch) */
   uint32_t slot_bytes; /* bytes per slot, a multiple of 16 */
+  uint32_t ll_slot_bytes; /* bytes of LL lines per slot (half of it is data), a multiple of 16 */
   uint32_t connected;
+  uint32_t pad;
 };
+
+/*
+ * The LL protocol. A line is 16 bytes: 8 bytes of data split in two 4-byte
+ * halves, each followed by a 4-byte flag, written with one 16-byte store, so
+ * a receiver that sees both flags equal to the step's flag sees the data too,
+ * without a fence or a tail counter. Steps and `head` are shared with the
+ * Simple protocol: step s uses slot s % BRAID_STEPS of whichever buffer its
+ * protocol owns, and `head` frees the slot for step s + BRAID_STEPS either
+ * way, so the protocols can alternate from one operation to the next.
+ */
+#define BRAID_LL_SLOT_BYTES (32 << 10)       /* lines per slot: 2048, carrying 16 KiB */
+#define BRAID_LL_BYTES (BRAID_STEPS * BRAID_LL_SLOT_BYTES)
+#define BRAID_LL_FLAG(step) ((uint32_t)((step) + 1))
 
 struct braid_dev_channel {
   int ring_prev;
@@ -73,6 +89,8 @@ typedef enum {
 
 /* Work flags. */
 #define BRAID_WORK_SCALAR_DEVICE 0x1 /* `scalar` is a device pointer to the premul scalar */
+#define BRAID_WORK_SEND_LL 0x2       /* SendRecv: the send half uses LL (else Simple) */
+#define BRAID_WORK_RECV_LL 0x4       /* SendRecv: the receive half uses LL (else Simple) */
 
 /*
  * One operation of a launch. Collectives: every block b with

@@ -17,18 +17,44 @@
 
 namespace braid {
 
-/* A byte-moving collective over the channel's ring. */
+/* A byte-moving collective over the channel's ring, with protocol P. */
+template <typename P>
+__device__ __forceinline__ void copy_coll_ring(P& p, const struct braid_work& w,
+                                               struct braid_dev_comm* comm,
+                                               struct braid_dev_channel* chan, int ch) {
+  if (w.coll == BRAID_COLL_ALLGATHER)
+    ring_allgather<uint8_t>(p, w, comm->nranks, chan->ring_ranks, ch);
+  else
+    ring_broadcast<uint8_t>(p, w, comm->nranks, chan->ring_ranks, ch);
+  p.save();
+}
+
 static __device__ __noinline__ void copy_coll_run(const struct braid_work& w, struct braid_dev_comm* comm,
-                                           struct braid_dev_channel* chan, int ch,
-                                           volatile int* aborted) {
+                                                  struct braid_dev_channel* chan, int ch,
+                                                  volatile int* aborted) {
   typedef uint8_t T;
   typedef op_copy<T> Op;
-  prims_simple<T, Op> p(threadIdx.x, blockDim.x, BRAID_BARRIER_BLOCK, Op(), &chan->ring_recv,
-                        &chan->ring_send, comm->abort_flag, aborted);
-  if (w.coll == BRAID_COLL_ALLGATHER)
-    ring_allgather(p, w, comm->nranks, chan->ring_ranks, ch);
-  else
-    ring_broadcast(p, w, comm->nranks, chan->ring_ranks, ch);
+  if (w.proto == BRAID_PROTO_LL) {
+    prims_ll<T, Op> p(threadIdx.x, blockDim.x, BRAID_BARRIER_BLOCK, Op(), &chan->ring_recv,
+                      &chan->ring_send, comm->abort_flag, aborted);
+    copy_coll_ring(p, w, comm, chan, ch);
+  } else {
+    prims_simple<T, Op> p(threadIdx.x, blockDim.x, BRAID_BARRIER_BLOCK, Op(), &chan->ring_recv,
+                          &chan->ring_send, comm->abort_flag, aborted);
+    copy_coll_ring(p, w, comm, chan, ch);
+  }
+}
+
+/* A reduction over the channel's ring, with protocol P. */
+template <typename T, typename P>
+__device__ __forceinline__ void reduce_coll_ring(P& p, const struct braid_work& w,
+                                                 struct braid_dev_comm* comm,
+                                                 struct braid_dev_channel* chan, int ch) {
+  switch (w.coll) {
+    case BRAID_COLL_ALLREDUCE: ring_allreduce<T>(p, w, comm->nranks, chan->ring_ranks, ch); break;
+    case BRAID_COLL_REDUCESCATTER: ring_reducescatter<T>(p, w, comm->nranks, chan->ring_ranks, ch); break;
+    default: ring_reduce<T>(p, w, comm->nranks, chan->ring_ranks, ch); break;
+  }
   p.save();
 }
 
@@ -42,21 +68,29 @@ __device__ void reduce_coll_run(const struct braid_work& w, struct braid_dev_com
     memcpy(&scalar, &v, sizeof(T));
   }
   Op op(scalar, comm->nranks);
-  prims_simple<T, Op> p(threadIdx.x, blockDim.x, BRAID_BARRIER_BLOCK, op, &chan->ring_recv,
-                        &chan->ring_send, comm->abort_flag, aborted);
-  switch (w.coll) {
-    case BRAID_COLL_ALLREDUCE: ring_allreduce(p, w, comm->nranks, chan->ring_ranks, ch); break;
-    case BRAID_COLL_REDUCESCATTER: ring_reducescatter(p, w, comm->nranks, chan->ring_ranks, ch); break;
-    default: ring_reduce(p, w, comm->nranks, chan->ring_ranks, ch); break;
+  if (w.proto == BRAID_PROTO_LL) {
+    prims_ll<T, Op> p(threadIdx.x, blockDim.x, BRAID_BARRIER_BLOCK, op, &chan->ring_recv,
+                      &chan->ring_send, comm->abort_flag, aborted);
+    if (w.coll == BRAID_COLL_ALLREDUCE && comm->nranks == 2) {
+      pair_allreduce_ll(p, w, comm->rank, chan->ring_next, ch);
+      p.save();
+    } else {
+      reduce_coll_ring<T>(p, w, comm, chan, ch);
+    }
+  } else {
+    prims_simple<T, Op> p(threadIdx.x, blockDim.x, BRAID_BARRIER_BLOCK, op, &chan->ring_recv,
+                          &chan->ring_send, comm->abort_flag, aborted);
+    reduce_coll_ring<T>(p, w, comm, chan, ch);
   }
-  p.save();
 }
 
 template <typename T, typename Op>
 __device__ __forceinline__ void work_run(const struct braid_work& w, struct braid_dev_comm* comm,
                                          volatile int* aborted) {
   const int ch = blockIdx.x - w.channel_lo;
-  struct braid_dev_channel* chan = &comm->channels[blockIdx.x];
+  /* Blocks past the channels (a rank's copy to itself) have no connections. */
+  struct braid_dev_channel* chan =
+      blockIdx.x < BRAID_MAX_CHANNELS ? &comm->channels[blockIdx.x] : nullptr;
   switch (w.coll) {
     case BRAID_COLL_ALLREDUCE:
     case BRAID_COLL_REDUCESCATTER:

@@ -20,56 +20,14 @@
 #ifndef BRAID_DEVICE_PRIMS_SIMPLE_H
 #define BRAID_DEVICE_PRIMS_SIMPLE_H
 
-#include "collectives/device/reduce_copy.h"
+#include "collectives/device/prims_common.h"
 
 namespace braid {
-
-#define BRAID_UNROLL 4
-#define BRAID_ABORT_CHECK_SPINS 1024
-
-__device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void st_release_sys(uint64_t* p, uint64_t v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
-__device__ __forceinline__ void group_barrier(int id, int nthreads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(nthreads) : "memory");
-}
-
-/* One end of a connection as a running group sees it. */
-struct conn_end {
-  struct braid_dev_conn* global; /* where `step` is saved at the end */
-  char* buff;
-  uint64_t* tail;
-  uint64_t* head;
-  uint64_t step;
-  uint64_t seen_head; /* sender: the last head value read */
-  uint32_t slot_bytes;
-};
-
-__device__ __forceinline__ void conn_end_load(conn_end* c, struct braid_dev_conn* g) {
-  c->global = g;
-  c->buff = g->buff;
-  c->tail = g->tail;
-  c->head = g->head;
-  c->step = g->step;
-  c->seen_head = g->seen_head;
-  c->slot_bytes = g->slot_bytes;
-}
-
-template <typename T>
-__device__ __forceinline__ T* conn_slot(const conn_end& c) {
-  return (T*)(c.buff + (size_t)(c.step % BRAID_STEPS) * c.slot_bytes);
-}
 
 /* A group of threads running Simple-protocol steps over up to one recv and one send connection. */
 template <typename T, typename Op>
 struct prims_simple {
+  typedef Op op_type;
   int tid;          /* index within the group */
   int nthreads;     /* threads in the group */
   int barrier_id;   /* named barrier of the group (1..15) */
@@ -102,16 +60,7 @@ struct prims_simple {
         }
       }
     }
-    if (need_send) {
-      while (send.seen_head + BRAID_STEPS < send.step + 1) {
-        send.seen_head = ld_acquire_sys(send.head);
-        if (send.seen_head + BRAID_STEPS >= send.step + 1) break;
-        if (++spins == BRAID_ABORT_CHECK_SPINS) {
-          spins = 0;
-          if (*abort_flag) return false;
-        }
-      }
-    }
+    if (need_send && !conn_wait_credit(&send, abort_flag)) return false;
     return true;
   }
 
@@ -161,13 +110,9 @@ struct prims_simple {
 
   /* Saves the steps for the next kernel. Call once, after the last step. */
   __device__ void save() {
-    if (tid == 0) {
-      if (has_recv) recv.global->step = recv.step;
-      if (has_send) {
-        send.global->step = send.step;
-        send.global->seen_head = send.seen_head;
-      }
-    }
+    if (tid != 0) return;
+    if (has_recv) conn_end_save(recv, false);
+    if (has_send) conn_end_save(send, true);
   }
 
   /* The named primitives of the ring algorithms. */

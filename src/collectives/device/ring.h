@@ -11,6 +11,7 @@
 #ifndef BRAID_DEVICE_RING_H
 #define BRAID_DEVICE_RING_H
 
+#include "collectives/device/prims_ll.h"
 #include "collectives/device/prims_simple.h"
 
 namespace braid {
@@ -58,15 +59,15 @@ __device__ __forceinline__ segments ring_segments(int64_t off, int64_t total, in
   return {off, seg, rem};
 }
 
-/* A single rank: out = post(pre(in)). */
+/* A single rank: out = post(pre(in)). Also the copies of byte-moving collectives. */
 template <typename T, typename Op>
 __device__ void local_reduce_copy(const Op& op, const T* in, T* out, int64_t n) {
   reduce_copy<BRAID_UNROLL, T, Op, 1, 1, Op::has_pre, Op::has_post>(threadIdx.x, blockDim.x, op, in,
                                                                     nullptr, out, nullptr, n);
 }
 
-template <typename T, typename Op>
-__device__ void ring_allreduce(prims_simple<T, Op>& p, const struct braid_work& w, int n,
+template <typename T, typename P>
+__device__ void ring_allreduce(P& p, const struct braid_work& w, int n,
                                const int* rr, int ch) {
   elem_range r = channel_range<T>(w.count, w.nchannels, ch);
   const T* in = (const T*)w.sendbuff + r.begin;
@@ -95,8 +96,27 @@ __device__ void ring_allreduce(prims_simple<T, Op>& p, const struct braid_work& 
   }
 }
 
+/*
+ * All-reduce of two ranks with LL: each sends its whole share and reduces
+ * the peer's with its own in one step, where the ring needs two hops (the
+ * bytes on the link are the same). Both ranks combine in rank order, so
+ * they hold identical results.
+ */
 template <typename T, typename Op>
-__device__ void ring_reducescatter(prims_simple<T, Op>& p, const struct braid_work& w, int n,
+__device__ void pair_allreduce_ll(prims_ll<T, Op>& p, const struct braid_work& w, int rank,
+                                  int peer, int ch) {
+  elem_range r = channel_range<T>(w.count, w.nchannels, ch);
+  const T* in = (const T*)w.sendbuff + r.begin;
+  T* out = (T*)w.recvbuff + r.begin;
+  const int64_t chunk = chunk_elems<T>(w.chunk_bytes);
+  for (int64_t off = 0; off < r.count; off += chunk) {
+    int64_t len = r.count - off < chunk ? r.count - off : chunk;
+    if (!p.exchange_reduce(in + off, out + off, len, rank < peer)) return;
+  }
+}
+
+template <typename T, typename P>
+__device__ void ring_reducescatter(P& p, const struct braid_work& w, int n,
                                    const int* rr, int ch) {
   elem_range r = channel_range<T>(w.count, w.nchannels, ch);
   const T* in = (const T*)w.sendbuff + r.begin;
@@ -120,8 +140,8 @@ __device__ void ring_reducescatter(prims_simple<T, Op>& p, const struct braid_wo
   }
 }
 
-template <typename T, typename Op>
-__device__ void ring_allgather(prims_simple<T, Op>& p, const struct braid_work& w, int n,
+template <typename T, typename P>
+__device__ void ring_allgather(P& p, const struct braid_work& w, int n,
                                const int* rr, int ch) {
   elem_range r = channel_range<T>(w.count, w.nchannels, ch);
   const T* in = (const T*)w.sendbuff + r.begin;
@@ -147,8 +167,8 @@ __device__ void ring_allgather(prims_simple<T, Op>& p, const struct braid_work& 
   }
 }
 
-template <typename T, typename Op>
-__device__ void ring_broadcast(prims_simple<T, Op>& p, const struct braid_work& w, int n,
+template <typename T, typename P>
+__device__ void ring_broadcast(P& p, const struct braid_work& w, int n,
                                const int* rr, int ch) {
   elem_range r = channel_range<T>(w.count, w.nchannels, ch);
   const T* in = (const T*)w.sendbuff + r.begin;
@@ -172,8 +192,8 @@ __device__ void ring_broadcast(prims_simple<T, Op>& p, const struct braid_work& 
   }
 }
 
-template <typename T, typename Op>
-__device__ void ring_reduce(prims_simple<T, Op>& p, const struct braid_work& w, int n,
+template <typename T, typename P>
+__device__ void ring_reduce(P& p, const struct braid_work& w, int n,
                             const int* rr, int ch) {
   elem_range r = channel_range<T>(w.count, w.nchannels, ch);
   const T* in = (const T*)w.sendbuff + r.begin;

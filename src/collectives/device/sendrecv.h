@@ -17,11 +17,33 @@ namespace braid {
 #define BRAID_BARRIER_SEND 2
 #define BRAID_BARRIER_RECV 3
 
+/* One half's share [r.begin, r.begin + r.count) of the bytes, in steps of `chunk`. */
+template <typename P>
+__device__ __forceinline__ void sendrecv_half(P& p, const struct braid_work& w, bool sender,
+                                              elem_range r, int64_t chunk) {
+  for (int64_t off = 0; off < r.count; off += chunk) {
+    int64_t len = r.count - off < chunk ? r.count - off : chunk;
+    bool ok = sender ? p.send_from((const uint8_t*)w.sendbuff + r.begin + off, len)
+                     : p.recv_to((uint8_t*)w.recvbuff + r.begin + off, len);
+    if (!ok) return;
+  }
+  p.save();
+}
+
 static __device__ __noinline__ void sendrecv_run(const struct braid_work& w, struct braid_dev_comm* comm,
                                           struct braid_dev_channel* chan, int ch,
                                           volatile int* aborted) {
   typedef uint8_t T;
   typedef op_copy<T> Op;
+  if (w.peer_send == comm->rank) {
+    /* Self-exchange (a send and a receive of the same size): the whole block copies. */
+    if (w.recvbuff == w.sendbuff || ch >= w.nch_send) return;
+    elem_range r = channel_range<T>((int64_t)w.count, w.nch_send, ch);
+    reduce_copy<BRAID_UNROLL, T, Op, 1, 1, false, false>(threadIdx.x, blockDim.x, Op(),
+                                                         (const T*)w.sendbuff + r.begin, nullptr,
+                                                         (T*)w.recvbuff + r.begin, nullptr, r.count);
+    return;
+  }
   const int half = blockDim.x / 2;
   const bool sender = threadIdx.x < half;
   const int tid = sender ? threadIdx.x : threadIdx.x - half;
@@ -32,27 +54,18 @@ static __device__ __noinline__ void sendrecv_run(const struct braid_work& w, str
   /* The receive half uses the second abort flag so the halves never race on one. */
   volatile int* my_abort = aborted + (sender ? 0 : 1);
 
-  if (peer == comm->rank) {
-    /* Self-exchange: the send half copies; the receive half has nothing to do. */
-    if (!sender || w.recvbuff == w.sendbuff) return;
-    elem_range r = channel_range<T>(bytes, nch, ch);
-    reduce_copy<BRAID_UNROLL, T, Op, 1, 1, false, false>(tid, half, Op(), (const T*)w.sendbuff + r.begin,
-                                                         nullptr, (T*)w.recvbuff + r.begin, nullptr,
-                                                         r.count);
-    return;
-  }
   struct braid_dev_conn* conn = sender ? &chan->p2p_send[peer] : &chan->p2p_recv[peer];
-  prims_simple<T, Op> p(tid, half, sender ? BRAID_BARRIER_SEND : BRAID_BARRIER_RECV, Op(),
-                        sender ? nullptr : conn, sender ? conn : nullptr, comm->abort_flag, my_abort);
   elem_range r = channel_range<T>(bytes, nch, ch);
-  const int64_t chunk = conn->slot_bytes;
-  for (int64_t off = 0; off < r.count; off += chunk) {
-    int64_t len = r.count - off < chunk ? r.count - off : chunk;
-    bool ok = sender ? p.send_from((const T*)w.sendbuff + r.begin + off, len)
-                     : p.recv_to((T*)w.recvbuff + r.begin + off, len);
-    if (!ok) return;
+  const int barrier = sender ? BRAID_BARRIER_SEND : BRAID_BARRIER_RECV;
+  struct braid_dev_conn* rc = sender ? nullptr : conn;
+  struct braid_dev_conn* sc = sender ? conn : nullptr;
+  if (w.flags & (sender ? BRAID_WORK_SEND_LL : BRAID_WORK_RECV_LL)) {
+    prims_ll<T, Op> p(tid, half, barrier, Op(), rc, sc, comm->abort_flag, my_abort);
+    sendrecv_half(p, w, sender, r, conn->ll_slot_bytes / 2);
+  } else {
+    prims_simple<T, Op> p(tid, half, barrier, Op(), rc, sc, comm->abort_flag, my_abort);
+    sendrecv_half(p, w, sender, r, conn->slot_bytes);
   }
-  p.save();
 }
 
 }  // namespace braid

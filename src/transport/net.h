@@ -1,0 +1,140 @@
+/*
+ * Net backends: how bytes leave the host. A backend is one ops table
+ * (size first, append-only, every slot filled) in one file or folder:
+ * net_socket.c (TCP, always built), net_ib.c (rdma-core verbs, dlopen),
+ * net_ofi.c (libfabric, dlopen). The proxy thread (core/proxy.c) is the only
+ * caller of the data-path slots; the net transport (net.c) sets connections
+ * up; tests/mp/net_conformance_test.c runs one suite over every backend.
+ *
+ * The model is NCCL's net plugin model, minus tags:
+ *   - a receiver listens on a device and hands the opaque `handle` to the
+ *     sender out of band (the bootstrap); the sender connects to it; the
+ *     receiver accepts. Every connection presents the job's key
+ *     (BRAID_NET_KEY_BYTES, the bootstrap secret); the listener closes and
+ *     logs (WARN, with the remote address) any connection without it.
+ *   - connect and accept never block for long: they return with the comm
+ *     NULL when the other side is not there yet; call again.
+ *   - isend/irecv post one message each and return a request, or NULL when
+ *     the comm has max_requests outstanding already (call again later).
+ *     Messages of one comm are matched in order: the n-th isend fills the
+ *     n-th irecv. A receive may be larger than the message; smaller is an
+ *     error (truncation).
+ *   - test completes a request (done = 1 frees it; size: bytes moved). Any
+ *     order of testing is allowed. A peer that died or closed turns into an
+ *     error from test (ncclRemoteError) within seconds, never a hang.
+ *   - memory is registered before use (a no-op for sockets); GPU memory only
+ *     where props.ptr_support says so.
+ *
+ * Threading: one comm is driven by one thread at a time (the proxy); init
+ * and listen/connect of different comms may run on different threads.
+ */
+#ifndef BRAID_TRANSPORT_NET_H
+#define BRAID_TRANSPORT_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+
+#define BRAID_NET_HANDLE_BYTES 128
+#define BRAID_NET_KEY_BYTES 16
+#define BRAID_NET_MAX_DEVS 32
+
+/* What memory a backend can send from / receive into (props.ptr_support). */
+#define BRAID_NET_PTR_HOST 0x1
+#define BRAID_NET_PTR_CUDA 0x2   /* GPUDirect RDMA through peer memory (nvidia-peermem) */
+#define BRAID_NET_PTR_DMABUF 0x4 /* GPUDirect RDMA through dma-buf (reg_mr_dmabuf) */
+
+struct braid_net_props {
+  char name[64];        /* "eth0", "mlx5_0:1", "lo (tcp;ofi_rxm)" */
+  char pci_path[256];   /* sysfs path of the PCI device; "" when virtual */
+  int speed_mbps;
+  int latency_us;       /* a rough figure for the tuning model */
+  int port;             /* IB port; 0 elsewhere */
+  unsigned ptr_support; /* BRAID_NET_PTR_* */
+  int max_requests;     /* outstanding isend/irecv per comm */
+  size_t max_bytes;     /* largest message */
+};
+
+struct braid_net_ops {
+  size_t size;      /* sizeof(struct braid_net_ops): tables only grow by appending */
+  const char* name; /* "Socket", "IB", "OFI" (BRAID_NET matches it, case-insensitive) */
+  /*
+   * Loads what the backend needs and counts its devices. Idempotent and
+   * thread-safe. A backend that cannot run here returns ncclSuccess with
+   * *ndev = 0 and says why in `why` ("libibverbs.so.1 not found", "not
+   * built: no rdma/fabric.h at build time", "no device"); it logs nothing
+   * itself, so probing is quiet.
+   */
+  ncclResult_t (*init)(int* ndev, char* why, size_t why_size);
+  /* Fills *props for device `dev` (0 <= dev < ndev). */
+  ncclResult_t (*get_properties)(int dev, struct braid_net_props* props);
+  /*
+   * Listens on `dev` for connections presenting `key`; writes what a sender
+   * needs into `handle` (BRAID_NET_HANDLE_BYTES). The listen comm is the
+   * caller's until close_listen.
+   */
+  ncclResult_t (*listen)(int dev, const uint8_t* key, void* handle, void** listen_comm);
+  /*
+   * Connects to a listener's `handle`, presenting `key`, without blocking
+   * for long (a fraction of a second at most). *send_comm stays NULL while
+   * the connection is not established yet: call again with the same handle,
+   * in which the backend keeps its progress (it is the caller's copy), or
+   * give up with connect_abandon. Fails when the listener refuses for good
+   * (the message names its address).
+   */
+  ncclResult_t (*connect)(int dev, const uint8_t* key, void* handle, void** send_comm);
+  /* Releases what an unfinished connect keeps in `handle`; harmless when there is nothing. */
+  void (*connect_abandon)(void* handle);
+  /*
+   * The next connection made to the listener with the right key, or NULL
+   * (call again). Connections with a wrong key are dropped and logged here.
+   */
+  ncclResult_t (*accept)(void* listen_comm, void** recv_comm);
+  /* Registers `data` (host memory, or GPU memory when `is_cuda`) for use on `comm`. */
+  ncclResult_t (*reg_mr)(void* comm, void* data, size_t size, int is_cuda, void** mhandle);
+  /* The same for GPU memory exported as a dma-buf; ncclInternalError where unsupported. */
+  ncclResult_t (*reg_mr_dmabuf)(void* comm, void* data, size_t size, uint64_t offset, int fd,
+                                void** mhandle);
+  /* Releases a registration; the memory must not be in use by a request. */
+  ncclResult_t (*dereg_mr)(void* comm, void* mhandle);
+  /* Posts one message; *request NULL: too many outstanding, call again. `data` stays ours until done. */
+  ncclResult_t (*isend)(void* send_comm, void* data, size_t size, void* mhandle, void** request);
+  /* Posts one receive of at most `size` bytes; *request NULL: call again. */
+  ncclResult_t (*irecv)(void* recv_comm, void* data, size_t size, void* mhandle, void** request);
+  /*
+   * Makes received GPU data visible to the GPU (GPUDirect RDMA); *request
+   * NULL when nothing needs flushing (host memory, or the backend orders
+   * writes itself). Test it like a receive.
+   */
+  ncclResult_t (*iflush)(void* recv_comm, void* data, size_t size, void* mhandle, void** request);
+  /* *done = 1 when the request finished (it is freed then); *size (may be NULL): bytes moved. */
+  ncclResult_t (*test)(void* request, int* done, size_t* size);
+  /* Close a comm; outstanding requests are abandoned. Never fail on a peer already gone. */
+  ncclResult_t (*close_send)(void* send_comm);
+  ncclResult_t (*close_recv)(void* recv_comm);
+  ncclResult_t (*close_listen)(void* listen_comm);
+};
+
+extern const struct braid_net_ops braid_net_socket;
+extern const struct braid_net_ops braid_net_ib;
+extern const struct braid_net_ops braid_net_ofi;
+
+/* Every backend this build knows, in order of preference for the default choice. */
+int net_backend_count(void);
+const struct braid_net_ops* net_backend_at(int index);
+/* The backend called `name` (case-insensitive), or NULL. */
+const struct braid_net_ops* net_backend_find(const char* name);
+
+/*
+ * The backend the process uses (chosen once, logged at INFO with why):
+ * BRAID_NET / NCCL_NET when set (failing, with the reason, if that backend
+ * cannot run here), else IB when it has a usable port, else Socket. OFI is
+ * used only when asked for.
+ */
+ncclResult_t net_backend_select(const struct braid_net_ops** out, int* ndev);
+
+/* A stub for an ops slot a backend does not implement: fails with ncclInternalError. */
+ncclResult_t net_unsupported(const char* backend, const char* what);
+
+#endif

@@ -1,0 +1,109 @@
+/*
+ * The list of net backends and the process's choice among them
+ * (BRAID_NET / NCCL_NET, else IB when a port is usable, else Socket). The
+ * choice is made once per process and logged with the reason, so a job log
+ * always says which network carried the data and why.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <strings.h>
+
+#include "core/debug.h"
+#include "core/error.h"
+#include "core/param.h"
+#include "core/utils.h"
+#include "transport/net.h"
+
+/* Preference order of the default choice; OFI is listed but only taken when asked for. */
+static const struct braid_net_ops* const backends[] = {&braid_net_ib, &braid_net_socket,
+                                                       &braid_net_ofi};
+
+int net_backend_count(void) { return (int)BRAID_ARRAY_LEN(backends); }
+
+const struct braid_net_ops* net_backend_at(int index) {
+  return index >= 0 && index < net_backend_count() ? backends[index] : NULL;
+}
+
+const struct braid_net_ops* net_backend_find(const char* name) {
+  for (int i = 0; name && i < net_backend_count(); i++)
+    if (strcasecmp(backends[i]->name, name) == 0) return backends[i];
+  return NULL;
+}
+
+ncclResult_t net_unsupported(const char* backend, const char* what) {
+  return braid_err(ncclInternalError, "net %s: %s is not supported by this backend", backend, what);
+}
+
+static struct {
+  pthread_mutex_t lock;
+  int chosen;
+  ncclResult_t res;
+  const struct braid_net_ops* ops;
+  int ndev;
+  char why[BRAID_ERROR_MAX]; /* the first attempt's error, repeated to later callers */
+} selected = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static const char* net_param_name(void) {
+  return braid_param_source(BRAID_P_NET) == BRAID_PARAM_FROM_NCCL_ENV ? "NCCL_NET" : "BRAID_NET";
+}
+
+/* The backend the user named; fails with the reason when it cannot run here. */
+static ncclResult_t net_select_named(const char* name) {
+  char why[256] = "";
+  int ndev = 0;
+  const struct braid_net_ops* ops = net_backend_find(name);
+  if (ops == NULL)
+    return braid_err(ncclInvalidUsage, "%s=\"%s\" names no network backend; use Socket, IB or OFI",
+                     net_param_name(), name);
+  ncclResult_t res = ops->init(&ndev, why, sizeof why);
+  if (res != ncclSuccess) return res;
+  if (ndev == 0)
+    return braid_err(ncclSystemError, "%s=%s, but the %s backend cannot run here: %s",
+                     net_param_name(), name, ops->name, why);
+  selected.ops = ops;
+  selected.ndev = ndev;
+  INFO(BRAID_LOG_INIT, "NET/%s selected: %s=%s (%d device%s)", ops->name,
+       net_param_name(), name, ndev, ndev == 1 ? "" : "s");
+  return ncclSuccess;
+}
+
+/* IB when it has a usable port, else Socket; the log line says why IB was passed over. */
+static ncclResult_t net_select_default(void) {
+  char why[256] = "", sock_why[256] = "";
+  int ndev = 0;
+  ncclResult_t res = braid_net_ib.init(&ndev, why, sizeof why);
+  if (res == ncclSuccess && ndev > 0) {
+    selected.ops = &braid_net_ib;
+    selected.ndev = ndev;
+    INFO(BRAID_LOG_INIT,
+         "NET/IB selected: %d usable InfiniBand/RoCE port%s (set BRAID_NET=Socket to use TCP)",
+         ndev, ndev == 1 ? "" : "s");
+    return ncclSuccess;
+  }
+  res = braid_net_socket.init(&selected.ndev, sock_why, sizeof sock_why);
+  if (res != ncclSuccess) return res;
+  if (selected.ndev == 0)
+    return braid_err(ncclSystemError, "no network backend can run here: IB: %s; Socket: %s", why,
+                     sock_why);
+  selected.ops = &braid_net_socket;
+  INFO(BRAID_LOG_INIT, "NET/Socket selected: IB not usable (%s); %d interface%s",
+       why, selected.ndev, selected.ndev == 1 ? "" : "s");
+  return ncclSuccess;
+}
+
+ncclResult_t net_backend_select(const struct braid_net_ops** out, int* ndev) {
+  pthread_mutex_lock(&selected.lock);
+  int first = !selected.chosen;
+  if (first) {
+    const char* name = braid_param_str(BRAID_P_NET);
+    selected.res = (name && name[0]) ? net_select_named(name) : net_select_default();
+    if (selected.res != ncclSuccess) snprintf(selected.why, sizeof selected.why, "%s", braid_err_last());
+    selected.chosen = 1;
+  }
+  ncclResult_t res = selected.res;
+  *out = selected.ops;
+  *ndev = selected.ndev;
+  pthread_mutex_unlock(&selected.lock);
+  if (res != ncclSuccess && !first) return braid_err(res, "%s", selected.why); /* again, for this caller */
+  return res;
+}

@@ -1,0 +1,61 @@
+/*
+ * libibverbs loaded at run time (see net_ib_verbs.h): one library serves
+ * machines with and without rdma-core. Built only with infiniband/verbs.h.
+ */
+#ifdef BRAID_HAVE_IBVERBS
+
+#include "transport/net_ib_verbs.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+
+struct ib_fns ibv_fn;
+
+static void* ib_lib;
+
+/* Required symbols; ibv_reg_dmabuf_mr is optional (rdma-core 34 and later). */
+static const struct {
+  const char* name;
+  void** slot;
+} ib_syms[] = {
+  {"ibv_get_device_list", (void**)&ibv_fn.get_device_list},
+  {"ibv_free_device_list", (void**)&ibv_fn.free_device_list},
+  {"ibv_get_device_name", (void**)&ibv_fn.get_device_name},
+  {"ibv_open_device", (void**)&ibv_fn.open_device},
+  {"ibv_close_device", (void**)&ibv_fn.close_device},
+  {"ibv_query_device", (void**)&ibv_fn.query_device},
+  {"ibv_query_port", (void**)&ibv_fn.query_port},
+  {"ibv_query_gid", (void**)&ibv_fn.query_gid},
+  {"ibv_alloc_pd", (void**)&ibv_fn.alloc_pd},
+  {"ibv_dealloc_pd", (void**)&ibv_fn.dealloc_pd},
+  {"ibv_reg_mr", (void**)&ibv_fn.reg_mr},
+  {"ibv_dereg_mr", (void**)&ibv_fn.dereg_mr},
+  {"ibv_create_cq", (void**)&ibv_fn.create_cq},
+  {"ibv_destroy_cq", (void**)&ibv_fn.destroy_cq},
+  {"ibv_create_qp", (void**)&ibv_fn.create_qp},
+  {"ibv_destroy_qp", (void**)&ibv_fn.destroy_qp},
+  {"ibv_modify_qp", (void**)&ibv_fn.modify_qp},
+  {"ibv_wc_status_str", (void**)&ibv_fn.wc_status_str},
+};
+
+int ib_verbs_load(char* why, size_t why_size) {
+  if (ib_lib) return 0;
+  void* lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL) {
+    snprintf(why, why_size, "libibverbs.so.1 not found (%s); install rdma-core's libibverbs1", dlerror());
+    return -1;
+  }
+  for (size_t i = 0; i < sizeof ib_syms / sizeof ib_syms[0]; i++) {
+    *ib_syms[i].slot = dlsym(lib, ib_syms[i].name);
+    if (*ib_syms[i].slot == NULL) {
+      snprintf(why, why_size, "libibverbs.so.1 lacks %s (rdma-core too old)", ib_syms[i].name);
+      dlclose(lib);
+      return -1;
+    }
+  }
+  ibv_fn.reg_dmabuf_mr = dlsym(lib, "ibv_reg_dmabuf_mr");
+  ib_lib = lib;
+  return 0;
+}
+
+#endif /* BRAID_HAVE_IBVERBS */

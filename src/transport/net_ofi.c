@@ -1,0 +1,667 @@
+/*
+ * The OFI backend: libfabric reliable-datagram (FI_EP_RDM) endpoints with
+ * tagged messages, loaded with dlopen so that one library runs where
+ * libfabric is absent. Built only where rdma/fabric.h was found; otherwise
+ * every slot reports "not built". Tested with the "tcp;ofi_rxm" provider;
+ * BRAID_OFI_PROVIDER (alias FI_PROVIDER) picks another.
+ *
+ * A device is one fi_info of the chosen provider (one per interface). Each
+ * comm has its own endpoint, address vector and completion queue on the
+ * device's shared domain, and is progressed by reading its queue.
+ *
+ * Handshake, all with tagged messages: the listener's endpoint name is the
+ * handle. The sender makes an endpoint and sends OFI_TAG_CONNECT {key, its
+ * name}; the listener checks the key (a wrong one is dropped and logged),
+ * makes a dedicated endpoint for the connection and answers OFI_TAG_ACCEPT
+ * {its name} from it. Data messages then carry their sequence number as the
+ * tag, so the n-th send matches the n-th receive whatever the arrival order.
+ */
+#include "transport/net.h"
+
+#ifndef BRAID_HAVE_LIBFABRIC
+
+#include <stdio.h>
+
+static ncclResult_t ofi_init(int* ndev, char* why, size_t why_size) {
+  *ndev = 0;
+  snprintf(why, why_size, "not built: rdma/fabric.h (libfabric-dev) was missing at build time");
+  return ncclSuccess;
+}
+static ncclResult_t ofi_none(void) { return net_unsupported("OFI", "anything (not built)"); }
+static ncclResult_t ofi_props(int d, struct braid_net_props* p) { return ofi_none(); }
+static ncclResult_t ofi_listen(int d, const uint8_t* k, void* h, void** l) { return ofi_none(); }
+static ncclResult_t ofi_connect(int d, const uint8_t* k, void* h, void** s) { return ofi_none(); }
+static void ofi_connect_abandon(void* h) {}
+static ncclResult_t ofi_accept(void* l, void** r) { return ofi_none(); }
+static ncclResult_t ofi_reg_mr(void* c, void* d, size_t s, int cu, void** m) { return ofi_none(); }
+static ncclResult_t ofi_reg_mr_dmabuf(void* c, void* d, size_t s, uint64_t o, int fd, void** m) {
+  return ofi_none();
+}
+static ncclResult_t ofi_dereg_mr(void* c, void* m) { return ncclSuccess; }
+static ncclResult_t ofi_isend(void* c, void* d, size_t s, void* m, void** r) { return ofi_none(); }
+static ncclResult_t ofi_irecv(void* c, void* d, size_t s, void* m, void** r) { return ofi_none(); }
+static ncclResult_t ofi_iflush(void* c, void* d, size_t s, void* m, void** r) { return ofi_none(); }
+static ncclResult_t ofi_test(void* r, int* done, size_t* size) { return ofi_none(); }
+static ncclResult_t ofi_close(void* c) { return ncclSuccess; }
+#define ofi_close_send ofi_close
+#define ofi_close_recv ofi_close
+#define ofi_close_listen ofi_close
+
+#else /* BRAID_HAVE_LIBFABRIC */
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+
+#include "core/debug.h"
+#include "core/error.h"
+#include "core/param.h"
+#include "core/socket.h"
+#include "core/utils.h"
+
+#define OFI_MAGIC 0x2049464fu /* "OFI " */
+#define OFI_VERSION 1
+#define OFI_NAME_MAX 80
+#define OFI_MAX_REQS 32
+#define OFI_TAG_CTRL (1ull << 62)
+#define OFI_TAG_CONNECT (OFI_TAG_CTRL | 1)
+#define OFI_TAG_ACCEPT (OFI_TAG_CTRL | 2)
+#define OFI_TAG_PROBE (OFI_TAG_CTRL | 3)
+#define OFI_PROBE_SEC 1.0      /* a comm with requests but no completion for this long probes its peer */
+#define OFI_PROBE_FAIL_SEC 5.0 /* a probe not taken within this long means the peer is gone */
+#define OFI_BYE UINT64_MAX     /* a probe carrying this: the peer closed its end */
+#define OFI_TAG_DATA_MASK (OFI_TAG_CTRL - 1)
+#define OFI_API FI_VERSION(1, 10)
+
+/* The few real functions of libfabric; the rest are inline calls through its objects. */
+static struct {
+  int (*getinfo)(uint32_t, const char*, const char*, uint64_t, const struct fi_info*, struct fi_info**);
+  void (*freeinfo)(struct fi_info*);
+  struct fi_info* (*dupinfo)(const struct fi_info*);
+  int (*fabric)(struct fi_fabric_attr*, struct fid_fabric**, void*);
+  const char* (*strerror)(int);
+} fi;
+
+struct ofi_dev {
+  struct fi_info* info;
+  struct fid_fabric* fabric; /* opened on first use */
+  struct fid_domain* domain;
+};
+
+static struct {
+  pthread_mutex_t lock;
+  int loaded;
+  void* lib;
+  struct fi_info* list;
+  int ndev;
+  struct ofi_dev devs[BRAID_NET_MAX_DEVS];
+  char why[256];
+} ofi = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+struct ofi_handle {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t namelen;
+  char name[OFI_NAME_MAX];
+  struct ofi_comm* connecting; /* the connecting side's copy only */
+};
+_Static_assert(sizeof(struct ofi_handle) <= BRAID_NET_HANDLE_BYTES, "OFI handle must fit");
+
+struct ofi_ctrl_msg {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t namelen;
+  uint8_t key[BRAID_NET_KEY_BYTES];
+  char name[OFI_NAME_MAX];
+};
+
+struct ofi_req {
+  struct fi_context ctx; /* first: completions point back at the request */
+  struct ofi_comm* comm;
+  int used, done;
+  size_t size;
+};
+
+struct ofi_comm {
+  int dev;
+  int is_send;
+  struct fid_ep* ep;
+  struct fid_av* av;
+  struct fid_cq* cq;
+  fi_addr_t peer;
+  char self_name[OFI_NAME_MAX];
+  size_t self_len;
+  uint64_t seq;                /* data messages posted */
+  struct ofi_req reqs[OFI_MAX_REQS];
+  struct ofi_req ctrl_send, ctrl_recv; /* handshake messages */
+  struct ofi_ctrl_msg ctrl_out, ctrl_in;
+  int ctrl_recv_posted;
+  uint8_t key[BRAID_NET_KEY_BYTES]; /* listener: what connections must present */
+  ncclResult_t failed;
+  /* Liveness: a stalled comm probes its peer; a send to a dead one fails (see ofi_probe). */
+  char peer_name[OFI_NAME_MAX];
+  struct ofi_comm* prober;    /* a second endpoint the probes go out from */
+  struct ofi_req probe_send, probe_recv;
+  uint64_t probe_out, probe_in;
+  int probing;                /* the probe's receive is posted (connected data comms) */
+  int peer_done;              /* the peer said goodbye: no error, nothing more will come */
+  double last_completion;
+  double probe_started;       /* prober: when the probe in flight was first tried (0: none) */
+  int outstanding;            /* data requests posted and not yet completed */
+};
+
+/* --------------------------------------------------------------- loading */
+
+static int ofi_sym(void** out, const char* name) {
+  *out = dlsym(ofi.lib, name);
+  if (*out == NULL) snprintf(ofi.why, sizeof ofi.why, "libfabric.so.1 lacks %s", name);
+  return *out != NULL;
+}
+
+static int ofi_load_lib(void) {
+  ofi.lib = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (ofi.lib == NULL) {
+    snprintf(ofi.why, sizeof ofi.why, "libfabric.so.1 not found (%s)", dlerror());
+    return 0;
+  }
+  return ofi_sym((void**)&fi.getinfo, "fi_getinfo") && ofi_sym((void**)&fi.freeinfo, "fi_freeinfo") &&
+         ofi_sym((void**)&fi.dupinfo, "fi_dupinfo") && ofi_sym((void**)&fi.fabric, "fi_fabric") &&
+         ofi_sym((void**)&fi.strerror, "fi_strerror");
+}
+
+/* One device per domain of the first provider that offers tagged reliable datagrams. */
+static void ofi_find_devices(void) {
+  struct fi_info* hints = fi.dupinfo(NULL);
+  const char* prov = braid_param_str(BRAID_P_OFI_PROVIDER);
+  if (hints == NULL) return;
+  hints->caps = FI_TAGGED | FI_MSG;
+  hints->mode = FI_CONTEXT;
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->domain_attr->threading = FI_THREAD_SAFE;
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  if (prov && prov[0]) hints->fabric_attr->prov_name = strdup(prov);
+  int rc = fi.getinfo(OFI_API, NULL, NULL, 0, hints, &ofi.list);
+  fi.freeinfo(hints);
+  if (rc != 0 || ofi.list == NULL) {
+    snprintf(ofi.why, sizeof ofi.why, "no libfabric provider%s%s offers tagged reliable datagrams: %s",
+             prov ? " matching " : "", prov ? prov : "", fi.strerror(-rc));
+    ofi.list = NULL;
+    return;
+  }
+  const char* first = ofi.list->fabric_attr->prov_name;
+  const char* ifspec = braid_param_str(BRAID_P_SOCKET_IFNAME);
+  for (struct fi_info* i = ofi.list; i && ofi.ndev < BRAID_NET_MAX_DEVS; i = i->next) {
+    if (strcmp(i->fabric_attr->prov_name, first) != 0) continue;
+    if (ifspec && ifspec[0] && !socket_ifname_match(ifspec, i->domain_attr->name)) continue;
+    int d = 0;
+    while (d < ofi.ndev && strcmp(ofi.devs[d].info->domain_attr->name, i->domain_attr->name) != 0) d++;
+    if (d == ofi.ndev) ofi.devs[ofi.ndev++].info = i;
+    else if (i->addr_format == FI_SOCKADDR_IN && ofi.devs[d].info->addr_format != FI_SOCKADDR_IN)
+      ofi.devs[d].info = i; /* IPv4 reaches more peers than a link-local IPv6 address */
+  }
+  if (ofi.ndev == 0)
+    snprintf(ofi.why, sizeof ofi.why, "provider %s has no domain that BRAID_SOCKET_IFNAME=\"%s\" selects",
+             first, ifspec ? ifspec : "");
+}
+
+static ncclResult_t ofi_init(int* ndev, char* why, size_t why_size) {
+  pthread_mutex_lock(&ofi.lock);
+  if (!ofi.loaded) {
+    ofi.loaded = 1;
+    if (ofi_load_lib()) ofi_find_devices();
+  }
+  *ndev = ofi.ndev;
+  snprintf(why, why_size, "%s", ofi.why);
+  pthread_mutex_unlock(&ofi.lock);
+  return ncclSuccess;
+}
+
+static ncclResult_t ofi_props(int dev, struct braid_net_props* props) {
+  if (dev < 0 || dev >= ofi.ndev) return braid_err(ncclInternalError, "net OFI: no device %d", dev);
+  const struct fi_info* i = ofi.devs[dev].info;
+  memset(props, 0, sizeof *props);
+  snprintf(props->name, sizeof props->name, "%s (%s)", i->domain_attr->name, i->fabric_attr->prov_name);
+  props->speed_mbps = i->nic && i->nic->link_attr ? (int)(i->nic->link_attr->speed / 1000000) : 10000;
+  if (props->speed_mbps <= 0) props->speed_mbps = 10000;
+  props->ptr_support = BRAID_NET_PTR_HOST;
+  props->max_requests = OFI_MAX_REQS;
+  props->max_bytes = i->ep_attr->max_msg_size;
+  return ncclSuccess;
+}
+
+/* ----------------------------------------------------------- endpoints */
+
+static ncclResult_t ofi_fail(const char* what, int rc) {
+  return braid_err(ncclSystemError, "net OFI: %s failed: %s (%d)", what, fi.strerror(-rc), rc);
+}
+
+static ncclResult_t ofi_domain_get(int dev, struct fid_domain** out) {
+  ncclResult_t res = ncclSuccess;
+  struct ofi_dev* d = &ofi.devs[dev];
+  int rc = 0;
+  pthread_mutex_lock(&ofi.lock);
+  if (d->fabric == NULL && (rc = fi.fabric(d->info->fabric_attr, &d->fabric, NULL)) != 0) {
+    d->fabric = NULL;
+    res = ofi_fail("fi_fabric", rc);
+  } else if (d->domain == NULL && (rc = fi_domain(d->fabric, d->info, &d->domain, NULL)) != 0) {
+    d->domain = NULL;
+    res = ofi_fail("fi_domain", rc);
+  }
+  *out = d->domain;
+  pthread_mutex_unlock(&ofi.lock);
+  return res;
+}
+
+static void ofi_comm_free(struct ofi_comm* c) {
+  if (c == NULL) return;
+  ofi_comm_free(c->prober);
+  if (c->ep) fi_close(&c->ep->fid);
+  if (c->cq) fi_close(&c->cq->fid);
+  if (c->av) fi_close(&c->av->fid);
+  free(c);
+}
+
+/* A new comm with its endpoint enabled and its own name known. */
+static ncclResult_t ofi_comm_new(int dev, int is_send, struct ofi_comm** out) {
+  ncclResult_t res = ncclSuccess;
+  struct ofi_comm* c = NULL;
+  struct fid_domain* domain = NULL;
+  struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
+  struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED, .size = 4 * OFI_MAX_REQS};
+  int rc;
+  *out = NULL;
+  if (dev < 0 || dev >= ofi.ndev) return braid_err(ncclInternalError, "net OFI: no device %d", dev);
+  BRAID_TRY(ofi_domain_get(dev, &domain));
+  BRAID_TRY(BRAID_CALLOC(&c, 1, "an OFI connection"));
+  c->dev = dev;
+  c->is_send = is_send;
+  c->peer = FI_ADDR_UNSPEC;
+  if ((rc = fi_endpoint(domain, ofi.devs[dev].info, &c->ep, NULL)) != 0) goto fail_rc;
+  if ((rc = fi_av_open(domain, &av_attr, &c->av, NULL)) != 0) goto fail_rc;
+  if ((rc = fi_cq_open(domain, &cq_attr, &c->cq, NULL)) != 0) goto fail_rc;
+  if ((rc = fi_ep_bind(c->ep, &c->av->fid, 0)) != 0) goto fail_rc;
+  if ((rc = fi_ep_bind(c->ep, &c->cq->fid, FI_TRANSMIT | FI_RECV)) != 0) goto fail_rc;
+  if ((rc = fi_enable(c->ep)) != 0) goto fail_rc;
+  c->self_len = sizeof c->self_name;
+  if ((rc = fi_getname(&c->ep->fid, c->self_name, &c->self_len)) != 0) goto fail_rc;
+  *out = c;
+  return ncclSuccess;
+fail_rc:
+  res = ofi_fail("creating an endpoint", rc);
+fail:
+  ofi_comm_free(c);
+  return res;
+}
+
+static void ofi_addr_text(struct ofi_comm* c, const void* name, char* out, size_t size) {
+  size_t len = size;
+  if (fi_av_straddr(c->av, name, out, &len) == NULL) snprintf(out, size, "(unknown address)");
+}
+
+/* Reads completions into their requests; a failed one fails the comm. */
+static ncclResult_t ofi_progress(struct ofi_comm* c) {
+  struct fi_cq_tagged_entry e[16];
+  if (c->failed != ncclSuccess) return c->failed;
+  for (;;) {
+    ssize_t n = fi_cq_read(c->cq, e, 16);
+    if (n == -FI_EAGAIN) return ncclSuccess;
+    if (n == -FI_EAVAIL) {
+      struct fi_cq_err_entry err;
+      memset(&err, 0, sizeof err);
+      fi_cq_readerr(c->cq, &err, 0);
+      char buf[256];
+      const char* text = fi_cq_strerror(c->cq, err.prov_errno, err.err_data, buf, sizeof buf);
+      c->failed = braid_err(err.err == FI_ETRUNC ? ncclInternalError : ncclRemoteError,
+                            "net OFI: a %s %s failed: %s (%s)", c->is_send ? "send to" : "receive from",
+                            "the peer", fi.strerror(err.err), text ? text : "");
+      return c->failed;
+    }
+    if (n < 0) return c->failed = ofi_fail("fi_cq_read", (int)n);
+    for (ssize_t i = 0; i < n; i++) {
+      struct ofi_req* r = e[i].op_context;
+      r->size = e[i].len;
+      r->done = 1;
+      if (r >= c->reqs && r < c->reqs + OFI_MAX_REQS) c->outstanding--;
+      if (r == &c->probe_recv && c->probe_in == OFI_BYE) c->peer_done = 1;
+    }
+    c->last_completion = braid_time_sec();
+  }
+}
+
+static ncclResult_t ofi_peer_insert(struct ofi_comm* c, const void* name);
+static ncclResult_t ofi_comm_new(int dev, int is_send, struct ofi_comm** out);
+
+static ncclResult_t ofi_probe_post_recv(struct ofi_comm* c) {
+  c->probe_recv = (struct ofi_req){.comm = c, .used = 1};
+  ssize_t rc = fi_trecv(c->ep, &c->probe_in, sizeof c->probe_in, NULL, FI_ADDR_UNSPEC, OFI_TAG_PROBE,
+                        0, &c->probe_recv.ctx);
+  if (rc == -FI_EAGAIN) return ncclSuccess; /* retried on the next turn */
+  if (rc != 0) return c->failed = ofi_fail("posting a liveness probe receive", (int)rc);
+  c->probing = 1;
+  return ncclSuccess;
+}
+
+/*
+ * Liveness. With reliable datagrams a receive waiting for a dead peer, or a
+ * large send waiting for a dead receiver's rendezvous, never completes in
+ * error by itself, and a probe on the same endpoint would queue behind the
+ * stalled transfer. So a comm whose requests have seen no completion for
+ * OFI_PROBE_SEC sends its peer a tiny probe from a second endpoint of its
+ * own (a fresh path); the peer keeps a receive posted for probes. A probe to
+ * a live peer completes; one to a dead peer fails, and so does the comm.
+ */
+static ncclResult_t ofi_probe(struct ofi_comm* c) {
+  ncclResult_t res = ncclSuccess;
+  if (c->peer_done) return ncclSuccess; /* it closed its end: its silence is no error */
+  if (c->probe_recv.done || !c->probing) {
+    c->probing = 0;
+    BRAID_TRY(ofi_probe_post_recv(c));
+  }
+  if (c->outstanding == 0 || braid_time_sec() - c->last_completion < OFI_PROBE_SEC) return ncclSuccess;
+  if (c->prober == NULL) {
+    BRAID_TRY(ofi_comm_new(c->dev, 1, &c->prober));
+    BRAID_TRY(ofi_peer_insert(c->prober, c->peer_name));
+  }
+  struct ofi_comm* p = c->prober;
+  if ((res = ofi_progress(p)) != ncclSuccess) return c->failed = res;
+  if (p->probe_send.done) p->probe_started = 0; /* answered: the peer is alive */
+  double now = braid_time_sec();
+  if (p->probe_started > 0 && now - p->probe_started > OFI_PROBE_FAIL_SEC) {
+    char addr[128];
+    ofi_addr_text(c, c->peer_name, addr, sizeof addr);
+    return c->failed = braid_err(ncclRemoteError,
+                                 "net OFI: the peer at %s took no liveness probe within %.0f s while "
+                                 "%d request%s waited: it died, or its process stopped making progress",
+                                 addr, OFI_PROBE_FAIL_SEC, c->outstanding, c->outstanding == 1 ? "" : "s");
+  }
+  if (p->probe_send.used && !p->probe_send.done) return ncclSuccess;
+  if (p->probe_started == 0) p->probe_started = now;
+  p->probe_send = (struct ofi_req){.comm = p, .used = 1};
+  p->probe_out++;
+  ssize_t rc = fi_tsend(p->ep, &p->probe_out, sizeof p->probe_out, NULL, p->peer, OFI_TAG_PROBE,
+                        &p->probe_send.ctx);
+  if (rc == -FI_EAGAIN) { /* connecting to the peer: keeps failing when it is gone */
+    p->probe_send.used = 0;
+    return ncclSuccess;
+  }
+  if (rc != 0) return c->failed = ofi_fail("sending a liveness probe", (int)rc);
+  c->last_completion = now; /* the next probe waits a full period */
+  return ncclSuccess;
+fail:
+  return c->failed = res;
+}
+
+/* ------------------------------------------------------------ handshake */
+
+static ncclResult_t ofi_post_ctrl_recv(struct ofi_comm* c, uint64_t tag) {
+  c->ctrl_recv = (struct ofi_req){.comm = c};
+  ssize_t rc = fi_trecv(c->ep, &c->ctrl_in, sizeof c->ctrl_in, NULL, FI_ADDR_UNSPEC, tag, 0,
+                        &c->ctrl_recv.ctx);
+  if (rc == -FI_EAGAIN) return ncclSuccess; /* retried on the next call */
+  if (rc != 0) return ofi_fail("posting a handshake receive", (int)rc);
+  c->ctrl_recv_posted = 1;
+  return ncclSuccess;
+}
+
+static ncclResult_t ofi_send_ctrl(struct ofi_comm* c, uint64_t tag, const uint8_t* key) {
+  memset(&c->ctrl_out, 0, sizeof c->ctrl_out);
+  c->ctrl_out.magic = OFI_MAGIC;
+  c->ctrl_out.version = OFI_VERSION;
+  c->ctrl_out.namelen = (uint16_t)c->self_len;
+  memcpy(c->ctrl_out.name, c->self_name, c->self_len);
+  if (key) memcpy(c->ctrl_out.key, key, BRAID_NET_KEY_BYTES);
+  c->ctrl_send = (struct ofi_req){.comm = c, .used = 1};
+  for (int tries = 0;; tries++) {
+    ssize_t rc = fi_tsend(c->ep, &c->ctrl_out, sizeof c->ctrl_out, NULL, c->peer, tag, &c->ctrl_send.ctx);
+    if (rc == 0) return ncclSuccess;
+    if (rc != -FI_EAGAIN || tries > 100000) return ofi_fail("sending a handshake message", (int)rc);
+    ncclResult_t res = ofi_progress(c);
+    if (res != ncclSuccess) return res;
+  }
+}
+
+static ncclResult_t ofi_listen(int dev, const uint8_t* key, void* handle, void** listen_comm) {
+  ncclResult_t res = ncclSuccess;
+  struct ofi_comm* l = NULL;
+  struct ofi_handle* h = handle;
+  *listen_comm = NULL;
+  BRAID_TRY(ofi_comm_new(dev, 0, &l));
+  memcpy(l->key, key, BRAID_NET_KEY_BYTES);
+  BRAID_TRY(ofi_post_ctrl_recv(l, OFI_TAG_CONNECT));
+  memset(h, 0, BRAID_NET_HANDLE_BYTES);
+  h->magic = OFI_MAGIC;
+  h->version = OFI_VERSION;
+  h->namelen = (uint16_t)l->self_len;
+  memcpy(h->name, l->self_name, l->self_len);
+  *listen_comm = l;
+  return ncclSuccess;
+fail:
+  ofi_comm_free(l);
+  return res;
+}
+
+static void ofi_connect_abandon(void* handle) {
+  struct ofi_handle* h = handle;
+  ofi_comm_free(h->connecting);
+  h->connecting = NULL;
+}
+
+/* Inserts a peer's endpoint name into the comm's address vector. */
+static ncclResult_t ofi_peer_insert(struct ofi_comm* c, const void* name) {
+  memcpy(c->peer_name, name, OFI_NAME_MAX);
+  int n = fi_av_insert(c->av, name, 1, &c->peer, 0, NULL);
+  return n == 1 ? ncclSuccess : ofi_fail("fi_av_insert", n < 0 ? n : -FI_EINVAL);
+}
+
+static ncclResult_t ofi_connect(int dev, const uint8_t* key, void* handle, void** send_comm) {
+  ncclResult_t res = ncclSuccess;
+  struct ofi_handle* h = handle;
+  *send_comm = NULL;
+  if (h->magic != OFI_MAGIC || h->version != OFI_VERSION || h->namelen > OFI_NAME_MAX)
+    return braid_err(ncclInternalError, "net OFI: the connection handle is not an OFI backend's "
+                     "(both ends must use the same BRAID_NET)");
+  if (h->connecting == NULL) {
+    BRAID_TRY(ofi_comm_new(dev, 1, &h->connecting));
+    BRAID_TRY(ofi_peer_insert(h->connecting, h->name));
+    BRAID_TRY(ofi_post_ctrl_recv(h->connecting, OFI_TAG_ACCEPT));
+    BRAID_TRY(ofi_send_ctrl(h->connecting, OFI_TAG_CONNECT, key));
+  }
+  struct ofi_comm* c = h->connecting;
+  if (!c->ctrl_recv_posted) BRAID_TRY(ofi_post_ctrl_recv(c, OFI_TAG_ACCEPT));
+  BRAID_TRY(ofi_progress(c));
+  if (!c->ctrl_recv.done || !c->ctrl_send.done) return ncclSuccess; /* not yet: call again */
+  BRAID_CHECK(c->ctrl_in.magic == OFI_MAGIC && c->ctrl_in.namelen <= OFI_NAME_MAX, ncclRemoteError,
+              "net OFI: a malformed answer to a connection request");
+  fi_av_remove(c->av, &c->peer, 1, 0); /* from now on the peer is its dedicated endpoint */
+  BRAID_TRY(ofi_peer_insert(c, c->ctrl_in.name));
+  BRAID_TRY(ofi_probe_post_recv(c)); /* probes and the goodbye from the peer */
+  h->connecting = NULL;
+  *send_comm = c;
+  return ncclSuccess;
+fail:
+  ofi_connect_abandon(h);
+  return res;
+}
+
+/* Why a connection request must be refused, or NULL. */
+static const char* ofi_request_check(const struct ofi_comm* l, const struct ofi_ctrl_msg* m) {
+  uint8_t diff = 0;
+  for (int i = 0; i < BRAID_NET_KEY_BYTES; i++) diff |= (uint8_t)(m->key[i] ^ l->key[i]);
+  if (m->magic != OFI_MAGIC || m->version != OFI_VERSION) return "not a Braid OFI request";
+  if (m->namelen == 0 || m->namelen > OFI_NAME_MAX) return "a malformed address";
+  if (diff != 0) return "wrong key (a process of another job, or a stale one)";
+  return NULL;
+}
+
+static ncclResult_t ofi_accept(void* listen_comm, void** recv_comm) {
+  ncclResult_t res = ncclSuccess;
+  struct ofi_comm* l = listen_comm;
+  struct ofi_comm* c = NULL;
+  *recv_comm = NULL;
+  if (!l->ctrl_recv_posted) BRAID_TRY(ofi_post_ctrl_recv(l, OFI_TAG_CONNECT));
+  BRAID_TRY(ofi_progress(l));
+  if (!l->ctrl_recv_posted || !l->ctrl_recv.done) return ncclSuccess;
+  struct ofi_ctrl_msg m = l->ctrl_in;
+  l->ctrl_recv_posted = 0;
+  BRAID_TRY(ofi_post_ctrl_recv(l, OFI_TAG_CONNECT)); /* for the next request */
+  const char* why = ofi_request_check(l, &m);
+  if (why) {
+    char addr[128];
+    ofi_addr_text(l, m.name, addr, sizeof addr);
+    WARN("net OFI: dropped a connection request from %s: %s", addr, why);
+    return ncclSuccess;
+  }
+  BRAID_TRY(ofi_comm_new(l->dev, 0, &c));
+  BRAID_TRY(ofi_peer_insert(c, m.name));
+  BRAID_TRY(ofi_send_ctrl(c, OFI_TAG_ACCEPT, NULL));
+  BRAID_TRY(ofi_probe_post_recv(c)); /* probes and the goodbye from the peer */
+  *recv_comm = c;
+  return ncclSuccess;
+fail:
+  ofi_comm_free(c);
+  return res;
+}
+
+/* ------------------------------------------------------------ data path */
+
+static ncclResult_t ofi_reg_mr(void* comm, void* data, size_t size, int is_cuda, void** mhandle) {
+  ncclResult_t res = ncclSuccess;
+  struct ofi_comm* c = comm;
+  struct fid_domain* domain = NULL;
+  struct fid_mr* mr = NULL;
+  *mhandle = NULL;
+  if (is_cuda) return net_unsupported("OFI", "registering GPU memory");
+  if (!(ofi.devs[c->dev].info->domain_attr->mr_mode & FI_MR_LOCAL)) return ncclSuccess;
+  BRAID_TRY(ofi_domain_get(c->dev, &domain));
+  int rc = fi_mr_reg(domain, data, size, FI_SEND | FI_RECV, 0, 0, 0, &mr, NULL);
+  if (rc != 0) return ofi_fail("fi_mr_reg", rc);
+  *mhandle = mr;
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+static ncclResult_t ofi_reg_mr_dmabuf(void* comm, void* data, size_t size, uint64_t offset, int fd,
+                                      void** mhandle) {
+  *mhandle = NULL;
+  return net_unsupported("OFI", "registering a dma-buf");
+}
+
+static ncclResult_t ofi_dereg_mr(void* comm, void* mhandle) {
+  if (mhandle) fi_close(&((struct fid_mr*)mhandle)->fid);
+  return ncclSuccess;
+}
+
+static ncclResult_t ofi_post(struct ofi_comm* c, void* data, size_t size, void* mhandle, void** request) {
+  *request = NULL;
+  ncclResult_t res = ofi_progress(c);
+  if (res != ncclSuccess) return res;
+  if (!c->ctrl_send.done) return ncclSuccess; /* the accept answer goes first */
+  struct ofi_req* r = &c->reqs[c->seq % OFI_MAX_REQS];
+  if (r->used) return ncclSuccess;
+  *r = (struct ofi_req){.comm = c, .used = 1};
+  void* desc = mhandle ? fi_mr_desc(mhandle) : NULL;
+  uint64_t tag = c->seq & OFI_TAG_DATA_MASK;
+  ssize_t rc = c->is_send ? fi_tsend(c->ep, data, size, desc, c->peer, tag, &r->ctx)
+                          : fi_trecv(c->ep, data, size, desc, c->peer, tag, 0, &r->ctx);
+  if (rc == -FI_EAGAIN) {
+    r->used = 0;
+    return ncclSuccess;
+  }
+  if (rc != 0) {
+    r->used = 0;
+    return c->failed = ofi_fail(c->is_send ? "fi_tsend" : "fi_trecv", (int)rc);
+  }
+  c->seq++;
+  if (c->outstanding++ == 0) c->last_completion = braid_time_sec();
+  *request = r;
+  return ncclSuccess;
+}
+
+static ncclResult_t ofi_isend(void* comm, void* data, size_t size, void* mhandle, void** request) {
+  return ofi_post(comm, data, size, mhandle, request);
+}
+
+static ncclResult_t ofi_irecv(void* comm, void* data, size_t size, void* mhandle, void** request) {
+  return ofi_post(comm, data, size, mhandle, request);
+}
+
+static ncclResult_t ofi_iflush(void* comm, void* data, size_t size, void* mhandle, void** request) {
+  *request = NULL;
+  return ncclSuccess;
+}
+
+static ncclResult_t ofi_test(void* request, int* done, size_t* size) {
+  struct ofi_req* r = request;
+  *done = 0;
+  ncclResult_t res = ofi_progress(r->comm);
+  if (res == ncclSuccess && !r->done) res = ofi_probe(r->comm);
+  if (res != ncclSuccess) return res;
+  if (!r->done) return ncclSuccess;
+  *done = 1;
+  if (size) *size = r->size;
+  r->used = 0;
+  return ncclSuccess;
+}
+
+/*
+ * Says goodbye to a connected peer (a probe carrying OFI_BYE, waited for a
+ * moment), so that its pending receives read as "nothing more comes", not as
+ * a dead peer.
+ */
+static void ofi_say_bye(struct ofi_comm* c) {
+  if (c == NULL || c->peer == FI_ADDR_UNSPEC || c->failed != ncclSuccess || c->peer_done) return;
+  struct ofi_req bye = {.comm = c, .used = 1};
+  uint64_t word = OFI_BYE;
+  double end = braid_time_sec() + 0.2;
+  ssize_t rc;
+  while ((rc = fi_tsend(c->ep, &word, sizeof word, NULL, c->peer, OFI_TAG_PROBE, &bye.ctx)) == -FI_EAGAIN &&
+         braid_time_sec() < end)
+    ofi_progress(c);
+  while (rc == 0 && !bye.done && c->failed == ncclSuccess && braid_time_sec() < end) ofi_progress(c);
+}
+
+static ncclResult_t ofi_close_comm(void* comm) {
+  struct ofi_comm* c = comm;
+  if (c && c->is_send) ofi_say_bye(c);
+  ofi_comm_free(c);
+  return ncclSuccess;
+}
+static ncclResult_t ofi_close_listen(void* comm) {
+  ofi_comm_free(comm);
+  return ncclSuccess;
+}
+#define ofi_close_send ofi_close_comm
+#define ofi_close_recv ofi_close_comm
+
+#endif /* BRAID_HAVE_LIBFABRIC */
+
+const struct braid_net_ops braid_net_ofi = {
+  .size = sizeof(struct braid_net_ops),
+  .name = "OFI",
+  .init = ofi_init,
+  .get_properties = ofi_props,
+  .listen = ofi_listen,
+  .connect = ofi_connect,
+  .connect_abandon = ofi_connect_abandon,
+  .accept = ofi_accept,
+  .reg_mr = ofi_reg_mr,
+  .reg_mr_dmabuf = ofi_reg_mr_dmabuf,
+  .dereg_mr = ofi_dereg_mr,
+  .isend = ofi_isend,
+  .irecv = ofi_irecv,
+  .iflush = ofi_iflush,
+  .test = ofi_test,
+  .close_send = ofi_close_send,
+  .close_recv = ofi_close_recv,
+  .close_listen = ofi_close_listen,
+};

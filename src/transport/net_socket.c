@@ -1,0 +1,449 @@
+/*
+ * The socket backend: TCP over the interfaces BRAID_SOCKET_IFNAME selects
+ * (the same list the bootstrap uses), one device per interface. This file
+ * holds devices, listen/connect/accept and the ops table; the data path is
+ * in net_socket_data.c, the wire layout in net_socket.h.
+ *
+ * Handshake: the sender opens the control stream and the data streams to
+ * the listener's address; each starts with a sock_hello carrying the job's
+ * key, a random connection id and the stream's index. The listener groups
+ * streams by connection id and hands out a connection once all of its
+ * streams are in. A connection that presents a wrong key, garbage or nothing
+ * within SOCK_HELLO_SEC is closed and logged with its address.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/debug.h"
+#include "core/error.h"
+#include "core/param.h"
+#include "core/utils.h"
+#include "transport/net_socket.h"
+
+#define SOCK_MAX_PENDING 64 /* connections with their hello not yet read */
+#define SOCK_MAX_GROUPS 16  /* connections partly assembled */
+
+struct __attribute__((packed)) sock_hello {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t index; /* 0: control stream; 1..nstreams: data stream index-1 */
+  uint8_t key[BRAID_NET_KEY_BYTES];
+  uint64_t conn_id;
+  uint32_t nstreams;
+  uint32_t pad;
+};
+
+struct sock_handle {
+  uint32_t magic;
+  uint32_t version;
+  union braid_sockaddr addr;
+  /* Kept in the connecting side's copy only, between calls of connect. */
+  struct sock_comm* connecting;
+  uint64_t conn_id;
+  int opened; /* streams connected so far, the control stream first */
+};
+_Static_assert(sizeof(struct sock_handle) <= BRAID_NET_HANDLE_BYTES, "socket handle must fit");
+
+struct sock_pending {
+  int fd;
+  double deadline;
+  size_t got;
+  struct sock_hello hello;
+  union braid_sockaddr remote;
+};
+
+struct sock_group {
+  uint64_t conn_id; /* 0: slot unused */
+  int nstreams;
+  int have;
+  int ctrl_fd;
+  int fds[SOCK_MAX_STREAMS];
+  char peer[80];
+};
+
+struct sock_listen {
+  int fd;
+  uint8_t key[BRAID_NET_KEY_BYTES];
+  char addr[80];
+  struct sock_pending pending[SOCK_MAX_PENDING];
+  struct sock_group groups[SOCK_MAX_GROUPS];
+};
+
+/* ------------------------------------------------------------- devices */
+
+static struct {
+  pthread_mutex_t lock;
+  int loaded;
+  int ndev;
+  struct braid_netif ifs[BRAID_NET_MAX_DEVS];
+} sock_devs = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static ncclResult_t sock_init(int* ndev, char* why, size_t why_size) {
+  ncclResult_t res = ncclSuccess;
+  pthread_mutex_lock(&sock_devs.lock);
+  if (!sock_devs.loaded) {
+    res = socket_find_interfaces(sock_devs.ifs, BRAID_NET_MAX_DEVS, &sock_devs.ndev);
+    if (res == ncclSuccess) sock_devs.loaded = 1;
+  }
+  *ndev = sock_devs.ndev;
+  pthread_mutex_unlock(&sock_devs.lock);
+  if (res != ncclSuccess) {
+    snprintf(why, why_size, "no usable network interface (see the error above)");
+    *ndev = 0;
+    return ncclSuccess;
+  }
+  return ncclSuccess;
+}
+
+static int sock_sysfs_int(const char* ifname, const char* file, int fallback) {
+  char path[128];
+  snprintf(path, sizeof path, "/sys/class/net/%s/%s", ifname, file);
+  FILE* f = fopen(path, "r");
+  int v = fallback;
+  if (f) {
+    if (fscanf(f, "%d", &v) != 1 || v <= 0) v = fallback;
+    fclose(f);
+  }
+  return v;
+}
+
+static ncclResult_t sock_get_properties(int dev, struct braid_net_props* props) {
+  ncclResult_t res = ncclSuccess;
+  BRAID_CHECK(dev >= 0 && dev < sock_devs.ndev, ncclInternalError, "net Socket: no device %d", dev);
+  memset(props, 0, sizeof *props);
+  const char* ifname = sock_devs.ifs[dev].name;
+  snprintf(props->name, sizeof props->name, "%s", ifname);
+  char link[128], real[PATH_MAX];
+  snprintf(link, sizeof link, "/sys/class/net/%s/device", ifname);
+  if (realpath(link, real) != NULL && strlen(real) < sizeof props->pci_path)
+    memcpy(props->pci_path, real, strlen(real) + 1);
+  props->speed_mbps = sock_sysfs_int(ifname, "speed", 10000);
+  props->latency_us = 0;
+  props->ptr_support = BRAID_NET_PTR_HOST;
+  props->max_requests = SOCK_MAX_REQS;
+  props->max_bytes = SIZE_MAX;
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+/* ------------------------------------------------------- listen, accept */
+
+static ncclResult_t sock_listen(int dev, const uint8_t* key, void* handle, void** listen_comm) {
+  ncclResult_t res = ncclSuccess;
+  struct sock_listen* l = NULL;
+  struct sock_handle* h = handle;
+  *listen_comm = NULL;
+  BRAID_CHECK(dev >= 0 && dev < sock_devs.ndev, ncclInternalError, "net Socket: no device %d", dev);
+  BRAID_TRY(BRAID_CALLOC(&l, 1, "a socket listener"));
+  l->fd = -1;
+  for (int i = 0; i < SOCK_MAX_PENDING; i++) l->pending[i].fd = -1;
+  memcpy(l->key, key, BRAID_NET_KEY_BYTES);
+  memset(h, 0, BRAID_NET_HANDLE_BYTES);
+  h->addr = sock_devs.ifs[dev].addr;
+  h->addr.sin.sin_port = 0; /* same offset for IPv6: pick any port */
+  BRAID_TRY(socket_listen(&h->addr, &l->fd));
+  socket_addr_str(&h->addr, l->addr, sizeof l->addr);
+  h->magic = SOCK_MAGIC;
+  h->version = SOCK_VERSION;
+  *listen_comm = l;
+  return ncclSuccess;
+fail:
+  free(l);
+  return res;
+}
+
+static void sock_drop(struct sock_listen* l, struct sock_pending* p, const char* why) {
+  char text[80];
+  WARN("net Socket: listener %s dropped a connection from %s: %s", l->addr,
+       socket_addr_str(&p->remote, text, sizeof text), why);
+  socket_close(&p->fd);
+}
+
+/* Why a hello must be refused, or NULL. */
+static const char* sock_hello_check(const struct sock_listen* l, const struct sock_hello* h) {
+  uint8_t diff = 0;
+  for (int i = 0; i < BRAID_NET_KEY_BYTES; i++) diff |= (uint8_t)(h->key[i] ^ l->key[i]);
+  if (h->magic != SOCK_MAGIC) return "not a Braid socket connection (bad magic)";
+  if (h->version != SOCK_VERSION) return "another version of Braid's socket protocol";
+  if (diff != 0) return "wrong key (a process of another job, or a stale one)";
+  if (h->nstreams < 1 || h->nstreams > SOCK_MAX_STREAMS || h->index > h->nstreams)
+    return "stream numbers out of range";
+  return NULL;
+}
+
+/* Files an accepted hello's fd under its connection; returns the group when it is complete. */
+static struct sock_group* sock_group_add(struct sock_listen* l, struct sock_pending* p) {
+  struct sock_group* g = NULL;
+  for (int i = 0; i < SOCK_MAX_GROUPS && !g; i++)
+    if (l->groups[i].conn_id == p->hello.conn_id) g = &l->groups[i];
+  for (int i = 0; i < SOCK_MAX_GROUPS && !g; i++) {
+    if (l->groups[i].conn_id != 0) continue;
+    g = &l->groups[i];
+    memset(g, 0, sizeof *g);
+    g->conn_id = p->hello.conn_id;
+    g->nstreams = (int)p->hello.nstreams;
+    g->ctrl_fd = -1;
+    for (int s = 0; s < SOCK_MAX_STREAMS; s++) g->fds[s] = -1;
+    socket_addr_str(&p->remote, g->peer, sizeof g->peer);
+  }
+  if (g == NULL) {
+    sock_drop(l, p, "too many connections being assembled at once");
+    return NULL;
+  }
+  int* slot = p->hello.index == 0 ? &g->ctrl_fd : &g->fds[p->hello.index - 1];
+  if (*slot >= 0 || (int)p->hello.nstreams != g->nstreams) {
+    sock_drop(l, p, "a stream that does not fit its connection");
+    return NULL;
+  }
+  *slot = p->fd;
+  p->fd = -1;
+  g->have++;
+  return g->have == g->nstreams + 1 ? g : NULL;
+}
+
+/* Reads what is there of a pending connection's hello; returns a complete group or NULL. */
+static struct sock_group* sock_pending_progress(struct sock_listen* l, struct sock_pending* p,
+                                                double now) {
+  size_t n = 0;
+  ncclResult_t r = socket_recv_some(p->fd, (char*)&p->hello + p->got, sizeof p->hello - p->got, &n);
+  p->got += n;
+  if (r != ncclSuccess) {
+    sock_drop(l, p, "it closed before presenting its hello");
+    return NULL;
+  }
+  if (p->got < sizeof p->hello) {
+    if (now >= p->deadline) sock_drop(l, p, "no hello within 5 s");
+    return NULL;
+  }
+  const char* why = sock_hello_check(l, &p->hello);
+  if (why) {
+    sock_drop(l, p, why);
+    return NULL;
+  }
+  return sock_group_add(l, p);
+}
+
+static ncclResult_t sock_comm_alloc(struct sock_comm** out, int is_send, int nstreams, int nthreads,
+                                    const char* peer) {
+  ncclResult_t res = ncclSuccess;
+  struct sock_comm* c = NULL;
+  BRAID_TRY(BRAID_CALLOC(&c, 1, "a socket connection"));
+  c->is_send = is_send;
+  c->ctrl_fd = -1;
+  c->nstreams = nstreams;
+  c->nthreads = nthreads;
+  for (int s = 0; s < SOCK_MAX_STREAMS; s++) c->streams[s].fd = -1;
+  for (int i = 0; i < SOCK_MAX_THREADS; i++) c->helpers[i].efd = -1;
+  pthread_mutex_init(&c->err_lock, NULL);
+  snprintf(c->peer, sizeof c->peer, "%s", peer);
+  *out = c;
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+/* Turns a complete group into a receiving comm (the comm owns the fds then). */
+static ncclResult_t sock_group_finish(struct sock_group* g, void** recv_comm) {
+  ncclResult_t res = ncclSuccess;
+  struct sock_comm* c = NULL;
+  int nstreams = 0, nthreads = 0;
+  net_socket_stream_counts(&nstreams, &nthreads);
+  BRAID_TRY(sock_comm_alloc(&c, 0, g->nstreams, nthreads, g->peer));
+  c->ctrl_fd = g->ctrl_fd;
+  for (int s = 0; s < g->nstreams; s++) c->streams[s].fd = g->fds[s];
+  g->conn_id = 0;
+  BRAID_TRY(net_socket_comm_start(c));
+  INFO(BRAID_LOG_NET, "net Socket: accepted a connection from %s: %d data streams, %d helper threads",
+       c->peer, c->nstreams, c->nthreads);
+  *recv_comm = c;
+  return ncclSuccess;
+fail:
+  if (c) net_socket_comm_free(c);
+  else {
+    socket_close(&g->ctrl_fd);
+    for (int s = 0; s < g->nstreams; s++) socket_close(&g->fds[s]);
+    g->conn_id = 0;
+  }
+  return res;
+}
+
+/* Takes new connections off the listening socket into free pending slots. */
+static ncclResult_t sock_accept_new(struct sock_listen* l, double now) {
+  for (int i = 0; i < SOCK_MAX_PENDING; i++) {
+    struct sock_pending* p = &l->pending[i];
+    if (p->fd >= 0) continue;
+    if (socket_accept_some(l->fd, &p->fd, &p->remote) != ncclSuccess)
+      return braid_err(ncclSystemError, "net Socket: accept on %s failed: %s", l->addr,
+                       strerror(errno));
+    if (p->fd < 0) return ncclSuccess;
+    p->got = 0;
+    p->deadline = now + SOCK_HELLO_SEC;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t sock_accept(void* listen_comm, void** recv_comm) {
+  struct sock_listen* l = listen_comm;
+  double now = braid_time_sec();
+  *recv_comm = NULL;
+  ncclResult_t res = sock_accept_new(l, now);
+  if (res != ncclSuccess) return res;
+  for (int i = 0; i < SOCK_MAX_PENDING; i++) {
+    struct sock_pending* p = &l->pending[i];
+    if (p->fd < 0) continue;
+    struct sock_group* g = sock_pending_progress(l, p, now);
+    if (g) return sock_group_finish(g, recv_comm);
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t sock_close_listen(void* listen_comm) {
+  struct sock_listen* l = listen_comm;
+  if (l == NULL) return ncclSuccess;
+  for (int i = 0; i < SOCK_MAX_PENDING; i++) socket_close(&l->pending[i].fd);
+  for (int i = 0; i < SOCK_MAX_GROUPS; i++) {
+    struct sock_group* g = &l->groups[i];
+    if (g->conn_id == 0) continue;
+    socket_close(&g->ctrl_fd);
+    for (int s = 0; s < g->nstreams; s++) socket_close(&g->fds[s]);
+  }
+  socket_close(&l->fd);
+  free(l);
+  return ncclSuccess;
+}
+
+/* ------------------------------------------------------------- connect */
+
+/* Whether a failed connect may succeed later (the listener is busy, or the network slow). */
+static int sock_connect_retryable(int err) {
+  return err == ETIMEDOUT || err == EAGAIN || err == EINTR || err == ECONNREFUSED ||
+         err == EHOSTUNREACH || err == ENETUNREACH || err == ECONNRESET || err == ECONNABORTED;
+}
+
+/* Opens stream `index` (0: control) and sends its hello; *fd stays -1 when it should be retried. */
+static ncclResult_t sock_open_stream(struct sock_handle* h, const uint8_t* key, int index, int* fd) {
+  ncclResult_t res = ncclSuccess;
+  struct sock_hello hello;
+  char text[80];
+  int err = 0;
+  *fd = -1;
+  if (socket_connect_quiet(&h->addr, 0.1, NULL, fd, &err) != ncclSuccess) {
+    if (sock_connect_retryable(err)) return ncclSuccess;
+    return braid_err(ncclSystemError, "net Socket: cannot connect to %s: %s",
+                     socket_addr_str(&h->addr, text, sizeof text), strerror(err));
+  }
+  memset(&hello, 0, sizeof hello);
+  hello.magic = SOCK_MAGIC;
+  hello.version = SOCK_VERSION;
+  hello.index = (uint16_t)index;
+  memcpy(hello.key, key, BRAID_NET_KEY_BYTES);
+  hello.conn_id = h->conn_id;
+  hello.nstreams = (uint32_t)h->connecting->nstreams;
+  BRAID_TRY(socket_send_all(*fd, &hello, sizeof hello, SOCK_HELLO_SEC, NULL));
+  return ncclSuccess;
+fail:
+  socket_close(fd);
+  return res;
+}
+
+static void sock_connect_abandon(void* handle) {
+  struct sock_handle* h = handle;
+  net_socket_comm_free(h->connecting);
+  h->connecting = NULL;
+  h->opened = 0;
+}
+
+static ncclResult_t sock_connect(int dev, const uint8_t* key, void* handle, void** send_comm) {
+  ncclResult_t res = ncclSuccess;
+  struct sock_handle* h = handle;
+  struct sock_comm* c = NULL;
+  *send_comm = NULL;
+  if (h->magic != SOCK_MAGIC || h->version != SOCK_VERSION) /* nothing of ours in it to release */
+    return braid_err(ncclInternalError, "net Socket: the connection handle is not a socket "
+                     "backend's (both ends must use the same BRAID_NET)");
+  if (h->connecting == NULL) {
+    char peer[80];
+    int nstreams = 0, nthreads = 0;
+    net_socket_stream_counts(&nstreams, &nthreads);
+    BRAID_TRY(sock_comm_alloc(&h->connecting, 1, nstreams, nthreads,
+                              socket_addr_str(&h->addr, peer, sizeof peer)));
+    h->opened = 0;
+    do {
+      BRAID_TRY(braid_random_bytes(&h->conn_id, sizeof h->conn_id));
+    } while (h->conn_id == 0);
+  }
+  c = h->connecting;
+  while (h->opened <= c->nstreams) {
+    int* fd = h->opened == 0 ? &c->ctrl_fd : &c->streams[h->opened - 1].fd;
+    BRAID_TRY(sock_open_stream(h, key, h->opened, fd));
+    if (*fd < 0) return ncclSuccess; /* not yet: call again */
+    h->opened++;
+  }
+  h->connecting = NULL;
+  BRAID_TRY(net_socket_comm_start(c));
+  INFO(BRAID_LOG_NET, "net Socket: connected to %s: %d data streams, %d helper threads", c->peer,
+       c->nstreams, c->nthreads);
+  *send_comm = c;
+  return ncclSuccess;
+fail:
+  if (h->connecting == NULL)
+    net_socket_comm_free(c); /* it failed to start (or was never made) */
+  else
+    sock_connect_abandon(h);
+  return res;
+}
+
+/* --------------------------------------------------------- the rest */
+
+static ncclResult_t sock_reg_mr(void* comm, void* data, size_t size, int is_cuda, void** mhandle) {
+  *mhandle = NULL;
+  if (is_cuda) return net_unsupported("Socket", "registering GPU memory");
+  return ncclSuccess;
+}
+
+static ncclResult_t sock_reg_mr_dmabuf(void* comm, void* data, size_t size, uint64_t offset, int fd,
+                                       void** mhandle) {
+  *mhandle = NULL;
+  return net_unsupported("Socket", "registering a dma-buf");
+}
+
+static ncclResult_t sock_dereg_mr(void* comm, void* mhandle) { return ncclSuccess; }
+
+static ncclResult_t sock_iflush(void* recv_comm, void* data, size_t size, void* mhandle,
+                                void** request) {
+  *request = NULL; /* host memory: nothing to flush */
+  return ncclSuccess;
+}
+
+static ncclResult_t sock_close_comm(void* comm) {
+  net_socket_comm_free(comm);
+  return ncclSuccess;
+}
+
+const struct braid_net_ops braid_net_socket = {
+  .size = sizeof(struct braid_net_ops),
+  .name = "Socket",
+  .init = sock_init,
+  .get_properties = sock_get_properties,
+  .listen = sock_listen,
+  .connect = sock_connect,
+  .connect_abandon = sock_connect_abandon,
+  .accept = sock_accept,
+  .reg_mr = sock_reg_mr,
+  .reg_mr_dmabuf = sock_reg_mr_dmabuf,
+  .dereg_mr = sock_dereg_mr,
+  .isend = net_socket_isend,
+  .irecv = net_socket_irecv,
+  .iflush = sock_iflush,
+  .test = net_socket_test,
+  .close_send = sock_close_comm,
+  .close_recv = sock_close_comm,
+  .close_listen = sock_close_listen,
+};

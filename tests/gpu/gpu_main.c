@@ -1,0 +1,141 @@
+/*
+ * gpu_coll: the GPU correctness suite's command line.
+ *
+ *   gpu_coll [--mode threads|procs|hosts] [--suite all|coll|p2p|inflight|errors]
+ *            [--nranks N] [--quick] [--filter SUBSTR] [--seed S]
+ *            [--case-timeout SEC] [--timeout SEC] [--list] [--verbose]
+ *
+ * Exit status: 0 all cases passed, 1 some failed, 77 (CTest's skip code)
+ * when fewer than N GPUs are visible or CUDA finds none.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpu_test.h"
+
+static const char* main_suite; /* what the suites callback runs; set once before it is called */
+
+static void main_usage(FILE* f) {
+  fprintf(f,
+          "usage: gpu_coll [options]\n"
+          "  --mode threads|procs|hosts\n"
+          "                         one process over all GPUs (default), one process per GPU, or\n"
+          "                         one process per rank posing as separate hosts (BRAID_HOSTID,\n"
+          "                         NCCL_HOSTID), sharing the visible GPUs: the network path\n"
+          "  --suite NAME           all (default), coll, p2p, inflight, errors\n"
+          "  --nranks N             GPUs to use (default 2); exit 77 when fewer are visible\n"
+          "  --quick                a reduced matrix (for compute-sanitizer)\n"
+          "  --filter SUBSTR        only the cases whose name contains SUBSTR\n"
+          "  --seed S               the inputs' seed (default: from the clock, printed)\n"
+          "  --case-timeout SEC     a case running longer fails as hung (default 240)\n"
+          "  --timeout SEC          procs: the whole run (default 570)\n"
+          "  --list                 print the case names and exit (needs no GPU)\n"
+          "  --verbose              print each case as it starts\n");
+}
+
+static void main_suites(struct gpu_world* w) {
+  int all = strcmp(main_suite, "all") == 0;
+  if (all || strcmp(main_suite, "coll") == 0) suite_coll(w);
+  if (all || strcmp(main_suite, "p2p") == 0) {
+    suite_p2pcoll(w);
+    suite_p2p(w);
+  }
+  if (all || strcmp(main_suite, "inflight") == 0) suite_inflight(w);
+  if (all || strcmp(main_suite, "errors") == 0) suite_errors(w);
+}
+
+static int main_parse_int(const char* s, long lo, long hi, long* out) {
+  char* end;
+  long v = strtol(s, &end, 10);
+  if (*s == '\0' || *end != '\0' || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+/* 0 on success, 2 on a bad command line (after printing why). */
+static int main_parse(int argc, char** argv, struct gpu_opts* o) {
+  static const struct option longopts[] = {{"mode", required_argument, NULL, 'm'},
+                                           {"suite", required_argument, NULL, 's'},
+                                           {"nranks", required_argument, NULL, 'n'},
+                                           {"quick", no_argument, NULL, 'q'},
+                                           {"filter", required_argument, NULL, 'f'},
+                                           {"seed", required_argument, NULL, 'S'},
+                                           {"case-timeout", required_argument, NULL, 'c'},
+                                           {"timeout", required_argument, NULL, 't'},
+                                           {"list", no_argument, NULL, 'l'},
+                                           {"verbose", no_argument, NULL, 'v'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {NULL, 0, NULL, 0}};
+  long v;
+  int c;
+  while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+    switch (c) {
+      case 'm':
+        o->mode = optarg;
+        break;
+      case 's':
+        o->suite = optarg;
+        break;
+      case 'n':
+        if (main_parse_int(optarg, 1, GPU_MAX_RANKS, &v) != 0) goto bad;
+        o->nranks = (int)v;
+        break;
+      case 'q':
+        o->quick = 1;
+        break;
+      case 'f':
+        o->filter = optarg;
+        break;
+      case 'S':
+        o->seed = strtoull(optarg, NULL, 0);
+        break;
+      case 'c':
+        if (main_parse_int(optarg, 1, 86400, &v) != 0) goto bad;
+        o->case_timeout_s = (unsigned)v;
+        break;
+      case 't':
+        if (main_parse_int(optarg, 1, 86400, &v) != 0) goto bad;
+        o->timeout_s = (double)v;
+        break;
+      case 'l':
+        o->list = 1;
+        break;
+      case 'v':
+        o->verbose = 1;
+        break;
+      case 'h':
+        main_usage(stdout);
+        exit(0);
+      default:
+        goto bad;
+    }
+  }
+  if (optind == argc && (strcmp(o->mode, "threads") == 0 || strcmp(o->mode, "procs") == 0 ||
+                        strcmp(o->mode, "hosts") == 0) &&
+      (strcmp(o->suite, "all") == 0 || strcmp(o->suite, "coll") == 0 ||
+       strcmp(o->suite, "p2p") == 0 || strcmp(o->suite, "inflight") == 0 ||
+       strcmp(o->suite, "errors") == 0))
+    return 0;
+bad:
+  main_usage(stderr);
+  return 2;
+}
+
+int main(int argc, char** argv) {
+  struct gpu_opts o = {
+      .mode = "threads", .suite = "all", .nranks = 2, .case_timeout_s = 240, .timeout_s = 570};
+  o.seed = (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid();
+  if (main_parse(argc, argv, &o) != 0) return 2;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  ref_init();
+  main_suite = o.suite;
+  if (!o.list)
+    printf("gpu_coll: mode=%s suite=%s nranks=%d%s seed=%llu%s%s (reproduce with --seed %llu)\n",
+           o.mode, o.suite, o.nranks, o.quick ? " quick" : "", (unsigned long long)o.seed,
+           o.filter ? " filter=" : "", o.filter ? o.filter : "", (unsigned long long)o.seed);
+  return world_main(&o, main_suites);
+}

@@ -1,0 +1,326 @@
+/*
+ * Send/receive patterns. A pattern is a list of transfers (source rank,
+ * destination rank, count, type); every rank posts, in list order, an
+ * ncclSend for each transfer it sources and an ncclRecv for each it receives,
+ * all in one group. NCCL matches the sends from A to B with the receives on
+ * B from A in the order they were posted, so the list order is also the
+ * matching order (the "multi" pattern relies on it).
+ *
+ *   ring       rank r sends to r+1 and receives from r-1
+ *   exchange   every rank sends to and receives from every other rank
+ *   self       a rank sends to itself (a send and a receive in one group)
+ *   multi      three sends to the same peer, different sizes, one group
+ *   ring+self  both at once
+ *
+ * Sizes from 0 to 64 MiB, odd counts, and unaligned buffers. Each received
+ * buffer must equal what was sent, bit for bit, with the poisoned guard
+ * bytes around it intact and the send buffer unchanged.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_test.h"
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define P2P_MAX_XFERS (GPU_MAX_RANKS * GPU_MAX_RANKS + GPU_MAX_RANKS)
+#define P2P_MAX_REPORTS 5
+
+struct p2p_xfer {
+  int src, dst;
+  size_t count;
+  ncclDataType_t type;
+  int unaligned; /* send 3 elements, receive 1 element past the allocation */
+};
+
+struct p2p_run {
+  int nx;
+  struct p2p_xfer x[P2P_MAX_XFERS];
+  void* in[P2P_MAX_XFERS];         /* what each transfer carries, on the host */
+  char* send_alloc[P2P_MAX_XFERS]; /* on the source, when it is local */
+  char* recv_alloc[P2P_MAX_XFERS]; /* on the destination, when it is local */
+  int issued[GPU_MAX_RANKS];
+};
+
+static size_t xfer_bytes(const struct p2p_xfer* x) { return x->count * ref_type(x->type)->size; }
+static size_t xfer_send_off(const struct p2p_xfer* x) {
+  return (x->unaligned ? 3 : 0) * ref_type(x->type)->size;
+}
+static size_t xfer_recv_off(const struct p2p_xfer* x) {
+  return (x->unaligned ? 1 : 0) * ref_type(x->type)->size;
+}
+
+/* The local index of `rank` in this process, or -1. */
+static int p2p_local(const struct gpu_world* w, int rank) {
+  return rank >= w->rank0 && rank < w->rank0 + w->nlocal ? rank - w->rank0 : -1;
+}
+
+static int p2p_add(struct p2p_run* p, int src, int dst, size_t count, ncclDataType_t t,
+                   int unaligned) {
+  if (p->nx == P2P_MAX_XFERS) return -1;
+  p->x[p->nx++] = (struct p2p_xfer){src, dst, count, t, unaligned};
+  return 0;
+}
+
+/* Buffers of transfer k on whichever of its ends are local: poison, upload. */
+static int p2p_alloc_xfer(struct gpu_world* w, struct p2p_run* p, int k) {
+  const struct p2p_xfer* x = &p->x[k];
+  size_t bytes = xfer_bytes(x);
+  int ls = p2p_local(w, x->src), ld = p2p_local(w, x->dst);
+  if (ls >= 0) {
+    size_t alloc = xfer_send_off(x) + bytes + GPU_GUARD;
+    if (world_cuda(w, cudaSetDevice(w->dev[ls]), "cudaSetDevice") != 0 ||
+        world_cuda(w, cudaMalloc((void**)&p->send_alloc[k], alloc), "cudaMalloc") != 0 ||
+        world_cuda(w, cudaMemset(p->send_alloc[k], GPU_POISON, alloc), "cudaMemset") != 0 ||
+        world_cuda(w,
+                   cudaMemcpy(p->send_alloc[k] + xfer_send_off(x), p->in[k], bytes,
+                              cudaMemcpyHostToDevice),
+                   "cudaMemcpy") != 0)
+      return -1;
+  }
+  if (ld >= 0) {
+    size_t alloc = xfer_recv_off(x) + bytes + GPU_GUARD;
+    if (world_cuda(w, cudaSetDevice(w->dev[ld]), "cudaSetDevice") != 0 ||
+        world_cuda(w, cudaMalloc((void**)&p->recv_alloc[k], alloc), "cudaMalloc") != 0 ||
+        world_cuda(w, cudaMemset(p->recv_alloc[k], GPU_POISON, alloc), "cudaMemset") != 0)
+      return -1;
+  }
+  return 0;
+}
+
+/* Inputs for every transfer (every process computes all of them), then local buffers. */
+static int p2p_prepare(struct gpu_world* w, struct p2p_run* p, uint64_t seed) {
+  for (int k = 0; k < p->nx; k++) {
+    p->in[k] = malloc(xfer_bytes(&p->x[k]) + 1);
+    if (p->in[k] == NULL) {
+      world_case_fail(w, "out of host memory");
+      return -1;
+    }
+    ref_fill(p->x[k].type, GPU_OP_NONE, w->nranks, seed + 0x9e3779b97f4a7c15ull * (uint64_t)(k + 1),
+             p->in[k], p->x[k].count);
+    if (p2p_alloc_xfer(w, p, k) != 0) return -1;
+  }
+  for (int l = 0; l < w->nlocal; l++) {
+    if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") != 0 ||
+        world_cuda(w, cudaDeviceSynchronize(), "cudaDeviceSynchronize") != 0)
+      return -1;
+  }
+  return 0;
+}
+
+int p2p_issue(struct gpu_world* w, struct p2p_run* p, int l, ncclComm_t comm, cudaStream_t stream) {
+  int rank = w->rank0 + l;
+  char what[96];
+  for (int k = 0; k < p->nx; k++) {
+    const struct p2p_xfer* x = &p->x[k];
+    if (x->src == rank) {
+      snprintf(what, sizeof what, "ncclSend %d->%d (transfer %d)", x->src, x->dst, k);
+      if (world_nccl(w,
+                     ncclSend(p->send_alloc[k] + xfer_send_off(x), x->count, x->type, x->dst, comm,
+                              stream),
+                     comm, what) != 0)
+        return -1;
+    }
+    if (x->dst == rank) {
+      snprintf(what, sizeof what, "ncclRecv %d->%d (transfer %d)", x->src, x->dst, k);
+      if (world_nccl(w,
+                     ncclRecv(p->recv_alloc[k] + xfer_recv_off(x), x->count, x->type, x->src, comm,
+                              stream),
+                     comm, what) != 0)
+        return -1;
+    }
+  }
+  p->issued[l] = 1;
+  return 0;
+}
+
+static void p2p_check_recv(struct gpu_world* w, const struct p2p_run* p, int k,
+                           const unsigned char* host) {
+  const struct p2p_xfer* x = &p->x[k];
+  size_t off = xfer_recv_off(x), bytes = xfer_bytes(x), bad = 0;
+  char why[256];
+  for (size_t j = 0; j < x->count; j++) {
+    int report = bad < P2P_MAX_REPORTS;
+    if (ref_check_copied(x->type, p->in[k], j, host + off, j, report ? why : NULL, sizeof why))
+      continue;
+    if (report)
+      world_case_fail(w, "transfer %d (%d->%d) element %zu: %s", k, x->src, x->dst, j, why);
+    bad++;
+  }
+  if (bad > P2P_MAX_REPORTS)
+    world_case_fail(w, "transfer %d (%d->%d): %zu of %zu elements wrong", k, x->src, x->dst, bad,
+                    x->count);
+  for (size_t i = 0; i < off + bytes + GPU_GUARD; i++) {
+    if ((i >= off && i < off + bytes) || host[i] == GPU_POISON) continue;
+    world_case_fail(
+        w,
+        "transfer %d (%d->%d): byte %zu of the receive allocation was written, outside [%zu, %zu)",
+        k, x->src, x->dst, i, off, off + bytes);
+    break;
+  }
+}
+
+/* Receive side: data and guards; send side: the buffer is unchanged. */
+static int p2p_check_xfer(struct gpu_world* w, const struct p2p_run* p, int k) {
+  const struct p2p_xfer* x = &p->x[k];
+  int ls = p2p_local(w, x->src), ld = p2p_local(w, x->dst);
+  size_t bytes = xfer_bytes(x), alloc = xfer_recv_off(x) + bytes + GPU_GUARD;
+  unsigned char* host = malloc(alloc);
+  int rc = -1;
+  if (host == NULL) return -1;
+  if (ld >= 0 && p->issued[ld]) {
+    if (world_cuda(w, cudaSetDevice(w->dev[ld]), "cudaSetDevice") != 0 ||
+        world_cuda(w, cudaMemcpy(host, p->recv_alloc[k], alloc, cudaMemcpyDeviceToHost),
+                   "cudaMemcpy") != 0)
+      goto out;
+    p2p_check_recv(w, p, k, host);
+  }
+  if (ls >= 0 && p->issued[ls]) {
+    if (world_cuda(w, cudaSetDevice(w->dev[ls]), "cudaSetDevice") != 0 ||
+        world_cuda(
+            w, cudaMemcpy(host, p->send_alloc[k] + xfer_send_off(x), bytes, cudaMemcpyDeviceToHost),
+            "cudaMemcpy") != 0)
+      goto out;
+    if (memcmp(host, p->in[k], bytes) != 0)
+      world_case_fail(w, "transfer %d (%d->%d): the send buffer was modified", k, x->src, x->dst);
+  }
+  rc = 0;
+out:
+  free(host);
+  return rc;
+}
+
+int p2p_check(struct gpu_world* w, struct p2p_run* p) {
+  int rc = 0;
+  for (int k = 0; k < p->nx; k++) rc |= p2p_check_xfer(w, p, k);
+  return rc;
+}
+
+void p2p_release(struct gpu_world* w, struct p2p_run* p) {
+  if (p == NULL) return;
+  for (int k = 0; k < p->nx; k++) {
+    int ls = p2p_local(w, p->x[k].src), ld = p2p_local(w, p->x[k].dst);
+    if (ls >= 0 && p->send_alloc[k] && cudaSetDevice(w->dev[ls]) == cudaSuccess)
+      cudaFree(p->send_alloc[k]);
+    if (ld >= 0 && p->recv_alloc[k] && cudaSetDevice(w->dev[ld]) == cudaSuccess)
+      cudaFree(p->recv_alloc[k]);
+    free(p->in[k]);
+  }
+  free(p);
+}
+
+/* ---- patterns -------------------------------------------------------------------------------- */
+
+/* Rank r sends to r + shift. */
+static void pattern_ring(struct p2p_run* p, int n, int shift, ncclDataType_t t, size_t count,
+                         int unaligned) {
+  for (int r = 0; r < n; r++) p2p_add(p, r, (r + shift) % n, count, t, unaligned);
+}
+
+static void pattern_exchange(struct p2p_run* p, int n, ncclDataType_t t, size_t count) {
+  for (int a = 0; a < n; a++)
+    for (int b = 0; b < n; b++)
+      if (a != b) p2p_add(p, a, b, count, t, 0);
+}
+
+static void pattern_self(struct p2p_run* p, int n, ncclDataType_t t, size_t count) {
+  for (int r = 0; r < n; r++) p2p_add(p, r, r, count, t, 0);
+}
+
+/* Three messages to the same peer in one group, different sizes: matched in posting order. */
+static void pattern_multi(struct p2p_run* p, int n) {
+  static const size_t counts[] = {7, 4097, 1000};
+  for (size_t i = 0; i < ARRAY_LEN(counts); i++) pattern_ring(p, n, 1, ncclFloat32, counts[i], 0);
+}
+
+struct p2p_run* p2p_ring_prepare(struct gpu_world* w, ncclDataType_t t, size_t count,
+                                 uint64_t seed) {
+  struct p2p_run* p = calloc(1, sizeof *p);
+  if (p == NULL) return NULL;
+  pattern_ring(p, w->nranks, 1, t, count, 0);
+  if (p2p_prepare(w, p, seed) != 0) {
+    p2p_release(w, p);
+    return NULL;
+  }
+  return p;
+}
+
+/* One pattern as one case: prepare, one group over the local ranks, sync, check. */
+static void p2p_case(struct gpu_world* w, const char* name, struct p2p_run* p, size_t index) {
+  char full[sizeof w->case_name];
+  snprintf(full, sizeof full, "%s mode=%s", name, w->opts->mode);
+  if (!world_case_begin(w, full)) {
+    free(p);
+    return;
+  }
+  if (p2p_prepare(w, p, world_seed(w, SUITE_SENDRECV, index, 0)) == 0 &&
+      world_group_start(w) == 0) {
+    for (int l = 0; l < w->nlocal; l++) p2p_issue(w, p, l, w->comm[l], w->stream[l]);
+    if (world_group_end(w) == 0 && world_sync(w) == 0) p2p_check(w, p);
+  }
+  p2p_release(w, p);
+  world_case_end(w);
+}
+
+static struct p2p_run* p2p_new(void) {
+  struct p2p_run* p = calloc(1, sizeof *p);
+  if (p == NULL) {
+    fprintf(stderr, "gpu_coll: out of host memory\n");
+    abort();
+  }
+  return p;
+}
+
+static void ring_cases(struct gpu_world* w, size_t* index) {
+  static const ncclDataType_t types[] = {ncclInt8, ncclFloat16, ncclFloat32, ncclFloat64};
+  static const size_t counts[] = {0, 1, 7, 4097, 1048579}, quick_counts[] = {0, 7, 4097};
+  const size_t* cs = w->opts->quick ? quick_counts : counts;
+  size_t nc = w->opts->quick ? ARRAY_LEN(quick_counts) : ARRAY_LEN(counts);
+  char name[160];
+  for (size_t t = 0; t < ARRAY_LEN(types); t++)
+    for (size_t k = 0; k < nc; k++)
+      for (int unaligned = 0; unaligned < 2; unaligned++) {
+        struct p2p_run* p = p2p_new();
+        pattern_ring(p, w->nranks, 1, types[t], cs[k], unaligned);
+        snprintf(name, sizeof name, "SendRecv ring %s count=%zu%s", ref_type(types[t])->name, cs[k],
+                 unaligned ? " unaligned" : "");
+        p2p_case(w, name, p, (*index)++);
+      }
+  if (w->nranks > 2) { /* the other direction; the same as the ring with two ranks */
+    struct p2p_run* p = p2p_new();
+    pattern_ring(p, w->nranks, w->nranks - 1, ncclFloat32, 4097, 0);
+    p2p_case(w, "SendRecv reverse-ring f32 count=4097", p, (*index)++);
+  }
+  if (w->opts->quick) return;
+  /* 64 MiB, and an odd byte count just over it. */
+  struct p2p_run* p = p2p_new();
+  pattern_ring(p, w->nranks, 1, ncclFloat32, (size_t)16 << 20, 0);
+  p2p_case(w, "SendRecv ring f32 count=16777216 (64 MiB)", p, (*index)++);
+  p = p2p_new();
+  pattern_ring(p, w->nranks, 1, ncclInt8, ((size_t)64 << 20) + 3, 1);
+  p2p_case(w, "SendRecv ring i8 count=67108867 (64 MiB + 3) unaligned", p, (*index)++);
+}
+
+void suite_p2p(struct gpu_world* w) {
+  static const size_t counts[] = {1, 4097, 1048579};
+  size_t index = 0;
+  char name[160];
+  ring_cases(w, &index);
+  for (size_t k = 0; k < ARRAY_LEN(counts); k++) {
+    struct p2p_run* p = p2p_new();
+    pattern_exchange(p, w->nranks, ncclFloat32, counts[k]);
+    snprintf(name, sizeof name, "SendRecv exchange f32 count=%zu", counts[k]);
+    p2p_case(w, name, p, index++);
+    p = p2p_new();
+    pattern_self(p, w->nranks, ncclInt8, counts[k]);
+    snprintf(name, sizeof name, "SendRecv self i8 count=%zu", counts[k]);
+    p2p_case(w, name, p, index++);
+  }
+  struct p2p_run* p = p2p_new();
+  pattern_multi(p, w->nranks);
+  p2p_case(w, "SendRecv multi (3 messages to one peer, matched in order) f32", p, index++);
+  p = p2p_new();
+  pattern_ring(p, w->nranks, 1, ncclFloat32, 4097, 0);
+  pattern_self(p, w->nranks, ncclFloat32, 4097);
+  p2p_case(w, "SendRecv ring+self f32 count=4097", p, index++);
+}

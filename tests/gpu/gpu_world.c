@@ -1,0 +1,350 @@
+/*
+ * The ranks of the GPU suite, and the bookkeeping of its cases.
+ *
+ * threads: one process drives every GPU. ncclCommInitAll creates the
+ * communicators; each call is issued for every rank inside one
+ * ncclGroupStart/End.
+ *
+ * procs: one process per GPU, forked by mp_run (tests/mp) with a time limit.
+ * Child 0 calls ncclGetUniqueId and publishes the ids through memory mapped
+ * before the fork; the others wait for them. The parent never touches CUDA: a
+ * CUDA context does not survive fork(), and the parent must stay able to fork.
+ *
+ * hosts: procs where every child sets BRAID_HOSTID and NCCL_HOSTID to a name
+ * of its own before its first call, so the library takes each rank for a
+ * separate host and connects them through the network transport (kernels ->
+ * proxy -> socket -> proxy -> kernels). The ranks share the visible GPUs
+ * (rank % count), so one GPU is enough.
+ *
+ * Every process runs the same sequence of cases (same options, same filter),
+ * so the ordinal of a case is the same everywhere; a failure seen by any
+ * process marks that ordinal in the tally, which the procs parent shares with
+ * its children. A watchdog (SIGALRM) names the case that hangs.
+ */
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpu_test.h"
+#include "mp_runner.h"
+
+#define GPU_MAX_CASES (1 << 17)
+#define GPU_ID_WAIT_S 120.0 /* how long a procs child waits for child 0's unique ids */
+
+struct gpu_tally {
+  int ncases;   /* cases run (or listed), as counted by the process of rank 0 */
+  int overflow; /* failures past GPU_MAX_CASES (counted, not deduplicated) */
+  unsigned char failed[GPU_MAX_CASES]; /* by ordinal: some process saw the case fail */
+};
+
+/* procs mode: what the children share, mapped by the parent before the fork. */
+struct gpu_shared {
+  int ids_ready; /* set by child 0 once ids[] hold the unique ids */
+  ncclUniqueId ids[2];
+  struct gpu_tally tally;
+};
+
+struct world_procs_arg {
+  const struct gpu_opts* opts;
+  void (*suites)(struct gpu_world* w);
+  struct gpu_shared* shared;
+};
+
+/* ---- the watchdog ---------------------------------------------------------------------------- */
+
+static char watchdog_case[256];
+
+static void watchdog_write(const char* s) {
+  ssize_t rc = write(STDERR_FILENO, s, strlen(s));
+  (void)rc;
+}
+
+static void watchdog_fire(int sig) {
+  (void)sig;
+  watchdog_write("FAIL gpu_coll: the case '");
+  watchdog_write(watchdog_case);
+  watchdog_write("' did not finish within --case-timeout (hung?); giving up\n");
+  _exit(1);
+}
+
+static void watchdog_install(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = watchdog_fire;
+  sigaction(SIGALRM, &sa, NULL);
+}
+
+/* ---- cases ----------------------------------------------------------------------------------- */
+
+int world_case_begin(struct gpu_world* w, const char* name) {
+  if (w->opts->filter && !strstr(name, w->opts->filter)) return 0;
+  if (w->opts->list) {
+    if (w->rank0 == 0) printf("%s\n", name);
+    w->tally->ncases = ++w->ordinal;
+    return 0;
+  }
+  snprintf(w->case_name, sizeof w->case_name, "%s", name);
+  snprintf(watchdog_case, sizeof watchdog_case, "%s", name);
+  w->case_failed = 0;
+  if (w->opts->verbose) fprintf(stderr, "RUN  %s\n", name);
+  alarm(w->opts->case_timeout_s);
+  return 1;
+}
+
+void world_case_end(struct gpu_world* w) {
+  alarm(0);
+  int ordinal = w->ordinal++;
+  if (w->rank0 == 0) w->tally->ncases = w->ordinal;
+  if (!w->case_failed) return;
+  w->failures++;
+  w->case_failed = 0;
+  if (ordinal < GPU_MAX_CASES)
+    w->tally->failed[ordinal] = 1;
+  else
+    __atomic_add_fetch(&w->tally->overflow, 1, __ATOMIC_RELAXED);
+}
+
+void world_case_fail(struct gpu_world* w, const char* fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (w->nlocal < w->nranks)
+    fprintf(stderr, "FAIL %s [process of rank %d]: %s\n", w->case_name, w->rank0, msg);
+  else
+    fprintf(stderr, "FAIL %s: %s\n", w->case_name, msg);
+  w->case_failed = 1;
+}
+
+int world_cuda(struct gpu_world* w, cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return 0;
+  world_case_fail(w, "%s: CUDA error %d: %s", what, (int)err, cudaGetErrorString(err));
+  return -1;
+}
+
+int world_nccl(struct gpu_world* w, ncclResult_t res, ncclComm_t comm, const char* what) {
+  if (res == ncclSuccess) return 0;
+  const char* last = ncclGetLastError(comm);
+  world_case_fail(w, "%s returned %d (%s); ncclGetLastError: %s", what, (int)res,
+                  ncclGetErrorString(res), last && *last ? last : "(empty)");
+  return -1;
+}
+
+int world_group_start(struct gpu_world* w) {
+  return world_nccl(w, ncclGroupStart(), NULL, "ncclGroupStart");
+}
+
+int world_group_end(struct gpu_world* w) {
+  return world_nccl(w, ncclGroupEnd(), NULL, "ncclGroupEnd");
+}
+
+int world_sync(struct gpu_world* w) {
+  int rc = 0;
+  for (int l = 0; l < w->nlocal; l++) {
+    if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") != 0) return -1;
+    rc |= world_cuda(w, cudaStreamSynchronize(w->stream[l]), "cudaStreamSynchronize");
+    rc |= world_cuda(w, cudaStreamSynchronize(w->stream2[l]),
+                     "cudaStreamSynchronize (second stream)");
+    ncclComm_t comms[2] = {w->comm[l], w->comm2[l]};
+    for (int i = 0; i < 2; i++) {
+      ncclResult_t async = ncclSuccess;
+      if (comms[i] == NULL) continue;
+      rc |=
+          world_nccl(w, ncclCommGetAsyncError(comms[i], &async), comms[i], "ncclCommGetAsyncError");
+      rc |= world_nccl(w, async, comms[i], "the communicator's asynchronous error");
+    }
+  }
+  return rc ? -1 : 0;
+}
+
+uint64_t world_seed(const struct gpu_world* w, unsigned suite, size_t index, int rank) {
+  uint64_t z = w->opts->seed ^ ((uint64_t)suite << 56) ^ ((uint64_t)index << 8) ^ (uint64_t)rank;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+int world_comm2(struct gpu_world* w) {
+  if (w->comm2[0] != NULL) return 0;
+  if (w->nlocal == w->nranks)
+    return world_nccl(w, ncclCommInitAll(w->comm2, w->nranks, w->dev), NULL,
+                      "ncclCommInitAll (second communicator)");
+  if (world_cuda(w, cudaSetDevice(w->dev[0]), "cudaSetDevice") != 0) return -1;
+  return world_nccl(w, ncclCommInitRank(&w->comm2[0], w->nranks, w->ids[1], w->rank0), NULL,
+                    "ncclCommInitRank (second communicator)");
+}
+
+/* ---- set-up and tear-down ---------------------------------------------------------------------
+ */
+
+/* 0 when at least `nranks` GPUs are visible; otherwise says why and returns GPU_SKIP_CODE. */
+static int world_check_gpus(int nranks) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    fprintf(stderr, "SKIP: no usable GPU (cudaGetDeviceCount: %s)\n", cudaGetErrorString(err));
+    return GPU_SKIP_CODE;
+  }
+  if (count < nranks) {
+    fprintf(stderr, "SKIP: %d GPU(s) visible, %d needed\n", count, nranks);
+    return GPU_SKIP_CODE;
+  }
+  return 0;
+}
+
+static int world_streams_create(struct gpu_world* w) {
+  for (int l = 0; l < w->nlocal; l++) {
+    if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") != 0 ||
+        world_cuda(w, cudaStreamCreateWithFlags(&w->stream[l], cudaStreamNonBlocking),
+                   "cudaStreamCreate") != 0 ||
+        world_cuda(w, cudaStreamCreateWithFlags(&w->stream2[l], cudaStreamNonBlocking),
+                   "cudaStreamCreate") != 0)
+      return -1;
+  }
+  return 0;
+}
+
+static void world_teardown(struct gpu_world* w) {
+  snprintf(w->case_name, sizeof w->case_name, "teardown");
+  for (int l = 0; l < w->nlocal; l++) {
+    if (cudaSetDevice(w->dev[l]) != cudaSuccess) continue;
+    if (w->stream[l]) cudaStreamSynchronize(w->stream[l]);
+    if (w->stream2[l]) cudaStreamSynchronize(w->stream2[l]);
+  }
+  for (int l = 0; l < w->nlocal; l++) {
+    if (w->comm[l]) world_nccl(w, ncclCommDestroy(w->comm[l]), NULL, "ncclCommDestroy");
+    if (w->comm2[l]) world_nccl(w, ncclCommDestroy(w->comm2[l]), NULL, "ncclCommDestroy (second)");
+  }
+  for (int l = 0; l < w->nlocal; l++) {
+    if (cudaSetDevice(w->dev[l]) != cudaSuccess) continue;
+    if (w->stream[l]) cudaStreamDestroy(w->stream[l]);
+    if (w->stream2[l]) cudaStreamDestroy(w->stream2[l]);
+  }
+}
+
+static int world_failures(const struct gpu_tally* t) {
+  int n = t->overflow;
+  for (int i = 0; i < t->ncases && i < GPU_MAX_CASES; i++) n += t->failed[i];
+  return n;
+}
+
+static void world_init(struct gpu_world* w, const struct gpu_opts* o, struct gpu_tally* tally) {
+  memset(w, 0, sizeof *w);
+  w->opts = o;
+  w->nranks = o->nranks;
+  w->nlocal = o->nranks;
+  w->tally = tally;
+  for (int r = 0; r < o->nranks; r++) w->dev[r] = r;
+  snprintf(w->case_name, sizeof w->case_name, "setup");
+}
+
+static int world_threads(const struct gpu_opts* o, void (*suites)(struct gpu_world* w),
+                         struct gpu_tally* tally) {
+  struct gpu_world w;
+  int rc = world_check_gpus(o->nranks);
+  if (rc != 0) return rc;
+  world_init(&w, o, tally);
+  watchdog_install();
+  if (world_nccl(&w, ncclCommInitAll(w.comm, w.nranks, w.dev), NULL, "ncclCommInitAll") != 0 ||
+      world_streams_create(&w) != 0) {
+    world_teardown(&w);
+    return 1;
+  }
+  suites(&w);
+  world_teardown(&w);
+  return w.failures || w.case_failed ? 1 : 0;
+}
+
+/* procs: child `ch->index` drives GPU `ch->index` as that rank. */
+static int world_child(const struct mp_child* ch) {
+  const struct world_procs_arg* a = ch->arg;
+  struct gpu_shared* sh = a->shared;
+  struct gpu_world w;
+  int hosts = strcmp(a->opts->mode, "hosts") == 0;
+  if (hosts) {
+    /* Before any call into the library: it reads its parameters once. */
+    char id[64];
+    snprintf(id, sizeof id, "gpu_coll-host%d", ch->index);
+    if (setenv("BRAID_HOSTID", id, 1) != 0 || setenv("NCCL_HOSTID", id, 1) != 0) {
+      perror("setenv");
+      return 1;
+    }
+  }
+  int rc = world_check_gpus(hosts ? 1 : ch->nprocs);
+  if (rc != 0) return rc;
+  int ngpus = 1;
+  if (hosts && cudaGetDeviceCount(&ngpus) != cudaSuccess) return 1;
+  world_init(&w, a->opts, &sh->tally);
+  w.nlocal = 1;
+  w.rank0 = ch->index;
+  w.dev[0] = hosts ? ch->index % ngpus : ch->index;
+  w.ids = sh->ids;
+  watchdog_install();
+  if (ch->index == 0) {
+    if (world_nccl(&w, ncclGetUniqueId(&sh->ids[0]), NULL, "ncclGetUniqueId") != 0 ||
+        world_nccl(&w, ncclGetUniqueId(&sh->ids[1]), NULL, "ncclGetUniqueId") != 0)
+      return 1;
+    __atomic_store_n(&sh->ids_ready, 1, __ATOMIC_RELEASE);
+  }
+  for (double waited = 0; !__atomic_load_n(&sh->ids_ready, __ATOMIC_ACQUIRE); waited += 0.001) {
+    if (waited > GPU_ID_WAIT_S) {
+      fprintf(stderr, "FAIL rank %d: no unique id from rank 0 after %.0f s\n", ch->index, waited);
+      return 1;
+    }
+    mp_sleep(0.001);
+  }
+  if (world_cuda(&w, cudaSetDevice(w.dev[0]), "cudaSetDevice") != 0 ||
+      world_nccl(&w, ncclCommInitRank(&w.comm[0], w.nranks, sh->ids[0], w.rank0), NULL,
+                 "ncclCommInitRank") != 0 ||
+      world_streams_create(&w) != 0) {
+    world_teardown(&w);
+    return 1;
+  }
+  a->suites(&w);
+  world_teardown(&w);
+  fflush(stdout);
+  return w.failures || w.case_failed ? 1 : 0;
+}
+
+static int world_procs(const struct gpu_opts* o, void (*suites)(struct gpu_world* w),
+                       struct gpu_shared* sh) {
+  struct world_procs_arg a = {.opts = o, .suites = suites, .shared = sh};
+  struct mp_opts mo = {
+      .name = "gpu_coll", .nprocs = o->nranks, .timeout_sec = o->timeout_s, .arg = &a};
+  return mp_run(&mo, world_child);
+}
+
+/* --list: the suites print their case names; no GPU is touched. */
+static int world_list(const struct gpu_opts* o, void (*suites)(struct gpu_world* w),
+                      struct gpu_tally* tally) {
+  struct gpu_world w;
+  world_init(&w, o, tally);
+  suites(&w);
+  printf("%d cases\n", tally->ncases);
+  return 0;
+}
+
+int world_main(const struct gpu_opts* o, void (*suites)(struct gpu_world* w)) {
+  int procs = strcmp(o->mode, "procs") == 0 || strcmp(o->mode, "hosts") == 0;
+  /* Shared with the children in procs mode; ordinary memory would do otherwise. */
+  struct gpu_shared* sh = mp_shared_alloc(sizeof *sh);
+  int rc;
+  if (o->list)
+    rc = world_list(o, suites, &sh->tally);
+  else if (procs)
+    rc = world_procs(o, suites, sh);
+  else
+    rc = world_threads(o, suites, &sh->tally);
+  if (!o->list && rc != GPU_SKIP_CODE) {
+    int failed = world_failures(&sh->tally);
+    printf("%d cases, %d failed (mode=%s nranks=%d seed=%llu)\n", sh->tally.ncases, failed, o->mode,
+           o->nranks, (unsigned long long)o->seed);
+    if (failed) rc = 1;
+  }
+  mp_shared_free(sh, sizeof *sh);
+  return rc;
+}

@@ -1,0 +1,557 @@
+/*
+ * One conformance suite over every net backend (net.h), in two processes:
+ * child 0 listens and receives, child 1 connects and sends. A backend that
+ * cannot run here (no libfabric, no InfiniBand device) is skipped with the
+ * reason.
+ *
+ *   connect    two connections to one listener, accepted, one message each; once the
+ *              sender closed its end, a receive neither completes nor fails
+ *   sizes      0, 1, 7, 4096, 1 MiB + 3, 64 MiB into larger receives: sizes and bytes checked
+ *   many       max_requests outstanding both ways, then one more is refused
+ *   order      requests tested in reverse / shuffled order all complete, data intact
+ *   peerclose  a sender that dies mid-message, a receiver that dies under a
+ *              large send: the survivor's test() fails within seconds
+ *   secret     a wrong key (and, for sockets, garbage) never yields a connection;
+ *              the right key then does
+ *   bandwidth  1 GiB in 512 KiB messages, 8 outstanding (the proxy's pattern),
+ *              and in 64 MiB messages; prints GB/s
+ *   netns      sizes across two network namespaces joined by a veth pair
+ *              (needs root and `ip`)
+ *
+ *   net_conformance_test <backend>_<case>     (backend: socket, ofi, ib)
+ */
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "boot_util.h"
+#include "core/socket.h"
+#include "core/utils.h"
+#include "mp_runner.h"
+#include "net_util.h"
+#include "test.h"
+
+#define WAIT_SEC 20.0
+#define MIB ((size_t)1 << 20)
+
+static char backend[16];
+
+/* Flags in net_shared.flags. */
+enum { F_LISTENING = 0, F_STEP = 1, F_DONE = 2 };
+
+static int child_open(const struct braid_net_ops** ops, int* ndev) {
+  test_failures = 0;
+  test_checks = 0;
+  return net_util_open(backend, ops, ndev);
+}
+
+/* Child 0's part of every case's start: listen, publish handle `slot`. */
+static int listen_publish(struct net_shared* sh, const struct braid_net_ops* ops, int slot,
+                          void** lcomm) {
+  TEST_EXPECT_RES(ops->listen(0, sh->key, sh->handle[slot], lcomm), ncclSuccess);
+  if (*lcomm == NULL) return -1;
+  boot_add_flag(&sh->flags[F_LISTENING], 1);
+  return 0;
+}
+
+/* Child 1's part: wait for handle `slot`, connect with `key`. */
+static void* connect_to(struct net_shared* sh, const struct braid_net_ops* ops, int slot,
+                        const uint8_t* key) {
+  void* s = NULL;
+  if (boot_wait_flag(&sh->flags[F_LISTENING], slot + 1, WAIT_SEC) != 0) return NULL;
+  TEST_EXPECT_RES(net_util_connect(ops, 0, key, sh->handle[slot], &s, WAIT_SEC), ncclSuccess);
+  return s;
+}
+
+static int child_verdict(void) { return test_failures ? 1 : 0; }
+
+/* ---------------------------------------------------------------- connect */
+
+/* After the sender closed its end normally, a receive neither completes nor fails. */
+static void check_goodbye(const struct braid_net_ops* ops, void* comm) {
+  uint64_t word = 0;
+  void* req = NULL;
+  TEST_EXPECT_RES(net_util_post(ops, comm, 0, &word, sizeof word, &req, WAIT_SEC), ncclSuccess);
+  TEST_EXPECT_RES(net_util_wait(ops, req, NULL, 1.5), NET_UTIL_TIMEOUT_RES);
+}
+
+static int connect_child(const struct mp_child* c) {
+  struct net_shared* sh = c->arg;
+  const struct braid_net_ops* ops;
+  int ndev, rc = child_open(&ops, &ndev);
+  if (rc) return rc;
+  uint64_t word = 0;
+  if (c->index == 0) {
+    void *l = NULL, *r[2] = {NULL, NULL};
+    if (listen_publish(sh, ops, 0, &l) != 0) return 1;
+    for (int i = 0; i < 2; i++) {
+      TEST_EXPECT_RES(net_util_accept(ops, l, &r[i], WAIT_SEC), ncclSuccess);
+      if (r[i] == NULL) return 1;
+    }
+    for (int i = 0; i < 2; i++) {
+      void* req = NULL;
+      size_t size = 0;
+      TEST_EXPECT_RES(net_util_post(ops, r[i], 0, &word, sizeof word, &req, WAIT_SEC), ncclSuccess);
+      TEST_EXPECT_RES(net_util_wait(ops, req, &size, WAIT_SEC), ncclSuccess);
+      /* Connection order is not message order: each carries its own number. */
+      TEST_CHECK(size == 8 && word >= 1000 && word <= 1001, "message %d: %zu bytes, %llu", i, size,
+                 (unsigned long long)word);
+    }
+    boot_set_flag(&sh->flags[F_DONE], 1);
+    boot_wait_flag(&sh->flags[F_STEP], 1, WAIT_SEC); /* the sender closed both */
+    check_goodbye(ops, r[0]);
+    for (int i = 0; i < 2; i++) ops->close_recv(r[i]);
+    ops->close_listen(l);
+  } else {
+    void* s[2];
+    for (int i = 0; i < 2; i++) {
+      s[i] = connect_to(sh, ops, 0, sh->key);
+      if (s[i] == NULL) return 1;
+    }
+    for (int i = 0; i < 2; i++) {
+      void* req = NULL;
+      uint64_t w = 1000 + (uint64_t)i;
+      TEST_EXPECT_RES(net_util_post(ops, s[i], 1, &w, sizeof w, &req, WAIT_SEC), ncclSuccess);
+      TEST_EXPECT_RES(net_util_wait(ops, req, NULL, WAIT_SEC), ncclSuccess);
+    }
+    boot_wait_flag(&sh->flags[F_DONE], 1, WAIT_SEC); /* keep the sends' data until it landed */
+    for (int i = 0; i < 2; i++) ops->close_send(s[i]);
+    boot_set_flag(&sh->flags[F_STEP], 1);
+    boot_wait_flag(&sh->flags[F_DONE + 1], 1, 5.0); /* stay alive while the goodbye is checked */
+  }
+  if (c->index == 0) boot_set_flag(&sh->flags[F_DONE + 1], 1);
+  return child_verdict();
+}
+
+/* ------------------------------------------------------------------ sizes */
+
+static const size_t test_sizes[] = {0, 1, 7, 4096, MIB + 3, 64 * MIB};
+
+static int sizes_child(const struct mp_child* c) {
+  struct net_shared* sh = c->arg;
+  const struct braid_net_ops* ops;
+  int ndev, rc = child_open(&ops, &ndev);
+  if (rc) return rc;
+  char* buf = malloc(64 * MIB + 64);
+  if (buf == NULL) return 1;
+  void *l = NULL, *comm = NULL;
+  if (c->index == 0) {
+    if (listen_publish(sh, ops, 0, &l) != 0) return 1;
+    TEST_EXPECT_RES(net_util_accept(ops, l, &comm, WAIT_SEC), ncclSuccess);
+  } else {
+    comm = connect_to(sh, ops, 0, sh->key);
+  }
+  for (size_t i = 0; comm && i < BRAID_ARRAY_LEN(test_sizes); i++) {
+    size_t n = test_sizes[i], got = 0;
+    void* req = NULL;
+    if (c->index == 1) net_util_fill(buf, n, 7 + i);
+    else memset(buf, 0xee, n + 64);
+    /* Receives are larger than the message: the size must come back exact. */
+    TEST_EXPECT_RES(net_util_post(ops, comm, c->index, buf, c->index ? n : n + 64, &req, WAIT_SEC),
+                    ncclSuccess);
+    TEST_EXPECT_RES(net_util_wait(ops, req, &got, WAIT_SEC), ncclSuccess);
+    if (c->index == 0) {
+      TEST_CHECK(got == n, "%zu bytes received for a %zu-byte message", got, n);
+      TEST_CHECK(net_util_check(buf, n, 7 + i) == 0, "%zu-byte message corrupted", n);
+      TEST_CHECK((unsigned char)buf[n] == 0xee, "wrote past a %zu-byte message", n);
+    }
+  }
+  boot_add_flag(&sh->flags[F_DONE], 1);
+  boot_wait_flag(&sh->flags[F_DONE], 2, WAIT_SEC);
+  if (comm) (c->index ? ops->close_send : ops->close_recv)(comm);
+  if (l) ops->close_listen(l);
+  free(buf);
+  return comm ? child_verdict() : 1;
+}
+
+/* ------------------------------------------------------------ many, order */
+
+/* Message i of the many/order cases: a size that varies, up to 200 KB. */
+static size_t msg_size(int i) { return (size_t)((i * 40503) % 200000) + (i % 3 == 0 ? 0 : 5); }
+
+/* Posts n requests (all must be accepted), waits for them in `order`, checks the data. */
+static void exchange(const struct braid_net_ops* ops, void* comm, int is_send, int n, const int* order,
+                     char* buf, size_t stride) {
+  void* req[64];
+  for (int i = 0; i < n; i++) {
+    if (is_send) net_util_fill(buf + i * stride, msg_size(i), 100 + (uint64_t)i);
+    req[i] = NULL;
+    ncclResult_t res = is_send ? ops->isend(comm, buf + i * stride, msg_size(i), NULL, &req[i])
+                               : ops->irecv(comm, buf + i * stride, stride, NULL, &req[i]);
+    TEST_CHECK(res == ncclSuccess && req[i] != NULL, "request %d of %d not taken (%d)", i, n, (int)res);
+  }
+  for (int k = 0; k < n; k++) {
+    int i = order[k];
+    size_t got = 0;
+    if (req[i] == NULL) continue;
+    TEST_EXPECT_RES(net_util_wait(ops, req[i], &got, WAIT_SEC), ncclSuccess);
+    if (!is_send) {
+      TEST_CHECK(got == msg_size(i), "message %d: %zu bytes, expected %zu", i, got, msg_size(i));
+      TEST_CHECK(net_util_check(buf + i * stride, msg_size(i), 100 + (uint64_t)i) == 0,
+                 "message %d corrupted", i);
+    }
+  }
+}
+
+static int many_or_order_child(const struct mp_child* c, int shuffle) {
+  struct net_shared* sh = c->arg;
+  const struct braid_net_ops* ops;
+  struct braid_net_props props;
+  int ndev, rc = child_open(&ops, &ndev);
+  if (rc) return rc;
+  TEST_EXPECT_RES(ops->get_properties(0, &props), ncclSuccess);
+  int n = shuffle ? 16 : BRAID_MIN(props.max_requests, 64);
+  TEST_CHECK(props.max_requests >= 8, "max_requests %d is below the proxy's 8 steps", props.max_requests);
+  size_t stride = 200 * 1024;
+  char* buf = malloc(stride * 64);
+  int order[64];
+  for (int i = 0; i < n; i++) order[i] = shuffle ? n - 1 - i : i; /* reverse when shuffling */
+  if (shuffle && c->index == 1) {
+    srand(42);
+    for (int i = n - 1; i > 0; i--) {
+      int j = rand() % (i + 1), t = order[i];
+      order[i] = order[j];
+      order[j] = t;
+    }
+  }
+  void *l = NULL, *comm = NULL;
+  if (c->index == 0) {
+    if (listen_publish(sh, ops, 0, &l) != 0) return 1;
+    TEST_EXPECT_RES(net_util_accept(ops, l, &comm, WAIT_SEC), ncclSuccess);
+  } else {
+    comm = connect_to(sh, ops, 0, sh->key);
+  }
+  if (comm && buf) {
+    exchange(ops, comm, c->index, n, order, buf, stride);
+    if (!shuffle) { /* full: one more is refused, then taken once the others are done */
+      void* reqs[64] = {NULL};
+      int taken = 0;
+      for (int i = 0; i < n + 1; i++) {
+        void** r = &reqs[BRAID_MIN(i, 63)];
+        ncclResult_t res = c->index ? ops->isend(comm, buf, 8, NULL, r) : ops->irecv(comm, buf, 8, NULL, r);
+        TEST_CHECK(res == ncclSuccess, "posting request %d failed", i);
+        taken += *r != NULL;
+        if (i < n) TEST_CHECK(*r != NULL, "request %d of max_requests %d refused", i, n);
+      }
+      TEST_CHECK(taken == n, "%d requests taken with max_requests %d", taken, n);
+      for (int i = 0; i < n; i++)
+        if (reqs[i]) TEST_EXPECT_RES(net_util_wait(ops, reqs[i], NULL, WAIT_SEC), ncclSuccess);
+    }
+  }
+  boot_add_flag(&sh->flags[F_DONE], 1);
+  boot_wait_flag(&sh->flags[F_DONE], 2, WAIT_SEC);
+  if (comm) (c->index ? ops->close_send : ops->close_recv)(comm);
+  if (l) ops->close_listen(l);
+  free(buf);
+  return comm ? child_verdict() : 1;
+}
+
+static int many_child(const struct mp_child* c) { return many_or_order_child(c, 0); }
+static int order_child(const struct mp_child* c) { return many_or_order_child(c, 1); }
+
+/* -------------------------------------------------------------- peerclose */
+
+/* Waits for req, expecting an error within `sec`; returns 0 when one came. */
+static int expect_error(const struct braid_net_ops* ops, void* req, double sec, const char* what) {
+  double start = boot_now();
+  ncclResult_t res = net_util_wait(ops, req, NULL, sec);
+  TEST_CHECK(res != ncclSuccess && res != NET_UTIL_TIMEOUT_RES,
+             "%s: test() returned %d after %.1f s, expected an error", what, (int)res, boot_now() - start);
+  if (res != ncclSuccess && res != NET_UTIL_TIMEOUT_RES)
+    fprintf(stderr, "%s: error %d after %.2f s (expected)\n", what, (int)res, boot_now() - start);
+  return res != ncclSuccess && res != NET_UTIL_TIMEOUT_RES ? 0 : -1;
+}
+
+/*
+ * The victim of a peerclose scenario runs in a grandchild that kills itself
+ * (no close, no cleanup: like a crash); its child reports that as a pass.
+ */
+static int run_victim(const struct mp_child* c, int (*body)(const struct mp_child*)) {
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) _exit(body(c));
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) return 1;
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) return 0;
+  fprintf(stderr, "the victim did not reach its end (status 0x%x)\n", status);
+  return WIFEXITED(status) && WEXITSTATUS(status) == TEST_SKIP_CODE ? TEST_SKIP_CODE : 1;
+}
+
+/*
+ * Scenario 1, victim: sends 64 MiB, lets some of it flow, dies. It dies after
+ * 1 ms: over loopback with helper threads the whole message can leave within
+ * tens of milliseconds, and then there is no mid-message death to see.
+ */
+static int sender_dies_body(const struct mp_child* c) {
+  struct net_shared* sh = c->arg;
+  const struct braid_net_ops* ops;
+  int ndev, rc = child_open(&ops, &ndev);
+  if (rc) return rc;
+  char* buf = malloc(64 * MIB);
+  void *comm = connect_to(sh, ops, 0, sh->key), *req = NULL;
+  if (comm == NULL || buf == NULL) return 1;
+  if (net_util_post(ops, comm, 1, buf, 64 * MIB, &req, WAIT_SEC) != ncclSuccess) return 1;
+  double end = boot_now() + 0.001;
+  int done = 0;
+  while (boot_now() < end && !done) ops->test(req, &done, NULL);
+  if (done) fprintf(stderr, "victim: 64 MiB left within 1 ms; the receiver will see no death\n");
+  boot_set_flag(&sh->flags[F_STEP], 1);
+  raise(SIGKILL);
+  return 1;
+}
+
+static int peerclose_sender_dies(const struct mp_child* c) {
+  struct net_shared* sh = c->arg;
+  if (c->index == 1) return run_victim(c, sender_dies_body);
+  const struct braid_net_ops* ops;
+  int ndev, rc = child_open(&ops, &ndev);
+  if (rc) return rc;
+  char* buf = malloc(64 * MIB);
+  void *l = NULL, *comm = NULL, *req = NULL;
+  if (listen_publish(sh, ops, 0, &l) != 0 || buf == NULL) return 1;
+  TEST_EXPECT_RES(net_util_accept(ops, l, &comm, WAIT_SEC), ncclSuccess);
+  if (comm == NULL) return 1;
+  /* Posted, but not tested until the sender is gone: its data piles up in flight. */
+  TEST_EXPECT_RES(net_util_post(ops, comm, 0, buf, 64 * MIB, &req, WAIT_SEC), ncclSuccess);
+  boot_wait_flag(&sh->flags[F_STEP], 1, WAIT_SEC);
+  if (req) expect_error(ops, req, 10.0, "receiver, sender died mid-message");
+  ops->close_recv(comm);
+  ops->close_listen(l);
+  free(buf);
+  return child_verdict();
+}
+
+/* Scenario 2, victim: the receiver accepts, posts nothing, and dies under two large sends. */
+static int receiver_dies_body(const struct mp_child* c) {
+  struct net_shared* sh = c->arg;
+  const struct braid_net_ops* ops;
+  int ndev, rc = child_open(&ops, &ndev);
+  if (rc) return rc;
+  void *l = NULL, *comm = NULL;
+  if (listen_publish(sh, ops, 0, &l) != 0) return 1;
+  if (net_util_accept(ops, l, &comm, WAIT_SEC) != ncclSuccess || comm == NULL) return 1;
+  boot_wait_flag(&sh->flags[F_STEP], 1, WAIT_SEC); /* the sends are posted */
+  mp_sleep(0.05);
+  raise(SIGKILL);
+  return 1;
+}
+
+static int peerclose_receiver_dies(const struct mp_child* c) {
+  struct net_shared* sh = c->arg;
+  if (c->index == 0) return run_victim(c, receiver_dies_body);
+  const struct braid_net_ops* ops;
+  int ndev, rc = child_open(&ops, &ndev);
+  if (rc) return rc;
+  char* buf = malloc(64 * MIB);
+  void *comm = connect_to(sh, ops, 0, sh->key), *req = NULL, *req2 = NULL;
+  if (comm == NULL || buf == NULL) return 1;
+  TEST_EXPECT_RES(net_util_post(ops, comm, 1, buf, 64 * MIB, &req, WAIT_SEC), ncclSuccess);
+  TEST_EXPECT_RES(net_util_post(ops, comm, 1, buf, 64 * MIB, &req2, WAIT_SEC), ncclSuccess);
+  boot_set_flag(&sh->flags[F_STEP], 1);
+  if (req2) expect_error(ops, req2, 15.0, "sender, receiver died");
+  ops->close_send(comm);
+  free(buf);
+  return child_verdict();
+}
+
+/* ----------------------------------------------------------------- secret */
+
+/* The socket backend's handle starts with magic, version and the listener's address. */
+struct sock_handle_head {
+  uint32_t magic, version;
+  union braid_sockaddr addr;
+};
+
+/* Child 1's strays: a wrong key, and for sockets a raw connection sending garbage. */
+static void secret_strays(struct net_shared* sh, const struct braid_net_ops* ops) {
+  uint8_t bad[BRAID_NET_KEY_BYTES];
+  uint8_t handle[BRAID_NET_HANDLE_BYTES];
+  memcpy(bad, sh->key, sizeof bad);
+  bad[3] ^= 0x40;
+  memcpy(handle, sh->handle[0], sizeof handle);
+  void* s = NULL;
+  ncclResult_t res = net_util_connect(ops, 0, bad, handle, &s, 1.5);
+  TEST_CHECK(res == ncclSuccess || res == NET_UTIL_TIMEOUT_RES, "connecting with a wrong key: %d", (int)res);
+  if (s) ops->close_send(s);
+  if (strcmp(backend, "socket") == 0) {
+    struct sock_handle_head head;
+    int fd = -1;
+    memcpy(&head, sh->handle[0], sizeof head);
+    if (socket_connect(&head.addr, 5.0, NULL, &fd) == ncclSuccess) {
+      char junk[200];
+      memset(junk, 'x', sizeof junk);
+      socket_send_all(fd, junk, sizeof junk, 5.0, NULL);
+      mp_sleep(0.2);
+      socket_close(&fd);
+    }
+  }
+}
+
+static int secret_child(const struct mp_child* c) {
+  struct net_shared* sh = c->arg;
+  const struct braid_net_ops* ops;
+  int ndev, rc = child_open(&ops, &ndev);
+  if (rc) return rc;
+  uint64_t word = 0;
+  void *l = NULL, *comm = NULL, *req = NULL;
+  if (c->index == 1) {
+    if (boot_wait_flag(&sh->flags[F_LISTENING], 1, WAIT_SEC) != 0) return 1;
+    secret_strays(sh, ops);
+    boot_set_flag(&sh->flags[F_STEP], 1);
+    boot_wait_flag(&sh->flags[F_STEP], 2, WAIT_SEC);
+    comm = connect_to(sh, ops, 0, sh->key);
+    word = 4242;
+    if (comm) TEST_EXPECT_RES(net_util_post(ops, comm, 1, &word, 8, &req, WAIT_SEC), ncclSuccess);
+    if (req) TEST_EXPECT_RES(net_util_wait(ops, req, NULL, WAIT_SEC), ncclSuccess);
+    boot_wait_flag(&sh->flags[F_DONE], 1, WAIT_SEC);
+    if (comm) ops->close_send(comm);
+    return comm ? child_verdict() : 1;
+  }
+  if (listen_publish(sh, ops, 0, &l) != 0) return 1;
+  /* Until the strays are done and a while after, nothing may be accepted. */
+  double quiet_until = -1;
+  while (quiet_until < 0 || boot_now() < quiet_until) {
+    if (quiet_until < 0 && __atomic_load_n(&sh->flags[F_STEP], __ATOMIC_ACQUIRE) >= 1)
+      quiet_until = boot_now() + 1.0;
+    TEST_EXPECT_RES(ops->accept(l, &comm), ncclSuccess);
+    TEST_CHECK(comm == NULL, "a connection without the right key was accepted");
+    if (comm) return 1;
+    mp_sleep(0.001);
+  }
+  boot_set_flag(&sh->flags[F_STEP], 2);
+  TEST_EXPECT_RES(net_util_accept(ops, l, &comm, WAIT_SEC), ncclSuccess);
+  if (comm) TEST_EXPECT_RES(net_util_post(ops, comm, 0, &word, 8, &req, WAIT_SEC), ncclSuccess);
+  if (req) TEST_EXPECT_RES(net_util_wait(ops, req, NULL, WAIT_SEC), ncclSuccess);
+  TEST_CHECK(word == 4242, "the good connection carried %llu", (unsigned long long)word);
+  boot_set_flag(&sh->flags[F_DONE], 1);
+  if (comm) ops->close_recv(comm);
+  ops->close_listen(l);
+  return child_verdict();
+}
+
+/* -------------------------------------------------------------- bandwidth */
+
+/* Moves `total` bytes in messages of `msg` bytes with `depth` outstanding; returns GB/s. */
+static double stream_bytes(const struct braid_net_ops* ops, void* comm, int is_send, char* buf,
+                           size_t msg, int depth, size_t total) {
+  size_t nmsg = total / msg, posted = 0, done = 0;
+  void* req[16] = {NULL};
+  double start = boot_now();
+  while (done < nmsg) {
+    while (posted < nmsg && posted - done < (size_t)depth) {
+      void** r = &req[posted % (size_t)depth];
+      char* at = buf + (posted % (size_t)depth) * msg;
+      ncclResult_t res = is_send ? ops->isend(comm, at, msg, NULL, r) : ops->irecv(comm, at, msg, NULL, r);
+      if (res != ncclSuccess) return -1;
+      if (*r == NULL) break;
+      posted++;
+    }
+    int ok = 0;
+    if (ops->test(req[done % (size_t)depth], &ok, NULL) != ncclSuccess) return -1;
+    if (ok) done++;
+    else sched_yield(); /* like the proxy: leave the cores to the helpers while waiting */
+    if (boot_now() - start > 25.0) return -1;
+  }
+  return (double)(nmsg * msg) / (boot_now() - start) / 1e9;
+}
+
+static int bandwidth_child(const struct mp_child* c) {
+  struct net_shared* sh = c->arg;
+  const struct braid_net_ops* ops;
+  int ndev, rc = child_open(&ops, &ndev);
+  if (rc) return rc;
+  const size_t total = (size_t)1 << 30;
+  char* buf = malloc(64 * MIB);
+  void *l = NULL, *comm = NULL;
+  if (buf == NULL) return 1;
+  net_util_fill(buf, 64 * MIB, 5);
+  if (c->index == 0) {
+    if (listen_publish(sh, ops, 0, &l) != 0) return 1;
+    TEST_EXPECT_RES(net_util_accept(ops, l, &comm, WAIT_SEC), ncclSuccess);
+  } else {
+    comm = connect_to(sh, ops, 0, sh->key);
+  }
+  if (comm == NULL) return 1;
+  double slots = stream_bytes(ops, comm, c->index, buf, 512 * 1024, 8, total);
+  double large = stream_bytes(ops, comm, c->index, buf, 64 * MIB, 1, total);
+  TEST_CHECK(slots > 0 && large > 0, "a transfer failed or took longer than 25 s");
+  if (c->index == 0) {
+    TEST_CHECK(net_util_check(buf, 64 * MIB, 5) == 0, "the last 64 MiB message is corrupted");
+    printf("net %s: 1 GiB in 512 KiB messages, 8 outstanding: %.2f GB/s; in 64 MiB messages: "
+           "%.2f GB/s\n", backend, slots, large);
+    fflush(stdout);
+  }
+  boot_add_flag(&sh->flags[F_DONE], 1);
+  boot_wait_flag(&sh->flags[F_DONE], 2, WAIT_SEC);
+  (c->index ? ops->close_send : ops->close_recv)(comm);
+  if (l) ops->close_listen(l);
+  free(buf);
+  return child_verdict();
+}
+
+/* ------------------------------------------------------------------ netns */
+
+/* Both children in their own namespace, then the sizes case over the veth pair. */
+static int netns_child(const struct mp_child* c) {
+  struct net_shared* sh = c->arg;
+  if (net_util_netns_enter(sh, c->index) != 0) {
+    fprintf(stderr, "cannot enter namespace %s\n", sh->ns[c->index]);
+    return 1;
+  }
+  return sizes_child(c);
+}
+
+/* ------------------------------------------------------------------- main */
+
+static int run_case(mp_child_fn fn, const char* name, int netns) {
+  struct net_shared* sh = mp_shared_alloc(sizeof *sh);
+  braid_random_bytes(sh->key, sizeof sh->key);
+  if (netns) {
+    if (geteuid() != 0) TEST_SKIP("network namespaces need root");
+    if (system("ip -V >/dev/null 2>&1") != 0) TEST_SKIP("no `ip` command");
+    if (net_util_netns_setup(sh) != 0) {
+      net_util_netns_cleanup(sh);
+      TEST_SKIP("cannot create network namespaces with a veth pair here");
+    }
+  }
+  struct mp_opts opts = {.name = name, .nprocs = 2, .timeout_sec = 40, .arg = sh};
+  int rc = mp_run(&opts, fn);
+  if (netns) net_util_netns_cleanup(sh);
+  mp_shared_free(sh, sizeof *sh);
+  return rc;
+}
+
+int main(int argc, char** argv) {
+  static const struct {
+    const char* name;
+    mp_child_fn fn;
+  } cases[] = {{"connect", connect_child},     {"sizes", sizes_child},
+               {"many", many_child},           {"order", order_child},
+               {"secret", secret_child},       {"bandwidth", bandwidth_child},
+               {"peerclose", NULL},            {"netns", netns_child}};
+  const char* arg = argc > 1 ? argv[1] : "";
+  const char* sep = strchr(arg, '_');
+  if (sep == NULL || (size_t)(sep - arg) >= sizeof backend) {
+    fprintf(stderr, "usage: %s <socket|ofi|ib>_<connect|sizes|many|order|secret|bandwidth|peerclose|netns>\n",
+            argv[0]);
+    return 2;
+  }
+  memcpy(backend, arg, (size_t)(sep - arg));
+  for (size_t i = 0; i < BRAID_ARRAY_LEN(cases); i++) {
+    if (strcmp(sep + 1, cases[i].name) != 0) continue;
+    int rc;
+    if (cases[i].fn == NULL) {
+      rc = run_case(peerclose_sender_dies, "peerclose/sender dies", 0);
+      if (rc == 0) rc = run_case(peerclose_receiver_dies, "peerclose/receiver dies", 0);
+    } else {
+      rc = run_case(cases[i].fn, arg, strcmp(cases[i].name, "netns") == 0);
+    }
+    return rc;
+  }
+  fprintf(stderr, "%s: unknown case %s\n", argv[0], arg);
+  return 2;
+}

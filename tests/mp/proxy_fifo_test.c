@@ -1,0 +1,222 @@
+/*
+ * The proxy's FIFO protocol (core/proxy.h) end to end, without a GPU: two
+ * processes, each with its proxy thread, host-memory FIFOs, and the test
+ * standing in for the kernels. The sending "kernel" fills slot s % nsteps
+ * with random bytes of step s and releases tail = s + 1 once head allows;
+ * the receiving one waits for tail, checks the slot, releases head. Several
+ * thousand steps, so the counters wrap the FIFO hundreds of times.
+ *
+ *   steps      whole slots (no size array), 4000 steps of 64 KiB
+ *   sizes      a size array: random sizes 0..256 KiB (inline and striped), checked on arrival
+ *   peerdeath  the sending process dies mid-stream: the receiver's proxy reports
+ *              the error through on_error within seconds and the connection
+ *              reads as failed
+ *
+ *   proxy_fifo_test <backend>_<case>
+ */
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "boot_util.h"
+#include "core/proxy.h"
+#include "core/utils.h"
+#include "mp_runner.h"
+#include "net_util.h"
+#include "test.h"
+
+#define NSTEPS 8
+#define WAIT_SEC 20.0
+
+static char backend[16];
+
+struct fifo_mem {
+  _Atomic uint64_t tail;
+  char pad0[120];
+  _Atomic uint64_t head;
+  char pad1[120];
+  _Atomic uint32_t sizes[NSTEPS];
+};
+
+struct proxy_case {
+  size_t slot_bytes;
+  int use_sizes;
+  int steps;
+  int die_at; /* sender dies after this many steps; 0: never */
+};
+
+static atomic_int errors_seen;
+
+static void on_error(void* arg, ncclResult_t res) { atomic_fetch_add(&errors_seen, 1); }
+
+/* The size of step s: whole slots, or a random size that covers inline and striped messages. */
+static size_t step_bytes(const struct proxy_case* pc, uint64_t s) {
+  if (!pc->use_sizes) return pc->slot_bytes;
+  uint64_t x = s * 0x9e3779b97f4a7c15ULL;
+  x ^= x >> 29;
+  return (size_t)(x % (pc->slot_bytes + 1));
+}
+
+/* Waits until *counter >= value; 0 when it happened in time, -1 on timeout or a proxy error. */
+static int wait_counter(_Atomic uint64_t* counter, uint64_t value) {
+  double end = boot_now() + WAIT_SEC;
+  while (atomic_load_explicit(counter, memory_order_acquire) < value) {
+    if (boot_now() > end || atomic_load(&errors_seen)) return -1;
+    sched_yield(); /* a GPU would not take a CPU; on a small CI machine, let the proxy run */
+  }
+  return 0;
+}
+
+/* The sending kernel's part. */
+static int kernel_send(const struct proxy_case* pc, struct fifo_mem* f, char* slots, struct net_shared* sh) {
+  for (int s = 0; s < pc->steps; s++) {
+    if (pc->die_at && s == pc->die_at) {
+      sh->result[0] = boot_now();
+      boot_set_flag(&sh->flags[2], 1);
+      raise(SIGKILL);
+    }
+    if (wait_counter(&f->head, (uint64_t)s + 1 > NSTEPS ? (uint64_t)s + 1 - NSTEPS : 0) != 0) {
+      fprintf(stderr, "sender: slot of step %d never freed (head %llu)\n", s,
+              (unsigned long long)atomic_load(&f->head));
+      return -1;
+    }
+    size_t n = step_bytes(pc, (uint64_t)s);
+    net_util_fill(slots + (size_t)(s % NSTEPS) * pc->slot_bytes, n, (uint64_t)s);
+    if (pc->use_sizes) atomic_store_explicit(&f->sizes[s % NSTEPS], (uint32_t)n, memory_order_relaxed);
+    atomic_store_explicit(&f->tail, (uint64_t)s + 1, memory_order_release);
+  }
+  return wait_counter(&f->head, (uint64_t)pc->steps); /* every send acknowledged */
+}
+
+/* The receiving kernel's part; returns the number of bad steps, -1 when stuck. */
+static int kernel_recv(const struct proxy_case* pc, struct fifo_mem* f, char* slots) {
+  int bad = 0;
+  for (int s = 0; s < pc->steps; s++) {
+    if (wait_counter(&f->tail, (uint64_t)s + 1) != 0) {
+      fprintf(stderr, "receiver: step %d never arrived (tail %llu)\n", s,
+              (unsigned long long)atomic_load(&f->tail));
+      return -1;
+    }
+    size_t n = step_bytes(pc, (uint64_t)s);
+    if (pc->use_sizes && atomic_load(&f->sizes[s % NSTEPS]) != n) bad++;
+    else if (net_util_check(slots + (size_t)(s % NSTEPS) * pc->slot_bytes, n, (uint64_t)s) != 0) bad++;
+    atomic_store_explicit(&f->head, (uint64_t)s + 1, memory_order_release);
+  }
+  return bad;
+}
+
+static int proxy_child(const struct mp_child* c, const struct proxy_case* pc) {
+  struct net_shared* sh = c->arg;
+  const struct braid_net_ops* ops;
+  struct braid_proxy* proxy = NULL;
+  struct braid_proxy_conn* conn = NULL;
+  struct braid_proxy_conn_desc d;
+  int ndev, is_send = c->index == 1;
+  test_failures = 0;
+  int rc = net_util_open(backend, &ops, &ndev);
+  if (rc) return rc;
+  struct fifo_mem* f = aligned_alloc(4096, sizeof *f + 4096);
+  char* slots = aligned_alloc(4096, NSTEPS * pc->slot_bytes);
+  if (f == NULL || slots == NULL) return 1;
+  memset(f, 0, sizeof *f);
+  memset(&d, 0, sizeof d);
+  d.is_send = is_send;
+  d.net = ops;
+  memcpy(d.key, sh->key, sizeof d.key);
+  d.fifo = (struct braid_proxy_fifo){.buff = slots, .tail = &f->tail, .head = &f->head,
+                                     .sizes = pc->use_sizes ? f->sizes : NULL,
+                                     .slot_bytes = pc->slot_bytes, .nsteps = NSTEPS};
+  d.dmabuf_fd = -1;
+  d.connect_timeout = WAIT_SEC;
+  snprintf(d.peer, sizeof d.peer, "test child %d", 1 - c->index);
+  d.on_error = on_error;
+  if (!is_send) {
+    TEST_EXPECT_RES(ops->listen(0, sh->key, sh->handle[0], &d.listen_comm), ncclSuccess);
+    boot_set_flag(&sh->flags[0], 1);
+  } else {
+    if (boot_wait_flag(&sh->flags[0], 1, WAIT_SEC) != 0) return 1;
+    memcpy(d.handle, sh->handle[0], sizeof d.handle);
+  }
+  TEST_EXPECT_RES(proxy_acquire(0, -1, &proxy), ncclSuccess);
+  TEST_EXPECT_RES(proxy_conn_add(proxy, &d, &conn), ncclSuccess);
+  if (conn == NULL) return 1;
+  double start = boot_now();
+  if (is_send) {
+    TEST_CHECK(kernel_send(pc, f, slots, sh) == 0, "the sender's steps did not all complete");
+  } else if (pc->die_at) {
+    /* Steps stop coming when the sender dies; then the proxy must report, not hang. */
+    int bad = kernel_recv(pc, f, slots);
+    ncclResult_t err = ncclSuccess;
+    TEST_CHECK(bad == -1 && boot_wait_flag(&sh->flags[2], 1, 1.0) == 0, "the stream ended without the death");
+    TEST_CHECK(atomic_load(&errors_seen) == 1, "on_error called %d times", atomic_load(&errors_seen));
+    TEST_CHECK(proxy_conn_state(conn, &err) == -1 && err != ncclSuccess, "the connection does not read as failed");
+    fprintf(stderr, "receiver: peer death reported %.2f s after it happened\n", boot_now() - sh->result[0]);
+  } else {
+    int bad = kernel_recv(pc, f, slots);
+    TEST_CHECK(bad == 0, "%d of %d steps arrived wrong", bad, pc->steps);
+    double sec = boot_now() - start;
+    fprintf(stderr, "%d steps of up to %zu bytes through the proxies in %.2f s (%.2f GB/s)\n",
+            pc->steps, pc->slot_bytes, sec, (double)pc->steps * (double)pc->slot_bytes / sec / 1e9);
+  }
+  if (!pc->die_at) {
+    TEST_CHECK(proxy_conn_steps(conn) == (uint64_t)pc->steps, "the proxy counted %llu steps",
+               (unsigned long long)proxy_conn_steps(conn));
+    TEST_CHECK(atomic_load(&errors_seen) == 0, "on_error was called");
+  }
+  boot_add_flag(&sh->flags[1], 1); /* both kernels are done before either side closes */
+  boot_wait_flag(&sh->flags[1], pc->die_at ? 1 : 2, WAIT_SEC);
+  proxy_conn_remove(proxy, conn);
+  proxy_release(proxy);
+  TEST_CHECK(boot_settle(-1, 0, 5.0) == 0, "Braid threads still running after the proxy's release");
+  free(slots);
+  free(f);
+  return test_failures ? 1 : 0;
+}
+
+static const struct proxy_case case_steps = {.slot_bytes = 64 << 10, .steps = 4000};
+static const struct proxy_case case_sizes = {.slot_bytes = 256 << 10, .use_sizes = 1, .steps = 3000};
+static const struct proxy_case case_death = {.slot_bytes = 64 << 10, .steps = 100000, .die_at = 500};
+
+static int steps_child(const struct mp_child* c) { return proxy_child(c, &case_steps); }
+static int sizes_child(const struct mp_child* c) { return proxy_child(c, &case_sizes); }
+
+/* The sender of peerdeath kills itself: it runs in a grandchild whose death is the expected end. */
+static int death_child(const struct mp_child* c) {
+  if (c->index == 0) return proxy_child(c, &case_death);
+  pid_t pid = fork();
+  if (pid == 0) _exit(proxy_child(c, &case_death));
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) return 1;
+  if (WIFEXITED(status)) return WEXITSTATUS(status) ? WEXITSTATUS(status) : 1;
+  return WTERMSIG(status) == SIGKILL ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  static const struct {
+    const char* name;
+    mp_child_fn fn;
+  } cases[] = {{"steps", steps_child}, {"sizes", sizes_child}, {"peerdeath", death_child}};
+  const char* arg = argc > 1 ? argv[1] : "";
+  const char* sep = strchr(arg, '_');
+  if (sep == NULL || (size_t)(sep - arg) >= sizeof backend) {
+    fprintf(stderr, "usage: %s <socket|ofi|ib>_<steps|sizes|peerdeath>\n", argv[0]);
+    return 2;
+  }
+  memcpy(backend, arg, (size_t)(sep - arg));
+  for (size_t i = 0; i < BRAID_ARRAY_LEN(cases); i++) {
+    if (strcmp(sep + 1, cases[i].name) != 0) continue;
+    struct net_shared* sh = mp_shared_alloc(sizeof *sh);
+    braid_random_bytes(sh->key, sizeof sh->key);
+    struct mp_opts opts = {.name = arg, .nprocs = 2, .timeout_sec = 45, .arg = sh};
+    int rc = mp_run(&opts, cases[i].fn);
+    mp_shared_free(sh, sizeof *sh);
+    return rc;
+  }
+  fprintf(stderr, "%s: unknown case %s\n", argv[0], arg);
+  return 2;
+}

@@ -1,0 +1,98 @@
+/*
+ * cuda-call-cost: host time of the CUDA runtime calls a collective's enqueue
+ * path makes, each in a loop of N calls, so the enqueue path can be budgeted
+ * call by call (a small all-reduce is host-bound: the GPU waits for the host).
+ * Then the same for the library's own calls on a one-rank communicator:
+ * ncclAllReduce of 0 elements (the enqueue path without a launch) and of 2.
+ *   nvcc -O2 -Iinclude -o /tmp/cost tools/cuda-call-cost.cu -Lbuild/src -lnccl && /tmp/cost
+ * (LD_LIBRARY_PATH picks which libnccl.so.2 is measured.)
+ */
+#include <cuda_runtime.h>
+#include "nccl.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define N 20000
+#define CHECK(x)                                                                  \
+  do {                                                                            \
+    cudaError_t e_ = (x);                                                         \
+    if (e_ != cudaSuccess) {                                                      \
+      fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e_));              \
+      exit(1);                                                                    \
+    }                                                                             \
+  } while (0)
+
+struct small_args { char b[64]; };
+struct big_args { char b[3968]; };
+
+__global__ void k_small(const __grid_constant__ small_args a) { (void)a; }
+__global__ void k_big(const __grid_constant__ big_args a) { (void)a; }
+
+static double now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+}
+
+#define TIME(label, body)                                                   \
+  do {                                                                      \
+    CHECK(cudaStreamSynchronize(s));                                        \
+    double t0_ = now_us();                                                  \
+    for (int i_ = 0; i_ < N; i_++) { body; }                                \
+    double t1_ = now_us();                                                  \
+    CHECK(cudaStreamSynchronize(s));                                        \
+    printf("%-44s %7.3f us/call\n", label, (t1_ - t0_) / N);                \
+  } while (0)
+
+int main(void) {
+  cudaStream_t s;
+  cudaEvent_t ev;
+  void* buf;
+  small_args sa = {};
+  big_args ba = {};
+  CHECK(cudaSetDevice(0));
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  CHECK(cudaMalloc(&buf, 1 << 20));
+  void* psmall[] = {&sa};
+  void* pbig[] = {&ba};
+  for (int w = 0; w < 2; w++) {
+    TIME("cudaLaunchKernel, 64 B of arguments, 1 x 512", CHECK(cudaLaunchKernel((const void*)k_small, dim3(1), dim3(512), psmall, 0, s)));
+    TIME("cudaLaunchKernel, 3968 B of arguments, 1 x 512", CHECK(cudaLaunchKernel((const void*)k_big, dim3(1), dim3(512), pbig, 0, s)));
+  }
+  TIME("cudaLaunchKernel 64 B + cudaEventRecord", CHECK(cudaLaunchKernel((const void*)k_small, dim3(1), dim3(512), psmall, 0, s)); CHECK(cudaEventRecord(ev, s)));
+  TIME("cudaEventRecord", CHECK(cudaEventRecord(ev, s)));
+  struct cudaPointerAttributes attr;
+  TIME("cudaPointerGetAttributes", CHECK(cudaPointerGetAttributes(&attr, buf)));
+  enum cudaStreamCaptureStatus cs;
+  TIME("cudaStreamIsCapturing", CHECK(cudaStreamIsCapturing(s, &cs)));
+  int d;
+  TIME("cudaGetDevice", CHECK(cudaGetDevice(&d)));
+  TIME("cudaSetDevice (same device)", CHECK(cudaSetDevice(0)));
+  TIME("cudaStreamGetFlags", { unsigned f; CHECK(cudaStreamGetFlags(s, &f)); });
+  TIME("calloc+free 4 KiB", { void* p = calloc(1, 4096); free(p); });
+  TIME("cudaLaunchKernel, 3968 B, 32 x 512", CHECK(cudaLaunchKernel((const void*)k_big, dim3(32), dim3(512), pbig, 0, s)));
+  TIME("enqueue path: 2 x attributes, capturing?, launch 32 x 512 of 3968 B, event", {
+    CHECK(cudaPointerGetAttributes(&attr, buf));
+    CHECK(cudaPointerGetAttributes(&attr, buf));
+    CHECK(cudaStreamIsCapturing(s, &cs));
+    CHECK(cudaLaunchKernel((const void*)k_big, dim3(32), dim3(512), pbig, 0, s));
+    CHECK(cudaEventRecord(ev, s));
+  });
+
+  ncclComm_t comm;
+  int dev0 = 0;
+  if (ncclCommInitAll(&comm, 1, &dev0) != ncclSuccess) {
+    fprintf(stderr, "ncclCommInitAll failed\n");
+    return 1;
+  }
+#define NCCLCHECK(x) do { if ((x) != ncclSuccess) { fprintf(stderr, "%s failed\n", #x); exit(1); } } while (0)
+  for (int w = 0; w < 2; w++) {
+    TIME("ncclGroupStart + ncclGroupEnd (empty)", { NCCLCHECK(ncclGroupStart()); NCCLCHECK(ncclGroupEnd()); });
+    TIME("ncclAllReduce of 0 floats, 1 rank", NCCLCHECK(ncclAllReduce(buf, (char*)buf + 4096, 0, ncclFloat, ncclSum, comm, s)));
+    TIME("ncclAllReduce of 2 floats, 1 rank", NCCLCHECK(ncclAllReduce(buf, (char*)buf + 4096, 2, ncclFloat, ncclSum, comm, s)));
+  }
+  ncclCommDestroy(comm);
+  return 0;
+}
