@@ -95,6 +95,22 @@ static unsigned enq_ring_protos(const struct ncclComm* comm) {
   return mask;
 }
 
+/*
+ * Two ranks joined by the network all-reduce with the one-hop exchange
+ * (pair.h) up to BRAID_NET_PAIR_MAX bytes: the ring's second hop costs a whole
+ * network round trip per chunk. Past that the ring's full-block steps stream
+ * faster (perf/NOTES.md).
+ * Over NVLink/PCIe the ring stays (its hops cost little and it is what the
+ * 2-GPU numbers were measured with).
+ */
+static int enq_pair_ok(const struct ncclComm* comm, const struct braid_op* op, int proto) {
+  size_t bytes = op->count * redop_type_size(op->dtype);
+  return op->coll == BRAID_COLL_ALLREDUCE && comm->nranks == 2 && proto == BRAID_PROTO_SIMPLE &&
+         bytes <= (size_t)braid_param_int(BRAID_P_NET_PAIR_MAX) &&
+         comm->channels->nchannels > 0 &&
+         comm->channels->ring_send[0].transport == &braid_transport_net;
+}
+
 static ncclResult_t enq_coll_work(struct ncclComm* comm, const struct braid_op* op,
                                   struct braid_work* w) {
   ncclResult_t res = ncclSuccess;
@@ -111,6 +127,7 @@ static ncclResult_t enq_coll_work(struct ncclComm* comm, const struct braid_op* 
   w->channel_lo = 0;
   w->nchannels = (uint8_t)nch;
   w->flags = op->work_flags;
+  if (enq_pair_ok(comm, op, choice.proto)) w->flags |= BRAID_WORK_PAIR;
   w->root = op->root;
   w->peer_send = w->peer_recv = -1;
   w->chunk_bytes = choice.proto == BRAID_PROTO_LL ? BRAID_LL_SLOT_BYTES / 2 : enq_chunk_bytes(comm);

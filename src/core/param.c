@@ -75,6 +75,9 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "Socket backend: helper threads per connection (1-16); each owns BRAID_NSOCKS_PERTHREAD streams."),
   ROW(NSOCKS_PERTHREAD, "NCCL_NSOCKS_PERTHREAD", INT, "2",
       "Socket backend: TCP streams per helper thread; large messages are split across all streams."),
+  ROW(NET_PAIR_MAX, NULL, INT, "67108864",
+      "All-reduce of two ranks across the network: largest size in bytes sent as a one-hop exchange "
+      "(each rank sends all, reduces the peer's); larger ones take the ring. 0: always the ring."),
   ROW(OFI_PROVIDER, NULL, STRING, NULL,
       "OFI backend: libfabric provider, e.g. \"tcp;ofi_rxm\" or efa; default: libfabric's first "
       "reliable-datagram provider with tagged messages (libfabric's own FI_PROVIDER also filters)."),

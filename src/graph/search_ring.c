@@ -402,6 +402,7 @@ static ncclResult_t ring_store(struct ring_search* st) {
   int nranks = topo->nranks, nrings = st->nrings;
   float total = (float)nrings * st->speed;
   int nch = BRAID_MAX(nrings, (int)ceilf(total / tune_table.chan_bw_max - 1e-3f));
+  if (topo->nhosts > 1) nch = BRAID_MAX(nch, tune_table.net_min_channels);
   nch = BRAID_MAX(BRAID_MIN(nch, topo->max_channels), topo->min_channels);
   /* Distinct rings get equal shares of the channels; identical ones (NVSwitch) need not. */
   if (!ring_all_same(st) && nch > nrings && nch % nrings != 0 &&

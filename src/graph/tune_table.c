@@ -26,6 +26,15 @@ const struct tune_table tune_table = {
   /* Two SMs at least, as NCCL gets on PCIe machines, so one slow CTA is not the whole job. */
   .min_channels = 2,
   /*
+   * A channel through the network moves what one proxy connection and one
+   * CTA polling host memory move: ~3.5 GB/s each with the socket backend
+   * (all-reduce busbw over loopback between two emulated hosts: 2 channels
+   * 7 GB/s, 4 channels 9-10, 8 channels 15-16; perf/NOTES.md). A NIC's
+   * speed says nothing about that, and an unknown one (virtual NICs report
+   * none) would get the minimum, so rings across hosts get at least this many.
+   */
+  .net_min_channels = 8,
+  /*
    * Bounds the ring search (deterministic: counts steps, not time, ~25 ns
    * each). An 8-GPU NVSwitch node needs ~2,000 steps; a hopeless segment
    * (8! orders) is cut at the segment budget.

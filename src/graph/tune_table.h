@@ -21,6 +21,7 @@ struct tune_table {
   float net_default_bw;      /* GB/s of a NIC whose speed is unknown */
   float chan_bw_max;         /* GB/s one channel (one CTA) is expected to move with Simple */
   int min_channels;          /* channels a communicator gets at least (rings are duplicated) */
+  int net_min_channels;      /* channels rings that cross hosts get at least */
   int search_budget;         /* DFS steps the ring search may take, over all attempts */
   int search_segment_budget; /* DFS steps for one ring inside one host */
   float search_min_gain;     /* total a slower ring speed must beat a faster one by */

@@ -212,6 +212,7 @@ static ncclResult_t net_fifo_make(struct braid_connector* conn, struct net_state
   BRAID_TRY(net_host_alloc(st->host_bytes, &st->host, &dev));
   conn->dev.tail = (uint64_t*)(dev + NET_TAIL_OFFSET);
   conn->dev.head = (uint64_t*)(dev + NET_HEAD_OFFSET);
+  conn->dev.sizes = (uint32_t*)(dev + NET_SIZES_OFFSET);
   conn->dev.buff = st->gdr ? st->gpu_slots : dev + NET_BUFF_OFFSET;
   conn->dev.slot_bytes = (uint32_t)(conn->buff_bytes / BRAID_STEPS);
   conn->dev.step = 0;
@@ -300,7 +301,9 @@ static ncclResult_t net_proxy_start(struct ncclComm* comm, struct braid_connecto
   d.fifo.buff = st->gdr ? st->gpu_slots : st->host + NET_BUFF_OFFSET;
   d.fifo.tail = (_Atomic uint64_t*)(st->host + NET_TAIL_OFFSET);
   d.fifo.head = (_Atomic uint64_t*)(st->host + NET_HEAD_OFFSET);
-  d.fifo.sizes = NULL; /* the kernels do not publish step sizes yet: whole slots travel */
+  /* The sending kernel publishes each step's bytes (prims_simple.h), so a small
+     operation puts only its bytes on the wire; the receiving proxy records them. */
+  d.fifo.sizes = (_Atomic uint32_t*)(st->host + NET_SIZES_OFFSET);
   d.fifo.slot_bytes = conn->dev.slot_bytes;
   d.fifo.nsteps = BRAID_STEPS;
   d.buff_is_cuda = st->gdr;

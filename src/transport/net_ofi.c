@@ -150,6 +150,7 @@ struct ofi_comm {
   /* Liveness: a stalled comm probes its peer; a send to a dead one fails (see ofi_probe). */
   char peer_name[OFI_NAME_MAX];
   struct ofi_comm* prober;    /* a second endpoint the probes go out from */
+  struct ofi_comm* accepting; /* listener: accepted, its answer not yet posted (EAGAIN) */
   struct ofi_req probe_send, probe_recv;
   uint64_t probe_out, probe_in;
   int probing;                /* the probe's receive is posted (connected data comms) */
@@ -264,6 +265,7 @@ static ncclResult_t ofi_domain_get(int dev, struct fid_domain** out) {
 static void ofi_comm_free(struct ofi_comm* c) {
   if (c == NULL) return;
   ofi_comm_free(c->prober);
+  ofi_comm_free(c->accepting);
   if (c->ep) fi_close(&c->ep->fid);
   if (c->cq) fi_close(&c->cq->fid);
   if (c->av) fi_close(&c->av->fid);
@@ -412,21 +414,27 @@ static ncclResult_t ofi_post_ctrl_recv(struct ofi_comm* c, uint64_t tag) {
   return ncclSuccess;
 }
 
+/*
+ * Posts the handshake message once. -FI_EAGAIN (the provider is still setting
+ * up its connection to the peer, which needs the peer's progress too) leaves
+ * it unposted for the caller's next turn: spinning here instead would hold the
+ * proxy thread, and two proxies connecting to each other would each wait for
+ * the other's progress.
+ */
 static ncclResult_t ofi_send_ctrl(struct ofi_comm* c, uint64_t tag, const uint8_t* key) {
+  if (c->ctrl_send.used) return ncclSuccess;
   memset(&c->ctrl_out, 0, sizeof c->ctrl_out);
   c->ctrl_out.magic = OFI_MAGIC;
   c->ctrl_out.version = OFI_VERSION;
   c->ctrl_out.namelen = (uint16_t)c->self_len;
   memcpy(c->ctrl_out.name, c->self_name, c->self_len);
   if (key) memcpy(c->ctrl_out.key, key, BRAID_NET_KEY_BYTES);
-  c->ctrl_send = (struct ofi_req){.comm = c, .used = 1};
-  for (int tries = 0;; tries++) {
-    ssize_t rc = fi_tsend(c->ep, &c->ctrl_out, sizeof c->ctrl_out, NULL, c->peer, tag, &c->ctrl_send.ctx);
-    if (rc == 0) return ncclSuccess;
-    if (rc != -FI_EAGAIN || tries > 100000) return ofi_fail("sending a handshake message", (int)rc);
-    ncclResult_t res = ofi_progress(c);
-    if (res != ncclSuccess) return res;
-  }
+  c->ctrl_send = (struct ofi_req){.comm = c};
+  ssize_t rc = fi_tsend(c->ep, &c->ctrl_out, sizeof c->ctrl_out, NULL, c->peer, tag, &c->ctrl_send.ctx);
+  if (rc == -FI_EAGAIN) return ofi_progress(c);
+  if (rc != 0) return ofi_fail("sending a handshake message", (int)rc);
+  c->ctrl_send.used = 1;
+  return ncclSuccess;
 }
 
 static ncclResult_t ofi_listen(int dev, const uint8_t* key, void* handle, void** listen_comm) {
@@ -473,12 +481,13 @@ static ncclResult_t ofi_connect(int dev, const uint8_t* key, void* handle, void*
     BRAID_TRY(ofi_comm_new(dev, 1, &h->connecting));
     BRAID_TRY(ofi_peer_insert(h->connecting, h->name));
     BRAID_TRY(ofi_post_ctrl_recv(h->connecting, OFI_TAG_ACCEPT));
-    BRAID_TRY(ofi_send_ctrl(h->connecting, OFI_TAG_CONNECT, key));
   }
   struct ofi_comm* c = h->connecting;
   if (!c->ctrl_recv_posted) BRAID_TRY(ofi_post_ctrl_recv(c, OFI_TAG_ACCEPT));
+  BRAID_TRY(ofi_send_ctrl(c, OFI_TAG_CONNECT, key));
   BRAID_TRY(ofi_progress(c));
-  if (!c->ctrl_recv.done || !c->ctrl_send.done) return ncclSuccess; /* not yet: call again */
+  if (!c->ctrl_send.used || !c->ctrl_recv.done || !c->ctrl_send.done)
+    return ncclSuccess; /* not yet: call again */
   BRAID_CHECK(c->ctrl_in.magic == OFI_MAGIC && c->ctrl_in.namelen <= OFI_NAME_MAX, ncclRemoteError,
               "net OFI: a malformed answer to a connection request");
   fi_av_remove(c->av, &c->peer, 1, 0); /* from now on the peer is its dedicated endpoint */
@@ -507,6 +516,11 @@ static ncclResult_t ofi_accept(void* listen_comm, void** recv_comm) {
   struct ofi_comm* l = listen_comm;
   struct ofi_comm* c = NULL;
   *recv_comm = NULL;
+  if (l->accepting) {
+    c = l->accepting;
+    l->accepting = NULL;
+    goto answer;
+  }
   if (!l->ctrl_recv_posted) BRAID_TRY(ofi_post_ctrl_recv(l, OFI_TAG_CONNECT));
   BRAID_TRY(ofi_progress(l));
   if (!l->ctrl_recv_posted || !l->ctrl_recv.done) return ncclSuccess;
@@ -522,7 +536,12 @@ static ncclResult_t ofi_accept(void* listen_comm, void** recv_comm) {
   }
   BRAID_TRY(ofi_comm_new(l->dev, 0, &c));
   BRAID_TRY(ofi_peer_insert(c, m.name));
+answer:
   BRAID_TRY(ofi_send_ctrl(c, OFI_TAG_ACCEPT, NULL));
+  if (!c->ctrl_send.used) { /* not posted yet: the listener keeps it for the next call */
+    l->accepting = c;
+    return ncclSuccess;
+  }
   BRAID_TRY(ofi_probe_post_recv(c)); /* probes and the goodbye from the peer */
   *recv_comm = c;
   return ncclSuccess;

@@ -36,6 +36,8 @@ struct braid_dev_conn {
   char* ll_buff;       /* BRAID_STEPS LL slots of ll_slot_bytes, or NULL: no LL on this link */
   uint64_t* tail;      /* steps filled (Simple): written by the sender */
   uint64_t* head;      /* steps drained (every protocol): written by the receiver */
+  uint32_t* sizes;     /* sender, or NULL: bytes of each step, published before `tail` (net: the
+                          proxy sends only those bytes, not the whole slot) */
   uint64_t step;       /* this end's next step (persists across kernels) */
   uint64_t seen_head;  /* sender: the head value it last read (saves a remote read per launch) */
   uint32_t slot_bytes; /* bytes per slot, a multiple of 16 */
@@ -91,6 +93,7 @@ typedef enum {
 #define BRAID_WORK_SCALAR_DEVICE 0x1 /* `scalar` is a device pointer to the premul scalar */
 #define BRAID_WORK_SEND_LL 0x2       /* SendRecv: the send half uses LL (else Simple) */
 #define BRAID_WORK_RECV_LL 0x4       /* SendRecv: the receive half uses LL (else Simple) */
+#define BRAID_WORK_PAIR 0x8          /* AllReduce of 2 ranks, Simple: one-hop exchange (pair.h) */
 
 /*
  * One operation of a launch. Collectives: every block b with

@@ -13,6 +13,7 @@
 #ifndef BRAID_DEVICE_KERNEL_H
 #define BRAID_DEVICE_KERNEL_H
 
+#include "collectives/device/pair.h"
 #include "collectives/device/sendrecv.h"
 
 namespace braid {
@@ -77,6 +78,8 @@ __device__ void reduce_coll_run(const struct braid_work& w, struct braid_dev_com
     } else {
       reduce_coll_ring<T>(p, w, comm, chan, ch);
     }
+  } else if (w.flags & BRAID_WORK_PAIR) {
+    pair_allreduce_simple<T, Op>(op, w, comm, chan, ch, aborted);
   } else {
     prims_simple<T, Op> p(threadIdx.x, blockDim.x, BRAID_BARRIER_BLOCK, op, &chan->ring_recv,
                           &chan->ring_send, comm->abort_flag, aborted);

@@ -34,6 +34,7 @@ struct conn_end {
   char* buff;
   uint64_t* tail;
   uint64_t* head;
+  uint32_t* sizes; /* sender: per-slot byte counts for the proxy, or NULL */
   uint64_t step;
   uint64_t seen_head; /* sender: the last head value read */
   uint32_t slot_bytes;
@@ -46,6 +47,7 @@ __device__ __forceinline__ void conn_end_load(conn_end* c, struct braid_dev_conn
   c->buff = g->buff;
   c->tail = g->tail;
   c->head = g->head;
+  c->sizes = g->sizes;
   c->step = g->step;
   c->seen_head = g->seen_head;
   c->slot_bytes = g->slot_bytes;

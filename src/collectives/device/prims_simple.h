@@ -100,6 +100,9 @@ struct prims_simple {
     }
     barrier();
     if (tid == 0) {
+      /* The size first: the release of `tail` publishes it along with the data. */
+      if (SEND && send.sizes)
+        *(volatile uint32_t*)&send.sizes[send.step % BRAID_STEPS] = (uint32_t)(nelem * (int64_t)sizeof(T));
       if (SEND) st_release_sys(send.tail, send.step + 1);
       if (RECV) st_release_sys(recv.head, recv.step + 1);
     }

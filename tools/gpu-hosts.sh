@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The network path on the GPU machine, on however many GPUs it has (one is enough): ranks
+# pose as separate hosts (BRAID_HOSTID / NCCL_HOSTID, tools/as-host.sh), so Braid and NCCL
+# both go kernel -> proxy -> TCP sockets -> proxy -> kernel. Two processes on one GPU
+# time-slice it (each waits ~2 ms per turn), which hides the network entirely, so the
+# CUDA MPS daemon is started for the run (a user-level server that lets both processes'
+# kernels run at once; it changes no setting of the GPU) and stopped at the end.
+#   bash tools/gpu-hosts.sh [suite|quick] [perf] [sweep] [chan] [ofi] [info]   (default: perf)
+# Logs under $OUT (device tool) or ./gpu-hosts-out. BUILD_DIR as in tools/gpu-check.sh.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0
+OUT=${OUT:-$PWD/gpu-hosts-out}
+BUILD_DIR=${BUILD_DIR:-build-gpu}
+NCCL_LIB_DIR=${NCCL_LIB_DIR:-/usr/lib/x86_64-linux-gnu}
+B=$BUILD_DIR
+mkdir -p "$OUT/l"
+if [ "$BUILD_DIR" = .device/build ]; then  # a build staged by tools/stage-device.sh
+  [ -e build ] || ln -s .device/build build
+  [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+fi
+export LD_LIBRARY_PATH=$PWD/$B/src
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/braid-mps CUDA_MPS_LOG_DIRECTORY=/tmp/braid-mps-log
+mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+mps=0
+if [ "${NO_MPS:-0}" != 1 ] && command -v nvidia-cuda-mps-control >/dev/null &&
+   nvidia-cuda-mps-control -d; then mps=1; fi
+echo "== MPS daemon: $mps" | tee -a "$OUT/summary.txt"
+# Processes mpirun starts on its own host inherit its environment (BRAID_*, NCCL_*).
+M="mpirun --allow-run-as-root --bind-to none -np 2"
+status=0
+
+# run NAME LIMIT CMD...: log in $OUT/l/NAME.log; rows and the verdict in the summary.
+run() {
+  local name=$1 limit=$2; shift 2
+  local start=$(date +%s)
+  timeout -k 5 "$limit" "$@" > "$OUT/l/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: rc=$rc ($(( $(date +%s) - start )) s)" | tee -a "$OUT/summary.txt"
+  grep -E '^ +[0-9]+ +[0-9]+ |cases|FAIL|Avg' "$OUT/l/$name.log" | head -40 | tee -a "$OUT/summary.txt"
+  [ $rc -eq 0 ] || { status=1; tail -15 "$OUT/l/$name.log" | tee -a "$OUT/summary.txt"; }
+}
+
+S="-b 8 -e 1G -f 4 -w 3 -n 10 -g 1"
+for step in ${*:-perf}; do
+  case $step in
+    quick) run suite_quick 300 "$B/tests/gpu/gpu_coll" --mode hosts --suite all --quick --timeout 290 ;;
+    suite) run suite 560 "$B/tests/gpu/gpu_coll" --mode hosts --suite all --timeout 550 ;;
+    perf)
+      run ar_braid 200 $M tools/as-host.sh $B/perf/all_reduce_perf $S
+      LD_LIBRARY_PATH=$NCCL_LIB_DIR run ar_nccl 200 $M tools/as-host.sh $B/perf/all_reduce_perf $S
+      ;;
+    sweep)  # streams and threads of the socket backend at large sizes
+      for tn in "1 1" "2 2" "4 2" "4 4" "8 2"; do
+        set -- $tn
+        BRAID_SOCKET_NTHREADS=$1 BRAID_NSOCKS_PERTHREAD=$2 run ar_braid_t$1s$2 120 $M tools/as-host.sh \
+          $B/perf/all_reduce_perf -b 64M -e 1G -f 4 -w 2 -n 5 -g 1
+      done
+      ;;
+    chan)  # channels x (ring | one-hop pair exchange) at middle and large sizes
+      for c in 8 12 16; do
+        for pm in 0 2147483648; do
+          BRAID_MIN_NCHANNELS=$c BRAID_MAX_NCHANNELS=$c BRAID_NET_PAIR_MAX=$pm run ar_braid_c${c}_pair$pm 120 \
+            $M tools/as-host.sh $B/perf/all_reduce_perf -b 8M -e 1G -f 4 -w 2 -n 5 -g 1
+        done
+      done
+      ;;
+    ofi) BRAID_NET=ofi run ar_braid_ofi 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 256M -f 4 -w 2 -n 5 -g 1 ;;
+    info) BRAID_DEBUG=INFO run ar_braid_info 60 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 8M -f 1024 -w 1 -n 2 -g 1 ;;
+    *) echo "unknown step $step"; status=2 ;;
+  esac
+done
+[ $mps = 1 ] && echo quit | nvidia-cuda-mps-control
+# The device tool brings back at most 8 files: the logs travel as one archive.
+tar czf "$OUT/logs.tgz" -C "$OUT/l" . && rm -rf "$OUT/l"
+exit $status
