@@ -5,7 +5,7 @@
 # time-slice it (each waits ~2 ms per turn), which hides the network entirely, so the
 # CUDA MPS daemon is started for the run (a user-level server that lets both processes'
 # kernels run at once; it changes no setting of the GPU) and stopped at the end.
-#   bash tools/gpu-hosts.sh [suite|quick] [perf] [sweep] [chan] [ofi] [info]   (default: perf)
+#   bash tools/gpu-hosts.sh [suite|quick] [perf] [sweep] [chan] [colls] [ofi] [info]   (default: perf)
 # Logs under $OUT (device tool) or ./gpu-hosts-out. BUILD_DIR as in tools/gpu-check.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -63,6 +63,12 @@ for step in ${*:-perf}; do
           BRAID_MIN_NCHANNELS=$c BRAID_MAX_NCHANNELS=$c BRAID_NET_PAIR_MAX=$pm run ar_braid_c${c}_pair$pm 120 \
             $M tools/as-host.sh $B/perf/all_reduce_perf -b 8M -e 1G -f 4 -w 2 -n 5 -g 1
         done
+      done
+      ;;
+    colls)  # the other collectives over the network, Braid then NCCL
+      for c in all_gather reduce_scatter broadcast sendrecv alltoall; do
+        run ${c}_braid 120 $M tools/as-host.sh $B/perf/${c}_perf -b 8 -e 512M -f 16 -w 2 -n 5 -g 1
+        LD_LIBRARY_PATH=$NCCL_LIB_DIR run ${c}_nccl 120 $M tools/as-host.sh $B/perf/${c}_perf -b 8 -e 512M -f 16 -w 2 -n 5 -g 1
       done
       ;;
     ofi) BRAID_NET=ofi run ar_braid_ofi 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 256M -f 4 -w 2 -n 5 -g 1 ;;
