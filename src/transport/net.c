@@ -322,20 +322,12 @@ fail:
   return res;
 }
 
-static ncclResult_t net_send_connect(struct ncclComm* comm, struct braid_connector* conn,
-                                     const struct braid_conn_info* peer_info) {
-  ncclResult_t res = ncclSuccess;
-  const struct net_info* ni = (const struct net_info*)peer_info->data;
-  struct net_state* st = conn->state;
-  BRAID_TRY(net_info_check(comm, conn, ni, st));
-  BRAID_TRY(net_proxy_start(comm, conn, st, ni));
-  return ncclSuccess;
-fail:
-  return res;
-}
-
-static ncclResult_t net_recv_connect(struct ncclComm* comm, struct braid_connector* conn,
-                                     const struct braid_conn_info* peer_info) {
+/*
+ * Both ends connect the same way: check the peer's info, then hand the
+ * connection to the proxy, which connects (send) or accepts (receive).
+ */
+static ncclResult_t net_connect(struct ncclComm* comm, struct braid_connector* conn,
+                                const struct braid_conn_info* peer_info) {
   ncclResult_t res = ncclSuccess;
   const struct net_info* ni = (const struct net_info*)peer_info->data;
   struct net_state* st = conn->state;
@@ -391,7 +383,7 @@ const struct braid_transport_ops braid_transport_net = {
   .can_connect = net_can_connect,
   .send_setup = net_send_setup,
   .recv_setup = net_recv_setup,
-  .send_connect = net_send_connect,
-  .recv_connect = net_recv_connect,
+  .send_connect = net_connect,
+  .recv_connect = net_connect,
   .free = net_free,
 };
