@@ -139,14 +139,9 @@ for step in $steps; do
       done
       ;;
     hosts)
-      # The network path on one GPU: two processes posing as two hosts (BRAID_HOSTID), the
-      # GPU suite over it, then all-reduce through sockets on Braid and on NCCL (NCCL_HOSTID).
-      run hosts_coll 570 "$BUILD_DIR/tests/gpu/gpu_coll" --mode hosts --suite all --timeout 560
-      P=$BUILD_DIR/perf; S="-b 8 -e 1G -f 4 -w 3 -n 10 -g 1"
-      run hosts_ar_braid 240 $MPIRUN tools/as-host.sh $P/all_reduce_perf $S
-      LD_LIBRARY_PATH=$NCCL_LIB_DIR run hosts_ar_nccl 240 $MPIRUN tools/as-host.sh $P/all_reduce_perf $S
-      grep -E '^ +[0-9]+ ' "$LOGS/hosts_ar_braid.log" | sed 's/^/braid /' >> "$OUT/summary.txt"
-      grep -E '^ +[0-9]+ ' "$LOGS/hosts_ar_nccl.log" | sed 's/^/nccl  /' >> "$OUT/summary.txt"
+      # The network path on one GPU or more (ranks posing as hosts, under MPS): its own script.
+      OUT=$OUT/hosts BUILD_DIR=$BUILD_DIR bash tools/gpu-hosts.sh suite perf colls > "$LOGS/hosts.log" 2>&1 || status=1
+      tail -40 "$LOGS/hosts.log" >> "$OUT/summary.txt"
       ;;
     perf)
       log "all_reduce_perf, Braid, 2 processes"

@@ -99,9 +99,8 @@ static unsigned enq_ring_protos(const struct ncclComm* comm) {
  * Two ranks joined by the network all-reduce with the one-hop exchange
  * (pair.h) up to BRAID_NET_PAIR_MAX bytes: the ring's second hop costs a whole
  * network round trip per chunk. Past that the ring's full-block steps stream
- * faster (perf/NOTES.md).
- * Over NVLink/PCIe the ring stays (its hops cost little and it is what the
- * 2-GPU numbers were measured with).
+ * faster (perf/NOTES.md). Over NVLink/PCIe the ring stays: its hops cost
+ * little, and the exchange has not been measured there.
  */
 static int enq_pair_ok(const struct ncclComm* comm, const struct braid_op* op, int proto) {
   size_t bytes = op->count * redop_type_size(op->dtype);
