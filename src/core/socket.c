@@ -80,35 +80,15 @@ static const char* socket_peer_str(int fd, char* buf, size_t size) {
 
 /* ------------------------------------------------------------------ names */
 
-/* One comma-separated token of an interface spec against a name. */
-static int socket_token_match(const char* token, size_t len, const char* ifname, int exact) {
+/* One comma-separated token of an interface spec against an interface name. */
+static int socket_token_match(const char* token, size_t len, int exact, const void* arg) {
+  const char* ifname = arg;
   if (exact) return strlen(ifname) == len && strncmp(ifname, token, len) == 0;
   return strncmp(ifname, token, len) == 0;
 }
 
 int socket_ifname_match(const char* spec, const char* ifname) {
-  if (spec == NULL) return 1;
-  int exclude = 0, exact = 0;
-  if (*spec == '^') {
-    exclude = 1;
-    spec++;
-  }
-  if (*spec == '=') {
-    exact = 1;
-    spec++;
-  }
-  int tokens = 0, hit = 0;
-  for (const char* p = spec; *p != '\0';) {
-    size_t len = strcspn(p, ",");
-    if (len > 0) {
-      tokens++;
-      if (socket_token_match(p, len, ifname, exact)) hit = 1;
-    }
-    p += len;
-    if (*p == ',') p++;
-  }
-  if (tokens == 0) return 1; /* "", "^", "=": no constraint */
-  return exclude ? !hit : hit;
+  return braid_spec_match(spec, socket_token_match, ifname);
 }
 
 /* -------------------------------------------------------------- addresses */

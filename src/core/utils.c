@@ -98,3 +98,28 @@ ncclResult_t braid_random_bytes(void* buf, size_t size) {
   }
   return ncclSuccess;
 }
+
+int braid_spec_match(const char* spec, braid_token_match_fn token_match, const void* arg) {
+  if (spec == NULL) return 1;
+  int exclude = 0, exact = 0;
+  if (*spec == '^') {
+    exclude = 1;
+    spec++;
+  }
+  if (*spec == '=') {
+    exact = 1;
+    spec++;
+  }
+  int tokens = 0, hit = 0;
+  for (const char* p = spec; *p != '\0';) {
+    size_t len = strcspn(p, ",");
+    if (len > 0) {
+      tokens++;
+      if (token_match(p, len, exact, arg)) hit = 1;
+    }
+    p += len;
+    if (*p == ',') p++;
+  }
+  if (tokens == 0) return 1; /* "", "^", "=": no constraint */
+  return exclude ? !hit : hit;
+}

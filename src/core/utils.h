@@ -35,6 +35,15 @@ ncclResult_t braid_calloc(void** out, size_t nmemb, size_t size, const char* wha
 int64_t braid_busid_to_int(const char* busid);
 void braid_busid_to_str(int64_t id, char* out, size_t size);
 
+/*
+ * A name-list spec as NCCL's *_IFNAME / *_HCA variables take it: comma-separated
+ * tokens, matched as prefixes; a leading '^' excludes what matches, a '=' (after
+ * any '^') asks for exact names. `token_match` says whether one token (tok, len)
+ * matches; an empty spec, or one with no tokens, matches everything.
+ */
+typedef int (*braid_token_match_fn)(const char* tok, size_t len, int exact, const void* arg);
+int braid_spec_match(const char* spec, braid_token_match_fn token_match, const void* arg);
+
 /* Fills `buf` with cryptographically random bytes (getrandom). */
 ncclResult_t braid_random_bytes(void* buf, size_t size);
 

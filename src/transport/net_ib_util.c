@@ -12,38 +12,26 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "core/utils.h"
+
+struct ib_port_name {
+  const char* name;
+  int port;
+};
+
 /* One token "name[:port]" against a device port. */
-static int ib_token_match(const char* tok, size_t len, const char* name, int port, int exact) {
+static int ib_token_match(const char* tok, size_t len, int exact, const void* arg) {
+  const struct ib_port_name* want = arg;
   const char* colon = memchr(tok, ':', len);
   size_t name_len = colon ? (size_t)(colon - tok) : len;
-  if (colon && atoi(colon + 1) != port) return 0;
-  if (exact) return strlen(name) == name_len && strncmp(name, tok, name_len) == 0;
-  return strncmp(name, tok, name_len) == 0;
+  if (colon && atoi(colon + 1) != want->port) return 0;
+  if (exact) return strlen(want->name) == name_len && strncmp(want->name, tok, name_len) == 0;
+  return strncmp(want->name, tok, name_len) == 0;
 }
 
 int ib_hca_match(const char* spec, const char* name, int port) {
-  if (spec == NULL) return 1;
-  int exclude = 0, exact = 0;
-  if (*spec == '^') {
-    exclude = 1;
-    spec++;
-  }
-  if (*spec == '=') {
-    exact = 1;
-    spec++;
-  }
-  int tokens = 0, hit = 0;
-  for (const char* p = spec; *p;) {
-    size_t len = strcspn(p, ",");
-    if (len > 0) {
-      tokens++;
-      hit |= ib_token_match(p, len, name, port, exact);
-    }
-    p += len;
-    if (*p == ',') p++;
-  }
-  if (tokens == 0) return 1;
-  return exclude ? !hit : hit;
+  struct ib_port_name want = {name, port};
+  return braid_spec_match(spec, ib_token_match, &want);
 }
 
 static int ib_gid_zero(const uint8_t* raw) {
