@@ -6,7 +6,8 @@
 # CUDA MPS daemon is started for the run (a user-level server that lets both processes'
 # kernels run at once; it changes no setting of the GPU) and stopped at the end.
 #   bash tools/gpu-hosts.sh [suite|quick] [perf] [sweep] [chan] [colls] [ofi] [info]   (default: perf)
-# Logs under $OUT (device tool) or ./gpu-hosts-out. BUILD_DIR as in tools/gpu-check.sh.
+# Logs under $OUT (device tool) or ./gpu-hosts-out. BUILD_DIR as in tools/gpu-check.sh;
+# NP=4 runs four ranks (four hosts) instead of two.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
@@ -27,7 +28,8 @@ if [ "${NO_MPS:-0}" != 1 ] && command -v nvidia-cuda-mps-control >/dev/null &&
    nvidia-cuda-mps-control -d; then mps=1; fi
 echo "== MPS daemon: $mps" | tee -a "$OUT/summary.txt"
 # Processes mpirun starts on its own host inherit its environment (BRAID_*, NCCL_*).
-M="mpirun --allow-run-as-root --bind-to none -np 2"
+NP=${NP:-2}  # ranks (processes), each posing as its own host
+M="mpirun --allow-run-as-root --bind-to none -np $NP"
 status=0
 
 # run NAME LIMIT CMD...: log in $OUT/l/NAME.log; rows and the verdict in the summary.
@@ -44,8 +46,8 @@ run() {
 S="-b 8 -e 1G -f 4 -w 3 -n 10 -g 1"
 for step in ${*:-perf}; do
   case $step in
-    quick) run suite_quick 300 "$B/tests/gpu/gpu_coll" --mode hosts --suite all --quick --timeout 290 ;;
-    suite) run suite 560 "$B/tests/gpu/gpu_coll" --mode hosts --suite all --timeout 550 ;;
+    quick) run suite_quick 300 "$B/tests/gpu/gpu_coll" --mode hosts --nranks $NP --suite all --quick --timeout 290 ;;
+    suite) run suite 560 "$B/tests/gpu/gpu_coll" --mode hosts --nranks $NP --suite all --timeout 550 ;;
     perf)
       run ar_braid 200 $M tools/as-host.sh $B/perf/all_reduce_perf $S
       LD_LIBRARY_PATH=$NCCL_LIB_DIR run ar_nccl 200 $M tools/as-host.sh $B/perf/all_reduce_perf $S

@@ -121,6 +121,7 @@ struct gpu_world {
   ncclComm_t comm2[GPU_MAX_RANKS]; /* a second communicator (world_comm2), or NULL */
   cudaStream_t stream2[GPU_MAX_RANKS];
   const ncclUniqueId* ids; /* procs: the two communicators' ids */
+  struct gpu_shared* shared; /* procs: what the children share (gpu_world.c) */
   struct gpu_tally* tally;
   /* the case now running */
   int ordinal;  /* cases begun so far, the same sequence in every process */

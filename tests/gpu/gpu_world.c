@@ -42,7 +42,9 @@ struct gpu_tally {
 
 /* procs mode: what the children share, mapped by the parent before the fork. */
 struct gpu_shared {
-  int ids_ready; /* set by child 0 once ids[] hold the unique ids */
+  int ids_ready;  /* set by child 0 once ids[0] holds the first communicator's id */
+  int id2_ready;  /* set by child 0 once ids[1] holds the second's (made when first needed:
+                     a root nobody joins gives up after BRAID_BOOTSTRAP_TIMEOUT) */
   ncclUniqueId ids[2];
   struct gpu_tally tally;
 };
@@ -168,11 +170,29 @@ uint64_t world_seed(const struct gpu_world* w, unsigned suite, size_t index, int
   return z ^ (z >> 31);
 }
 
+/* procs: child 0 makes an id in ids[slot] and raises *ready; the others wait for it. */
+static int world_id_share(struct gpu_world* w, ncclUniqueId* ids, int slot, int* ready) {
+  if (w->rank0 == 0) {
+    if (world_nccl(w, ncclGetUniqueId(&ids[slot]), NULL, "ncclGetUniqueId") != 0) return -1;
+    __atomic_store_n(ready, 1, __ATOMIC_RELEASE);
+    return 0;
+  }
+  for (double waited = 0; !__atomic_load_n(ready, __ATOMIC_ACQUIRE); waited += 0.001) {
+    if (waited > GPU_ID_WAIT_S) {
+      world_case_fail(w, "no unique id from rank 0 after %.0f s", waited);
+      return -1;
+    }
+    mp_sleep(0.001);
+  }
+  return 0;
+}
+
 int world_comm2(struct gpu_world* w) {
   if (w->comm2[0] != NULL) return 0;
   if (w->nlocal == w->nranks)
     return world_nccl(w, ncclCommInitAll(w->comm2, w->nranks, w->dev), NULL,
                       "ncclCommInitAll (second communicator)");
+  if (world_id_share(w, w->shared->ids, 1, &w->shared->id2_ready) != 0) return -1;
   if (world_cuda(w, cudaSetDevice(w->dev[0]), "cudaSetDevice") != 0) return -1;
   return world_nccl(w, ncclCommInitRank(&w->comm2[0], w->nranks, w->ids[1], w->rank0), NULL,
                     "ncclCommInitRank (second communicator)");
@@ -283,20 +303,9 @@ static int world_child(const struct mp_child* ch) {
   w.rank0 = ch->index;
   w.dev[0] = hosts ? ch->index % ngpus : ch->index;
   w.ids = sh->ids;
+  w.shared = sh;
   watchdog_install();
-  if (ch->index == 0) {
-    if (world_nccl(&w, ncclGetUniqueId(&sh->ids[0]), NULL, "ncclGetUniqueId") != 0 ||
-        world_nccl(&w, ncclGetUniqueId(&sh->ids[1]), NULL, "ncclGetUniqueId") != 0)
-      return 1;
-    __atomic_store_n(&sh->ids_ready, 1, __ATOMIC_RELEASE);
-  }
-  for (double waited = 0; !__atomic_load_n(&sh->ids_ready, __ATOMIC_ACQUIRE); waited += 0.001) {
-    if (waited > GPU_ID_WAIT_S) {
-      fprintf(stderr, "FAIL rank %d: no unique id from rank 0 after %.0f s\n", ch->index, waited);
-      return 1;
-    }
-    mp_sleep(0.001);
-  }
+  if (world_id_share(&w, sh->ids, 0, &sh->ids_ready) != 0) return 1;
   if (world_cuda(&w, cudaSetDevice(w.dev[0]), "cudaSetDevice") != 0 ||
       world_nccl(&w, ncclCommInitRank(&w.comm[0], w.nranks, sh->ids[0], w.rank0), NULL,
                  "ncclCommInitRank") != 0 ||
