@@ -30,7 +30,8 @@ enum { CONN_CONNECTING = 0, CONN_READY = 1, CONN_FAILED = -1 };
 
 struct braid_proxy_conn {
   struct braid_proxy_conn_desc d;
-  struct braid_proxy_conn* next;
+  struct braid_proxy_conn* next;        /* in the proxy's `adds` or `conns` list */
+  struct braid_proxy_conn* remove_next; /* in its `removes` list: `next` stays the thread's */
   void* comm;                  /* the backend's send or recv comm */
   void* mhandle;               /* the slots' registration */
   double deadline;             /* for connecting */
@@ -207,7 +208,7 @@ static void proxy_apply_changes(struct braid_proxy* p) {
     p->conns = c;
   }
   for (struct braid_proxy_conn* r = p->removes; r; r = p->removes) {
-    p->removes = r->next;
+    p->removes = r->remove_next;
     for (struct braid_proxy_conn** at = &p->conns; *at; at = &(*at)->next) {
       if (*at == r) {
         *at = r->next;
@@ -385,7 +386,6 @@ static void proxy_conn_close(struct braid_proxy_conn* c) {
 void proxy_conn_remove(struct braid_proxy* p, struct braid_proxy_conn* c) {
   if (c == NULL) return;
   pthread_mutex_lock(&p->lock);
-  c->next = NULL;
   /* Still in the adds list: the thread never saw it. */
   int found = 0;
   for (struct braid_proxy_conn** at = &p->adds; *at; at = &(*at)->next) {
@@ -396,7 +396,12 @@ void proxy_conn_remove(struct braid_proxy* p, struct braid_proxy_conn* c) {
     }
   }
   if (!found) {
-    c->next = p->removes;
+    /*
+     * In the thread's list, which it walks without the lock: leave c->next
+     * alone (cutting it would drop every connection behind c) and let the
+     * thread unlink c itself.
+     */
+    c->remove_next = p->removes;
     p->removes = c;
     atomic_store(&p->changes, 1);
     pthread_cond_broadcast(&p->cond);

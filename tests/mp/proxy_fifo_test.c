@@ -11,6 +11,13 @@
  *   peerdeath  the sending process dies mid-stream: the receiver's proxy reports
  *              the error through on_error within seconds and the connection
  *              reads as failed
+ *   removefirst, removelast
+ *              three connections per process; after each phase of steps on
+ *              every live one, both sides remove one (in the order they were
+ *              added, or the reverse) and the others must keep moving. The
+ *              proxy walks its list without the lock, so a removal must not
+ *              cut the list behind the removed connection (it once did: a
+ *              destroyed communicator took its neighbours' connections along)
  *
  *   proxy_fifo_test <backend>_<case>
  */
@@ -72,9 +79,10 @@ static int wait_counter(_Atomic uint64_t* counter, uint64_t value) {
   return 0;
 }
 
-/* The sending kernel's part. */
-static int kernel_send(const struct proxy_case* pc, struct fifo_mem* f, char* slots, struct net_shared* sh) {
-  for (int s = 0; s < pc->steps; s++) {
+/* The sending kernel's part, steps [from, to). */
+static int kernel_send(const struct proxy_case* pc, struct fifo_mem* f, char* slots, struct net_shared* sh,
+                       int from, int to) {
+  for (int s = from; s < to; s++) {
     if (pc->die_at && s == pc->die_at) {
       sh->result[0] = boot_now();
       boot_set_flag(&sh->flags[2], 1);
@@ -90,13 +98,13 @@ static int kernel_send(const struct proxy_case* pc, struct fifo_mem* f, char* sl
     if (pc->use_sizes) atomic_store_explicit(&f->sizes[s % NSTEPS], (uint32_t)n, memory_order_relaxed);
     atomic_store_explicit(&f->tail, (uint64_t)s + 1, memory_order_release);
   }
-  return wait_counter(&f->head, (uint64_t)pc->steps); /* every send acknowledged */
+  return wait_counter(&f->head, (uint64_t)to); /* every send acknowledged */
 }
 
-/* The receiving kernel's part; returns the number of bad steps, -1 when stuck. */
-static int kernel_recv(const struct proxy_case* pc, struct fifo_mem* f, char* slots) {
+/* The receiving kernel's part, steps [from, to); returns the number of bad steps, -1 when stuck. */
+static int kernel_recv(const struct proxy_case* pc, struct fifo_mem* f, char* slots, int from, int to) {
   int bad = 0;
-  for (int s = 0; s < pc->steps; s++) {
+  for (int s = from; s < to; s++) {
     if (wait_counter(&f->tail, (uint64_t)s + 1) != 0) {
       fprintf(stderr, "receiver: step %d never arrived (tail %llu)\n", s,
               (unsigned long long)atomic_load(&f->tail));
@@ -108,6 +116,22 @@ static int kernel_recv(const struct proxy_case* pc, struct fifo_mem* f, char* sl
     atomic_store_explicit(&f->head, (uint64_t)s + 1, memory_order_release);
   }
   return bad;
+}
+
+/* A connection's description over FIFO `f` and `slots` (the handle is filled by the caller). */
+static void desc_fill(struct braid_proxy_conn_desc* d, const struct braid_net_ops* ops,
+                      const struct net_shared* sh, int is_send, const struct proxy_case* pc,
+                      struct fifo_mem* f, char* slots, int peer) {
+  memset(d, 0, sizeof *d);
+  d->is_send = is_send;
+  d->net = ops;
+  memcpy(d->key, sh->key, sizeof d->key);
+  d->fifo = (struct braid_proxy_fifo){.buff = slots, .tail = &f->tail, .head = &f->head,
+                                      .sizes = pc->use_sizes ? f->sizes : NULL,
+                                      .slot_bytes = pc->slot_bytes, .nsteps = NSTEPS};
+  d->dmabuf_fd = -1;
+  d->connect_timeout = WAIT_SEC;
+  snprintf(d->peer, sizeof d->peer, "test child %d", peer);
 }
 
 static int proxy_child(const struct mp_child* c, const struct proxy_case* pc) {
@@ -124,16 +148,7 @@ static int proxy_child(const struct mp_child* c, const struct proxy_case* pc) {
   char* slots = aligned_alloc(4096, NSTEPS * pc->slot_bytes);
   if (f == NULL || slots == NULL) return 1;
   memset(f, 0, sizeof *f);
-  memset(&d, 0, sizeof d);
-  d.is_send = is_send;
-  d.net = ops;
-  memcpy(d.key, sh->key, sizeof d.key);
-  d.fifo = (struct braid_proxy_fifo){.buff = slots, .tail = &f->tail, .head = &f->head,
-                                     .sizes = pc->use_sizes ? f->sizes : NULL,
-                                     .slot_bytes = pc->slot_bytes, .nsteps = NSTEPS};
-  d.dmabuf_fd = -1;
-  d.connect_timeout = WAIT_SEC;
-  snprintf(d.peer, sizeof d.peer, "test child %d", 1 - c->index);
+  desc_fill(&d, ops, sh, is_send, pc, f, slots, 1 - c->index);
   d.on_error = on_error;
   if (!is_send) {
     TEST_EXPECT_RES(ops->listen(0, sh->key, sh->handle[0], &d.listen_comm), ncclSuccess);
@@ -147,17 +162,17 @@ static int proxy_child(const struct mp_child* c, const struct proxy_case* pc) {
   if (conn == NULL) return 1;
   double start = boot_now();
   if (is_send) {
-    TEST_CHECK(kernel_send(pc, f, slots, sh) == 0, "the sender's steps did not all complete");
+    TEST_CHECK(kernel_send(pc, f, slots, sh, 0, pc->steps) == 0, "the sender's steps did not all complete");
   } else if (pc->die_at) {
     /* Steps stop coming when the sender dies; then the proxy must report, not hang. */
-    int bad = kernel_recv(pc, f, slots);
+    int bad = kernel_recv(pc, f, slots, 0, pc->steps);
     ncclResult_t err = ncclSuccess;
     TEST_CHECK(bad == -1 && boot_wait_flag(&sh->flags[2], 1, 1.0) == 0, "the stream ended without the death");
     TEST_CHECK(atomic_load(&errors_seen) == 1, "on_error called %d times", atomic_load(&errors_seen));
     TEST_CHECK(proxy_conn_state(conn, &err) == -1 && err != ncclSuccess, "the connection does not read as failed");
     fprintf(stderr, "receiver: peer death reported %.2f s after it happened\n", boot_now() - sh->result[0]);
   } else {
-    int bad = kernel_recv(pc, f, slots);
+    int bad = kernel_recv(pc, f, slots, 0, pc->steps);
     TEST_CHECK(bad == 0, "%d of %d steps arrived wrong", bad, pc->steps);
     double sec = boot_now() - start;
     fprintf(stderr, "%d steps of up to %zu bytes through the proxies in %.2f s (%.2f GB/s)\n",
@@ -182,6 +197,70 @@ static const struct proxy_case case_steps = {.slot_bytes = 64 << 10, .steps = 40
 static const struct proxy_case case_sizes = {.slot_bytes = 256 << 10, .use_sizes = 1, .steps = 3000};
 static const struct proxy_case case_death = {.slot_bytes = 64 << 10, .steps = 100000, .die_at = 500};
 
+/* ---- removefirst / removelast ---- */
+
+#define NCONN 3
+#define PHASE_STEPS 200
+static const struct proxy_case case_remove = {.slot_bytes = 16 << 10, .steps = NCONN * PHASE_STEPS};
+
+static int remove_child(const struct mp_child* c, int last_first) {
+  struct net_shared* sh = c->arg;
+  const struct braid_net_ops* ops;
+  struct braid_proxy* proxy = NULL;
+  struct braid_proxy_conn* conn[NCONN] = {0};
+  struct fifo_mem* f[NCONN];
+  char* slots[NCONN];
+  int ndev, is_send = c->index == 1, live[NCONN];
+  test_failures = 0;
+  int rc = net_util_open(backend, &ops, &ndev);
+  if (rc) return rc;
+  TEST_EXPECT_RES(proxy_acquire(0, -1, &proxy), ncclSuccess);
+  if (proxy == NULL) return 1;
+  if (is_send && boot_wait_flag(&sh->flags[0], 1, WAIT_SEC) != 0) return 1;
+  for (int k = 0; k < NCONN; k++) {
+    struct braid_proxy_conn_desc d;
+    f[k] = aligned_alloc(4096, sizeof *f[k] + 4096);
+    slots[k] = aligned_alloc(4096, NSTEPS * case_remove.slot_bytes);
+    if (f[k] == NULL || slots[k] == NULL) return 1;
+    memset(f[k], 0, sizeof *f[k]);
+    desc_fill(&d, ops, sh, is_send, &case_remove, f[k], slots[k], 1 - c->index);
+    if (is_send)
+      memcpy(d.handle, sh->handle[k], sizeof d.handle);
+    else
+      TEST_EXPECT_RES(ops->listen(0, sh->key, sh->handle[k], &d.listen_comm), ncclSuccess);
+    TEST_EXPECT_RES(proxy_conn_add(proxy, &d, &conn[k]), ncclSuccess);
+    if (conn[k] == NULL) return 1;
+    live[k] = 1;
+  }
+  if (!is_send) boot_set_flag(&sh->flags[0], 1);
+  for (int phase = 0; phase < NCONN; phase++) {
+    int from = phase * PHASE_STEPS, to = from + PHASE_STEPS;
+    for (int k = 0; k < NCONN; k++) {
+      if (!live[k]) continue;
+      int bad = is_send ? kernel_send(&case_remove, f[k], slots[k], sh, from, to)
+                        : kernel_recv(&case_remove, f[k], slots[k], from, to);
+      TEST_CHECK(bad == 0, "phase %d: connection %d (%d removed before it) %s", phase, k, phase,
+                 bad < 0 ? "stopped moving" : "delivered wrong data");
+      if (bad != 0) return 1;
+    }
+    /* Both sides are done with the phase before either removes a connection. */
+    boot_add_flag(&sh->flags[3 + phase], 1);
+    if (boot_wait_flag(&sh->flags[3 + phase], 2, WAIT_SEC) != 0) return 1;
+    int victim = last_first ? NCONN - 1 - phase : phase;
+    proxy_conn_remove(proxy, conn[victim]);
+    live[victim] = 0;
+  }
+  proxy_release(proxy);
+  for (int k = 0; k < NCONN; k++) {
+    free(slots[k]);
+    free(f[k]);
+  }
+  return test_failures ? 1 : 0;
+}
+
+static int removefirst_child(const struct mp_child* c) { return remove_child(c, 0); }
+static int removelast_child(const struct mp_child* c) { return remove_child(c, 1); }
+
 static int steps_child(const struct mp_child* c) { return proxy_child(c, &case_steps); }
 static int sizes_child(const struct mp_child* c) { return proxy_child(c, &case_sizes); }
 
@@ -200,11 +279,15 @@ int main(int argc, char** argv) {
   static const struct {
     const char* name;
     mp_child_fn fn;
-  } cases[] = {{"steps", steps_child}, {"sizes", sizes_child}, {"peerdeath", death_child}};
+  } cases[] = {{"steps", steps_child},
+               {"sizes", sizes_child},
+               {"peerdeath", death_child},
+               {"removefirst", removefirst_child},
+               {"removelast", removelast_child}};
   const char* arg = argc > 1 ? argv[1] : "";
   const char* sep = strchr(arg, '_');
   if (sep == NULL || (size_t)(sep - arg) >= sizeof backend) {
-    fprintf(stderr, "usage: %s <socket|ofi|ib>_<steps|sizes|peerdeath>\n", argv[0]);
+    fprintf(stderr, "usage: %s <socket|ofi|ib>_<steps|sizes|peerdeath|removefirst|removelast>\n", argv[0]);
     return 2;
   }
   memcpy(backend, arg, (size_t)(sep - arg));
