@@ -162,6 +162,7 @@ static ncclResult_t bootstrap_alloc(int rank, int nranks, volatile uint32_t* abo
   b->deadline = -1.0;
   b->timeout = bootstrap_timeout_param();
   b->queue_tail = &b->queue;
+  pthread_mutex_init(&b->lock, NULL);
   BRAID_TRY(BRAID_CALLOC(&b->peers, (size_t)nranks, "the bootstrap peer table"));
   for (int r = 0; r < nranks; r++) b->peers[r].out_fd = -1;
   *out = b;
@@ -344,16 +345,17 @@ ncclResult_t bootstrap_allgather(struct bootstrap* b, void* data, size_t size) {
   ncclResult_t res = ncclSuccess;
   BRAID_CHECK(b != NULL && (data != NULL || size == 0) && size <= BOOTSTRAP_MAX_MSG, ncclInvalidArgument,
               "bootstrap_allgather: invalid arguments (data %p, %zu bytes per rank)", data, size);
+  pthread_mutex_lock(&b->lock);
   int tag = (int)(b->allgather_seq++ & 0x7fffffff);
-  BRAID_TRY(bootstrap_ring_allgather(b, NULL, b->nranks, b->rank, BOOTSTRAP_CH_ALLGATHER, tag, data, size));
+  res = bootstrap_ring_allgather(b, NULL, b->nranks, b->rank, BOOTSTRAP_CH_ALLGATHER, tag, data, size);
+  pthread_mutex_unlock(&b->lock);
 fail:
   return res;
 }
 
 /* Dissemination barrier: in round k we signal rank+2^k and wait for rank-2^k; ceil(log2 n) rounds. */
-ncclResult_t bootstrap_barrier(struct bootstrap* b) {
+static ncclResult_t bootstrap_barrier_locked(struct bootstrap* b) {
   ncclResult_t res = ncclSuccess;
-  BRAID_CHECK(b != NULL, ncclInvalidArgument, "bootstrap_barrier: no bootstrap");
   uint32_t seq = b->barrier_seq++;
   for (int k = 0, dist = 1; dist < b->nranks; k++, dist <<= 1) {
     int tag = (int)(((seq << 5) | (uint32_t)k) & 0x7fffffff);
@@ -362,6 +364,14 @@ ncclResult_t bootstrap_barrier(struct bootstrap* b) {
                                  1, NULL, 0));
   }
 fail:
+  return res;
+}
+
+ncclResult_t bootstrap_barrier(struct bootstrap* b) {
+  if (b == NULL) return braid_err(ncclInvalidArgument, "bootstrap_barrier: no bootstrap");
+  pthread_mutex_lock(&b->lock);
+  ncclResult_t res = bootstrap_barrier_locked(b);
+  pthread_mutex_unlock(&b->lock);
   return res;
 }
 
@@ -378,13 +388,19 @@ static ncclResult_t bootstrap_p2p_check(const struct bootstrap* b, int peer, con
 ncclResult_t bootstrap_send(struct bootstrap* b, int peer, int tag, const void* data, size_t size) {
   ncclResult_t res = bootstrap_p2p_check(b, peer, data, size, "bootstrap_send");
   if (res != ncclSuccess) return res;
-  return bootstrap_msg_send(b, peer, BOOTSTRAP_CH_P2P, tag, data, size);
+  pthread_mutex_lock(&b->lock);
+  res = bootstrap_msg_send(b, peer, BOOTSTRAP_CH_P2P, tag, data, size);
+  pthread_mutex_unlock(&b->lock);
+  return res;
 }
 
 ncclResult_t bootstrap_recv(struct bootstrap* b, int peer, int tag, void* data, size_t size) {
   ncclResult_t res = bootstrap_p2p_check(b, peer, data, size, "bootstrap_recv");
   if (res != ncclSuccess) return res;
-  return bootstrap_msg_recv(b, peer, BOOTSTRAP_CH_P2P, tag, 0, data, size);
+  pthread_mutex_lock(&b->lock);
+  res = bootstrap_msg_recv(b, peer, BOOTSTRAP_CH_P2P, tag, 0, data, size);
+  pthread_mutex_unlock(&b->lock);
+  return res;
 }
 
 /* Checks a split's member list: in range, no repeats, and we are member new_rank. */
@@ -410,22 +426,25 @@ fail:
 }
 
 ncclResult_t bootstrap_split(struct bootstrap* parent, const int* ranks, int nranks, int new_rank,
-                             struct bootstrap** out) {
+                             volatile uint32_t* abort_flag, struct bootstrap** out) {
   ncclResult_t res = ncclSuccess;
   struct bootstrap* child = NULL;
   struct bootstrap_peer_wire* all = NULL;
   BRAID_CHECK(out != NULL, ncclInvalidArgument, "bootstrap_split: no place for the result");
   *out = NULL;
   BRAID_TRY(bootstrap_split_check(parent, ranks, nranks, new_rank));
-  BRAID_TRY(bootstrap_alloc(new_rank, nranks, parent->abort_flag, &child));
+  BRAID_TRY(bootstrap_alloc(new_rank, nranks, abort_flag, &child));
   BRAID_TRY(bootstrap_listen_on(child, &parent->listen_addr));
   BRAID_TRY(BRAID_CALLOC(&all, (size_t)nranks, "the split address table"));
   bootstrap_self_wire(child, &all[new_rank]);
   BRAID_TRY(braid_random_bytes(all[new_rank].secret, BOOTSTRAP_SECRET_BYTES));
   /* The tag is a digest of the member list, so members that disagree about it find out. */
   int tag = (int)(braid_hash(ranks, (size_t)nranks * sizeof *ranks) & 0x7fffffff);
-  BRAID_TRY(bootstrap_ring_allgather(parent, ranks, nranks, new_rank, BOOTSTRAP_CH_SPLIT, tag, all,
-                                     sizeof *all));
+  pthread_mutex_lock(&parent->lock);
+  res = bootstrap_ring_allgather(parent, ranks, nranks, new_rank, BOOTSTRAP_CH_SPLIT, tag, all,
+                                 sizeof *all);
+  pthread_mutex_unlock(&parent->lock);
+  BRAID_TRY(res);
   memcpy(child->secret, all[0].secret, sizeof child->secret);
   BRAID_TRY(bootstrap_peers_fill(child, all));
   free(all);
@@ -444,6 +463,7 @@ ncclResult_t bootstrap_close(struct bootstrap* b) {
   free(b->in);
   free(b->pfds);
   free(b->peers);
+  pthread_mutex_destroy(&b->lock);
   free(b);
   return ncclSuccess;
 }

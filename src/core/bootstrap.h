@@ -100,10 +100,13 @@ ncclResult_t bootstrap_recv(struct bootstrap* b, int peer, int tag, void* data, 
 /*
  * A new bootstrap among a subset of this one's ranks (comm split/shrink):
  * `ranks` lists the parent ranks of the new group in new-rank order, and
- * every member calls this with the same list. Collective over the members.
+ * every member calls this with the same list. Collective over the members
+ * only: ranks left out (dead ones, after a shrink) are never contacted.
+ * The new bootstrap's waits poll `abort_flag` (the new communicator's; may
+ * be NULL), not the parent's.
  */
 ncclResult_t bootstrap_split(struct bootstrap* parent, const int* ranks, int nranks, int new_rank,
-                             struct bootstrap** out);
+                             volatile uint32_t* abort_flag, struct bootstrap** out);
 
 /* Closes every connection and frees `b`. */
 ncclResult_t bootstrap_close(struct bootstrap* b);

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include <poll.h>
+#include <pthread.h>
 
 #include "core/socket.h"
 #include "nccl.h"
@@ -235,6 +236,12 @@ struct bootstrap {
   struct bootstrap_msg* queue;    /* unexpected messages, oldest first */
   struct bootstrap_msg** queue_tail;
   uint32_t allgather_seq, barrier_seq;
+  /*
+   * Held by every collective and point-to-point entry point, so that two
+   * threads (a nonblocking split running on its own thread and the user's
+   * thread connecting send/recv peers) never interleave on one connection.
+   */
+  pthread_mutex_t lock;
 };
 
 /* "rank 3 (pid 42 on node2, 10.0.0.3:41234)", or "the root at ..." for peer -1. */

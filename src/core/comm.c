@@ -16,6 +16,7 @@
 #include "core/debug.h"
 #include "core/dev_state.h"
 #include "core/redop.h"
+#include "core/register.h"
 #include "core/utils.h"
 #include "graph/graph.h"
 #include "transport/transport.h"
@@ -44,6 +45,11 @@ ncclResult_t comm_check_ready(const struct ncclComm* comm, const char* api) {
     case BRAID_COMM_FINALIZED:
       return braid_err(ncclInvalidUsage, "%s: rank %d's communicator was finalized", api,
                        comm->rank);
+    case BRAID_COMM_REVOKED:
+      return braid_err(ncclInvalidUsage,
+                       "%s: rank %d's communicator was revoked; it can only be split, shrunk, "
+                       "destroyed or aborted",
+                       api, comm->rank);
     default:
       return braid_err(ncclInvalidUsage,
                        "%s: rank %d's communicator failed (%s) and can only be destroyed or "
@@ -134,14 +140,9 @@ fail:
   return res;
 }
 
-ncclResult_t comm_init(struct ncclComm* comm, const ncclUniqueId* ids, int nids) {
+/* What follows the bootstrap, for every way a communicator is made: peers, topology, rings. */
+static ncclResult_t comm_init_connect(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
-  braid_log_context_set(comm->rank, comm->cuda_dev);
-  comm->comm_hash = bootstrap_id_hash(&ids[0]);
-  BRAID_CUDA_TRY(cudaSetDevice(comm->cuda_dev));
-  BRAID_TRY(comm_abort_flag_alloc(comm));
-  BRAID_TRY(bootstrap_init(ids, nids, comm->rank, comm->nranks, comm->abort_flag,
-                           &comm->bootstrap));
   BRAID_TRY(BRAID_CALLOC(&comm->peers, comm->nranks, "peer info"));
   BRAID_TRY(comm_peer_info_fill(comm, &comm->peers[comm->rank]));
   BRAID_TRY(bootstrap_allgather(comm->bootstrap, comm->peers, sizeof *comm->peers));
@@ -161,9 +162,61 @@ ncclResult_t comm_init(struct ncclComm* comm, const ncclUniqueId* ids, int nids)
        (unsigned long long)comm->comm_hash);
   return ncclSuccess;
 fail:
+  return res;
+}
+
+void comm_init_failed(struct ncclComm* comm, ncclResult_t res) {
   comm->state = BRAID_COMM_FAILED;
   comm->async_error = res;
   comm_error_record(comm, res);
+}
+
+ncclResult_t comm_init(struct ncclComm* comm, const ncclUniqueId* ids, int nids) {
+  ncclResult_t res = ncclSuccess;
+  braid_log_context_set(comm->rank, comm->cuda_dev);
+  comm->comm_hash = bootstrap_id_hash(&ids[0]);
+  BRAID_CUDA_TRY(cudaSetDevice(comm->cuda_dev));
+  BRAID_TRY(comm_abort_flag_alloc(comm));
+  BRAID_TRY(bootstrap_init(ids, nids, comm->rank, comm->nranks, comm->abort_flag,
+                           &comm->bootstrap));
+  BRAID_TRY(comm_init_connect(comm));
+  return ncclSuccess;
+fail:
+  comm_init_failed(comm, res);
+  return res;
+}
+
+ncclResult_t comm_init_split(struct ncclComm* comm, struct ncclComm* parent, const int* members,
+                             int nmembers, int new_rank) {
+  ncclResult_t res = ncclSuccess;
+  comm->rank = new_rank;
+  comm->nranks = nmembers;
+  braid_log_context_set(comm->rank, comm->cuda_dev);
+  /* Every member derives the same id: the parent's and the member list. */
+  uint64_t words[2] = {parent->comm_hash, braid_hash(members, (size_t)nmembers * sizeof *members)};
+  comm->comm_hash = braid_hash(words, sizeof words);
+  BRAID_CUDA_TRY(cudaSetDevice(comm->cuda_dev));
+  BRAID_TRY(comm_abort_flag_alloc(comm));
+  BRAID_TRY(bootstrap_split(parent->bootstrap, members, nmembers, new_rank, comm->abort_flag,
+                            &comm->bootstrap));
+  BRAID_TRY(comm_init_connect(comm));
+  return ncclSuccess;
+fail:
+  comm_init_failed(comm, res);
+  return res;
+}
+
+/* How long kernels get to notice the abort flag (they poll it in every wait loop). */
+#define COMM_DRAIN_TIMEOUT_S 10.0
+
+ncclResult_t comm_quiesce(struct ncclComm* comm) {
+  ncclResult_t res = ncclSuccess;
+  if (comm->abort_flag == NULL) return ncclSuccess;
+  __atomic_store_n(comm->abort_flag, 1, __ATOMIC_SEQ_CST);
+  BRAID_CUDA_TRY(cudaSetDevice(comm->cuda_dev));
+  res = dev_state_drain(comm, COMM_DRAIN_TIMEOUT_S);
+  if (res == ncclSuccess) __atomic_store_n(comm->abort_flag, 0, __ATOMIC_SEQ_CST);
+fail:
   return res;
 }
 
@@ -176,6 +229,7 @@ void comm_free(struct ncclComm* comm) {
   if (comm->bootstrap) bootstrap_close(comm->bootstrap);
   comm->bootstrap = NULL;
   redop_table_free(comm);
+  register_free_all(comm);
   free(comm->peers);
   if (comm->abort_flag_mem) cudaFreeHost(comm->abort_flag_mem);
   (void)cudaGetLastError();

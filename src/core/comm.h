@@ -40,7 +40,8 @@ typedef enum {
   BRAID_COMM_INITIALIZING = 0,
   BRAID_COMM_READY = 1,
   BRAID_COMM_FINALIZED = 2,
-  BRAID_COMM_FAILED = 3
+  BRAID_COMM_FAILED = 3,
+  BRAID_COMM_REVOKED = 4 /* ncclCommRevoke: no more operations; destroy, split and shrink only */
 } braid_comm_state_t;
 
 struct bootstrap;
@@ -49,6 +50,7 @@ struct braid_channels;
 struct braid_dev_state;
 struct braid_group_comm;
 struct braid_redop_table;
+struct braid_reg;
 
 struct ncclComm {
   uint64_t magic;
@@ -67,6 +69,8 @@ struct ncclComm {
   struct braid_dev_state* dev;       /* owned by the enqueue module */
   struct braid_group_comm* group;    /* owned by the group module; NULL outside a group */
   struct braid_redop_table* redops;  /* user-defined reduction operators */
+  struct braid_reg* regs;            /* ncclCommRegister'ed buffers (register.c), under `lock` */
+  volatile int children_pending;     /* split/shrink jobs still reading this comm (atomic) */
 
   volatile braid_comm_state_t state;
   volatile ncclResult_t async_error; /* ncclInProgress while a nonblocking init runs */
@@ -86,6 +90,22 @@ ncclResult_t comm_alloc(struct ncclComm** out, int rank, int nranks, int cuda_de
                         const struct braid_config* config);
 /* The init sequence: bootstrap, peer info, topology, rings, device state. Marks the comm FAILED on error. */
 ncclResult_t comm_init(struct ncclComm* comm, const ncclUniqueId* ids, int nids);
+/*
+ * The same sequence for a communicator made from `parent` (split, shrink):
+ * `members` lists the parent ranks in new-rank order, the same list on every
+ * member, and this rank is member `new_rank`. Collective over the members.
+ */
+ncclResult_t comm_init_split(struct ncclComm* comm, struct ncclComm* parent, const int* members,
+                             int nmembers, int new_rank);
+/* Marks a communicator whose init failed with `res`: FAILED, async error, last error kept. */
+void comm_init_failed(struct ncclComm* comm, ncclResult_t res);
+/*
+ * Stops whatever this communicator's kernels are doing: raises the abort
+ * flag, waits (bounded) for them to exit, lowers the flag. The connections'
+ * step counters are left mid-operation, so the comm must not run another
+ * operation afterwards (revoke, shrink with NCCL_SHRINK_ABORT).
+ */
+ncclResult_t comm_quiesce(struct ncclComm* comm);
 /* Releases everything (kernels must be finished or aborted). */
 void comm_free(struct ncclComm* comm);
 /* Keeps the calling thread's last error as this comm's last error. */

@@ -136,6 +136,27 @@ fail:
   return res;
 }
 
+ncclResult_t dev_state_drain(struct ncclComm* comm, double timeout_s) {
+  struct braid_dev_state* d = comm->dev;
+  if (d == NULL || !d->launched) return ncclSuccess;
+  double start = braid_time_sec();
+  for (;;) {
+    cudaError_t err = cudaEventQuery(d->last_launch);
+    if (err == cudaSuccess) break;
+    if (err != cudaErrorNotReady)
+      return braid_err(ncclUnhandledCudaError, "rank %d: a kernel failed while aborting: %s",
+                       comm->rank, cudaGetErrorString(err));
+    if (braid_time_sec() - start > timeout_s)
+      return braid_err(ncclInternalError,
+                       "rank %d: the communicator's kernels did not exit within %.1f s of the "
+                       "abort flag; their buffers are kept",
+                       comm->rank, timeout_s);
+    usleep(20);
+  }
+  d->launched = 0;
+  return ncclSuccess;
+}
+
 void dev_state_free(struct ncclComm* comm) {
   struct braid_dev_state* d = comm->dev;
   if (d == NULL) return;

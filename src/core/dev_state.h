@@ -34,6 +34,12 @@ ncclResult_t dev_state_upload_p2p(struct ncclComm* comm, int channel, int peer, 
                                   const struct braid_dev_conn* conn);
 /* Blocks until every kernel this comm launched has finished (or the comm aborts). */
 ncclResult_t dev_state_wait_idle(struct ncclComm* comm);
+/*
+ * With the abort flag raised: waits up to `timeout_s` for the kernels to
+ * notice it and exit, so their buffers can go. ncclInternalError (naming the
+ * wait) if they have not exited by then.
+ */
+ncclResult_t dev_state_drain(struct ncclComm* comm, double timeout_s);
 /* Whether every kernel launched so far has finished (never blocks). */
 int dev_state_idle(struct ncclComm* comm);
 void dev_state_free(struct ncclComm* comm);

@@ -317,3 +317,23 @@ fail:
   free(plan);
   return res;
 }
+
+ncclResult_t enqueue_estimate(struct ncclComm* comm, float* time_us) {
+  ncclResult_t res = ncclSuccess;
+  const struct braid_group_comm* g = comm->group;
+  float total = 0.0f;
+  for (int i = 0; g && i < g->nops; i++) {
+    const struct braid_op* op = &g->ops[i];
+    struct braid_tune_choice choice;
+    if (op->count == 0) continue;
+    unsigned protos = enq_ring_protos(comm);
+    if (op->coll == BRAID_COLL_SENDRECV) protos |= 1u << BRAID_PROTO_LL;
+    BRAID_TRY(tune_choose(comm, op->coll, enq_tune_bytes(comm, op), 1u << BRAID_ALGO_RING, protos,
+                          &choice));
+    total += choice.time_us;
+  }
+  *time_us = total;
+  return ncclSuccess;
+fail:
+  return res;
+}

@@ -17,4 +17,10 @@ void enqueue_p2p_needs(struct ncclComm* comm);
 /* Plans and launches every pending operation of `comm`, then clears the list. */
 ncclResult_t enqueue_launch(struct ncclComm* comm);
 
+/*
+ * The tuning model's time for `comm`'s pending operations, one after the
+ * other, in microseconds (ncclGroupSimulateEnd). Launches nothing.
+ */
+ncclResult_t enqueue_estimate(struct ncclComm* comm, float* time_us);
+
 #endif

@@ -12,6 +12,7 @@
 #include "core/group.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,7 +93,8 @@ ncclResult_t group_run_jobs(struct braid_init_job* jobs) {
       j->result = braid_err(ncclSystemError, "cannot start an init thread: %s", strerror(err));
       /* The others would wait for this rank forever: make them give up. */
       for (struct braid_init_job* k = jobs; k; k = k->next)
-        if (k->comm->abort_flag) __atomic_store_n(k->comm->abort_flag, 1, __ATOMIC_SEQ_CST);
+        if (k->comm && k->comm->abort_flag)
+          __atomic_store_n(k->comm->abort_flag, 1, __ATOMIC_SEQ_CST);
     } else {
       started[i] = 1;
     }
@@ -104,6 +106,35 @@ ncclResult_t group_run_jobs(struct braid_init_job* jobs) {
   }
   free(threads);
   free(started);
+  return res;
+}
+
+static void* group_job_detached(void* arg) {
+  struct braid_init_job* job = arg;
+  job->result = job->run(job);
+  if (job->result != ncclSuccess && job->comm == NULL)
+    WARN("a nonblocking split this rank takes no part in failed: %s", braid_err_last());
+  free(job->arg);
+  free(job);
+  return NULL;
+}
+
+ncclResult_t group_job_dispatch(struct braid_init_job* job, int blocking, const char* api) {
+  if (depth > 0) return group_init_add(job);
+  if (!blocking) {
+    pthread_t thread;
+    int err = pthread_create(&thread, NULL, group_job_detached, job);
+    if (err != 0) {
+      free(job->arg);
+      free(job);
+      return braid_err(ncclSystemError, "%s: cannot start the init thread: %s", api, strerror(err));
+    }
+    pthread_detach(thread);
+    return ncclInProgress;
+  }
+  ncclResult_t res = job->run(job);
+  free(job->arg);
+  free(job);
   return res;
 }
 
@@ -128,8 +159,7 @@ static void group_comm_release(struct ncclComm* comm) {
   free(g);
 }
 
-/* Connect what the pending send/recv operations need, in two phases across all comms. */
-static ncclResult_t group_connect_p2p(struct ncclComm* comms) {
+static ncclResult_t group_connect_p2p_all(struct ncclComm* comms) {
   ncclResult_t res = ncclSuccess;
   for (struct ncclComm* c = comms; c; c = c->group->next) {
     BRAID_CUDA_TRY(cudaSetDevice(c->cuda_dev));
@@ -142,6 +172,22 @@ static ncclResult_t group_connect_p2p(struct ncclComm* comms) {
   }
   return ncclSuccess;
 fail:
+  return res;
+}
+
+/*
+ * Connect what the pending send/recv operations need, in two phases across
+ * all comms. Connecting allocates and maps memory, which CUDA refuses on a
+ * thread that is capturing a stream in global or thread-local mode: the
+ * thread's capture mode is relaxed meanwhile (the allocations are ours, not
+ * part of the user's graph).
+ */
+static ncclResult_t group_connect_p2p(struct ncclComm* comms) {
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  ncclResult_t res = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess
+                         ? group_connect_p2p_all(comms)
+                         : braid_err(ncclUnhandledCudaError, "cannot relax the stream capture mode");
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
   return res;
 }
 
@@ -202,22 +248,55 @@ __attribute__((visibility("default"))) ncclResult_t ncclGroupEnd(void) {
 __attribute__((visibility("default"))) ncclResult_t pncclGroupEnd(void)
     __attribute__((alias("ncclGroupEnd")));
 
-/* Estimating a group's time needs the tuning model's per-operation costs (a later milestone). */
+#define SIM_INFO_MAGIC 0x74685283u /* NCCL_SIM_INFO_INITIALIZER's */
+
+static ncclResult_t group_sim_check(const ncclSimInfo_t* sim) {
+  if (sim == NULL) return braid_err(ncclInvalidArgument, "ncclGroupSimulateEnd: simInfo is NULL");
+  if (sim->magic != SIM_INFO_MAGIC || sim->size < offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float))
+    return braid_err(ncclInvalidArgument,
+                     "ncclGroupSimulateEnd: simInfo is not initialized (size %zu, magic 0x%x); "
+                     "assign NCCL_SIM_INFO_INITIALIZER first",
+                     sim->size, sim->magic);
+  return ncclSuccess;
+}
+
+/*
+ * ncclGroupEnd without the launches: the deferred inits run (the estimate
+ * needs their topology), then every communicator's operations are priced by
+ * the tuning model and dropped. The communicators of one group run side by
+ * side, so the group takes as long as its slowest communicator; the
+ * operations of one communicator run one after another.
+ */
 __attribute__((visibility("default"))) ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  ncclResult_t res = ncclSuccess;
   braid_err_clear();
-  /* Close the group without launching, so the caller is not left inside it. */
-  if (depth > 0 && --depth == 0) {
-    while (group_comms) {
-      struct ncclComm* next = group_comms->group->next;
-      group_comm_release(group_comms);
-      group_comms = next;
-    }
-    (void)group_run_inits();
-    group_error = ncclSuccess;
+  res = group_sim_check(simInfo);
+  if (res != ncclSuccess) return res;
+  if (depth == 0)
+    return braid_err(ncclInvalidUsage, "ncclGroupSimulateEnd called without a matching ncclGroupStart");
+  if (--depth > 0) return ncclSuccess; /* an inner group: the outermost end estimates */
+  struct ncclComm* comms = group_comms;
+  group_comms = NULL;
+  int saved_dev = -1;
+  cudaGetDevice(&saved_dev);
+  res = group_error;
+  group_error = ncclSuccess;
+  ncclResult_t init_res = group_run_inits();
+  if (res == ncclSuccess) res = init_res;
+  float slowest_us = 0.0f;
+  for (struct ncclComm* c = comms; c && res == ncclSuccess; c = c->group->next) {
+    float us = 0.0f;
+    res = enqueue_estimate(c, &us);
+    if (us > slowest_us) slowest_us = us;
   }
-  return braid_err(ncclInvalidUsage,
-                   "ncclGroupSimulateEnd is not implemented in this version of Braid; the "
-                   "group was closed without launching its operations");
+  while (comms) {
+    struct ncclComm* next = comms->group->next;
+    group_comm_release(comms);
+    comms = next;
+  }
+  if (saved_dev >= 0) cudaSetDevice(saved_dev);
+  if (res == ncclSuccess) simInfo->estimatedTime = slowest_us;
+  return res;
 }
 __attribute__((visibility("default"))) ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo)
     __attribute__((alias("ncclGroupSimulateEnd")));

@@ -66,6 +66,16 @@ ncclResult_t group_init_add(struct braid_init_job* job);
 /* Makes the group fail at ncclGroupEnd (an argument error inside the group). */
 void group_fail(ncclResult_t res);
 
+/*
+ * Runs a job that makes a communicator (init, split, shrink) the way the
+ * caller's mode asks: at the outer ncclGroupEnd inside a group (returns
+ * ncclSuccess), on a detached thread for a nonblocking communicator
+ * (ncclInProgress), or now (the job's result). Owns `job` and its arg from
+ * the call on. job->comm may be NULL (a rank that takes part in a split but
+ * gets no communicator).
+ */
+ncclResult_t group_job_dispatch(struct braid_init_job* job, int blocking, const char* api);
+
 /* Runs `jobs` (a list) each on its own thread and waits; returns the first failure. */
 ncclResult_t group_run_jobs(struct braid_init_job* jobs);
 

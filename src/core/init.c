@@ -67,14 +67,6 @@ static ncclResult_t init_job_run(struct braid_init_job* job) {
   return comm_init(job->comm, args->ids, args->nids);
 }
 
-static void* init_thread_main(void* arg) {
-  struct braid_init_job* job = arg;
-  job->result = job->run(job);
-  free(job->arg);
-  free(job);
-  return NULL;
-}
-
 static ncclResult_t init_check_args(ncclComm_t* newcomm, int nranks, int rank, const char* api) {
   if (newcomm == NULL) return braid_err(ncclInvalidArgument, "%s: comm is NULL", api);
   *newcomm = NULL;
@@ -126,18 +118,8 @@ static ncclResult_t init_start(ncclComm_t* newcomm, int nranks, int rank, int ni
   job->run = init_job_run;
   job->arg = args;
   *newcomm = comm;
-  if (group_depth() > 0) return group_init_add(job); /* the group owns job and args now */
-  if (!cfg.blocking) {
-    pthread_t thread;
-    int err = pthread_create(&thread, NULL, init_thread_main, job); /* the thread owns the job */
-    BRAID_CHECK(err == 0, ncclSystemError, "%s: cannot start the init thread: %s", api, strerror(err));
-    pthread_detach(thread);
-    return ncclInProgress;
-  }
-  res = init_job_run(job);
-  free(args);
-  free(job);
-  if (res != ncclSuccess) {
+  res = group_job_dispatch(job, cfg.blocking, api); /* owns job and args now */
+  if (res != ncclSuccess && res != ncclInProgress) {
     comm_free(comm);
     *newcomm = NULL;
   }
@@ -238,9 +220,15 @@ NCCL_ALIAS(ncclResult_t, ncclCommInitAll, (ncclComm_t * comms, int ndev, const i
 
 /* ---- teardown ---------------------------------------------------------------------------- */
 
-/* An init still running on its own thread (nonblocking mode) must finish before teardown. */
+/*
+ * An init still running on its own thread (nonblocking mode) must finish
+ * before teardown, and so must the splits still reading this comm as their
+ * parent.
+ */
 static void teardown_wait_init(struct ncclComm* comm) {
-  while (comm->state == BRAID_COMM_INITIALIZING) usleep(100);
+  while (comm->state == BRAID_COMM_INITIALIZING ||
+         __atomic_load_n(&comm->children_pending, __ATOMIC_ACQUIRE) > 0)
+    usleep(100);
 }
 
 static ncclResult_t teardown_check(struct ncclComm* comm, const char* api) {
@@ -302,7 +290,9 @@ NCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm->bootstrap) bootstrap_abort(comm->bootstrap);
   teardown_wait_init(comm);
   cudaGetDevice(&saved_dev);
-  if (cudaSetDevice(comm->cuda_dev) == cudaSuccess) (void)dev_state_wait_idle(comm);
+  /* The kernels see the flag in their wait loops and exit; their buffers go after them. */
+  if (cudaSetDevice(comm->cuda_dev) == cudaSuccess && dev_state_drain(comm, 10.0) != ncclSuccess)
+    WARN("%s", braid_err_last());
   INFO(BRAID_LOG_INIT, "comm %p rank %d nranks %d - Abort COMPLETE", (void*)comm, comm->rank,
        comm->nranks);
   comm_free(comm);

@@ -137,7 +137,7 @@ static void check_sendrecv(struct bootstrap* b) {
 
 static void check_split_group(struct bootstrap* parent, const int* ranks, int count, int new_rank) {
   struct bootstrap* child = NULL;
-  TEST_EXPECT_RES(bootstrap_split(parent, ranks, count, new_rank, &child), ncclSuccess);
+  TEST_EXPECT_RES(bootstrap_split(parent, ranks, count, new_rank, NULL, &child), ncclSuccess);
   if (child == NULL) return;
   TEST_CHECK(bootstrap_rank(child) == new_rank && bootstrap_nranks(child) == count,
              "split gave rank %d of %d, expected %d of %d", bootstrap_rank(child),
@@ -162,7 +162,7 @@ static void check_split(struct bootstrap* b) {
   check_split_group(b, ranks, n, n - 1 - me);
   /* A list that does not name us where we claim to be. */
   struct bootstrap* child = NULL;
-  TEST_EXPECT_RES(bootstrap_split(b, ranks, n, me, &child), ncclInvalidArgument); /* n is even */
+  TEST_EXPECT_RES(bootstrap_split(b, ranks, n, me, NULL, &child), ncclInvalidArgument); /* n is even */
   bootstrap_close(child);
 }
 

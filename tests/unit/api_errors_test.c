@@ -1,13 +1,16 @@
 /*
  * The public API's answers to bad input that need no GPU and no peer:
  * each returns the documented code and leaves a message in ncclGetLastError
- * that names the problem. Functions of later milestones say they are not
- * implemented rather than succeed.
+ * that names the problem. The device API, not implemented, says so rather
+ * than succeed.
  */
 #include <string.h>
 
 #include "nccl.h"
 #include "test.h"
+
+/* From nccl_device.h (not part of nccl.h); Braid exports it for programs that link it. */
+ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void* reqs, void* outDevComm);
 
 static int last_error_has(const char* word) { return strstr(ncclGetLastError(NULL), word) != NULL; }
 
@@ -69,20 +72,39 @@ static void test_groups(void) {
   TEST_CHECK(ncclGroupEnd() != ncclSuccess, "group with a failed call fails");
 }
 
-static void test_pending_features(void) {
+/* Split, shrink, registration and simulation: argument checks before any peer is needed. */
+static void test_comm_api_args(void) {
   ncclComm_t out = (ncclComm_t)0x1;
-  TEST_EXPECT_RES(ncclCommSplit(NULL, 0, 0, &out, NULL), ncclInvalidUsage);
-  TEST_CHECK(out == NULL && last_error_has("not implemented"), "split says so: %s", ncclGetLastError(NULL));
-  void* handle;
-  TEST_EXPECT_RES(ncclCommRegister(NULL, NULL, 0, &handle), ncclInvalidUsage);
-  TEST_CHECK(last_error_has("not implemented"), "register says so");
-  TEST_EXPECT_RES(ncclCommShrink(NULL, NULL, 0, &out, NULL, 0), ncclInvalidUsage);
+  TEST_EXPECT_RES(ncclCommSplit(NULL, 0, 0, &out, NULL), ncclInvalidArgument);
+  TEST_CHECK(out == NULL && last_error_has("comm is NULL"), "split names comm: %s",
+             ncclGetLastError(NULL));
+  TEST_EXPECT_RES(ncclCommSplit(NULL, 0, 0, NULL, NULL), ncclInvalidArgument);
+  TEST_CHECK(last_error_has("newcomm is NULL"), "split names newcomm: %s", ncclGetLastError(NULL));
+  out = (ncclComm_t)0x1;
+  TEST_EXPECT_RES(ncclCommShrink(NULL, NULL, 0, &out, NULL, 0), ncclInvalidArgument);
+  TEST_CHECK(out == NULL, "shrink clears newcomm");
+  TEST_EXPECT_RES(ncclCommRevoke(NULL, 0), ncclInvalidArgument);
+  void* handle = (void*)0x1;
+  TEST_EXPECT_RES(ncclCommRegister(NULL, NULL, 0, &handle), ncclInvalidArgument);
+  TEST_EXPECT_RES(ncclCommDeregister(NULL, handle), ncclInvalidArgument);
   ncclWindow_t win;
-  TEST_EXPECT_RES(ncclCommWindowRegister(NULL, NULL, 0, &win, 0), ncclInvalidUsage);
+  TEST_EXPECT_RES(ncclCommWindowRegister(NULL, NULL, 0, &win, 0), ncclInvalidArgument);
+  TEST_EXPECT_RES(ncclDevCommCreate(NULL, NULL, NULL), ncclInvalidUsage);
+  TEST_CHECK(last_error_has("not implemented"), "the device API says so: %s", ncclGetLastError(NULL));
+  /* Simulation: needs an initialized simInfo and an open group; an empty group takes no time. */
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
-  TEST_EXPECT_RES(ncclGroupStart(), ncclSuccess);
   TEST_EXPECT_RES(ncclGroupSimulateEnd(&sim), ncclInvalidUsage);
-  TEST_EXPECT_RES(ncclGroupEnd(), ncclInvalidUsage); /* the simulate call closed the group */
+  TEST_CHECK(last_error_has("without a matching ncclGroupStart"), "message: %s", ncclGetLastError(NULL));
+  TEST_EXPECT_RES(ncclGroupStart(), ncclSuccess);
+  TEST_EXPECT_RES(ncclGroupSimulateEnd(NULL), ncclInvalidArgument);
+  ncclSimInfo_t bad = sim;
+  bad.magic = 0;
+  TEST_EXPECT_RES(ncclGroupSimulateEnd(&bad), ncclInvalidArgument);
+  TEST_CHECK(last_error_has("NCCL_SIM_INFO_INITIALIZER"), "names the initializer: %s",
+             ncclGetLastError(NULL));
+  TEST_EXPECT_RES(ncclGroupSimulateEnd(&sim), ncclSuccess); /* closes the group */
+  TEST_CHECK(sim.estimatedTime == 0.0f, "an empty group is estimated at %g", (double)sim.estimatedTime);
+  TEST_EXPECT_RES(ncclGroupEnd(), ncclInvalidUsage);
 }
 
 int main(void) {
@@ -90,6 +112,6 @@ int main(void) {
   test_init_args();
   test_null_comm();
   test_groups();
-  test_pending_features();
+  test_comm_api_args();
   return test_summary();
 }
