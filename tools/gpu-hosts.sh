@@ -5,7 +5,8 @@
 # time-slice it (each waits ~2 ms per turn), which hides the network entirely, so the
 # CUDA MPS daemon is started for the run (a user-level server that lets both processes'
 # kernels run at once; it changes no setting of the GPU) and stopped at the end.
-#   bash tools/gpu-hosts.sh [suite|quick] [perf] [sweep] [chan] [colls] [ofi] [info]   (default: perf)
+#   bash tools/gpu-hosts.sh [suite|quick] [api] [torch] [perf] [sweep] [chan] [colls] [ofi] [info]
+# (default: perf)
 # Logs under $OUT (device tool) or ./gpu-hosts-out. BUILD_DIR as in tools/gpu-check.sh;
 # NP=4 runs four ranks (four hosts) instead of two.
 set -uo pipefail
@@ -74,6 +75,15 @@ for step in ${*:-perf}; do
       done
       ;;
     ofi) BRAID_NET=ofi run ar_braid_ofi 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 256M -f 4 -w 2 -n 5 -g 1 ;;
+    api)  # split, shrink, revoke, nonblocking, graphs, registration: over the network, and
+          # against NCCL with the very same binary
+      run api_braid 280 "$B/tests/gpu/gpu_coll" --mode hosts --nranks $NP --suite api --timeout 270 --case-timeout ${CASE_TIMEOUT:-120} --verbose
+      LD_LIBRARY_PATH=$NCCL_LIB_DIR run api_nccl 280 "$B/tests/gpu/gpu_coll" --mode hosts --nranks $NP --suite api --timeout 270 --case-timeout ${CASE_TIMEOUT:-120} --verbose
+      ;;
+    torch)  # PyTorch on Braid (LD_PRELOAD) and on its own NCCL, compared
+      TORCH_OUT=$OUT/l/torch run torch 900 bash tests/frameworks/run_torch.sh $B $NP
+      grep -E "^  |^PyTorch|FAIL|== torchrun|^rank" "$OUT/l/torch.log" | head -30 | tee -a "$OUT/summary.txt"
+      ;;
     info) BRAID_DEBUG=INFO run ar_braid_info 60 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 8M -f 1024 -w 1 -n 2 -g 1 ;;
     *) echo "unknown step $step"; status=2 ;;
   esac

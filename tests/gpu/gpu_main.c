@@ -1,7 +1,7 @@
 /*
  * gpu_coll: the GPU correctness suite's command line.
  *
- *   gpu_coll [--mode threads|procs|hosts] [--suite all|coll|p2p|inflight|errors]
+ *   gpu_coll [--mode threads|procs|hosts] [--suite all|coll|p2p|inflight|errors|api]
  *            [--nranks N] [--quick] [--filter SUBSTR] [--seed S]
  *            [--case-timeout SEC] [--timeout SEC] [--list] [--verbose]
  *
@@ -26,7 +26,7 @@ static void main_usage(FILE* f) {
           "                         one process over all GPUs (default), one process per GPU, or\n"
           "                         one process per rank posing as separate hosts (BRAID_HOSTID,\n"
           "                         NCCL_HOSTID), sharing the visible GPUs: the network path\n"
-          "  --suite NAME           all (default), coll, p2p, inflight, errors\n"
+          "  --suite NAME           all (default), coll, p2p, inflight, errors, api\n"
           "  --nranks N             GPUs to use (default 2); exit 77 when fewer are visible\n"
           "  --quick                a reduced matrix (for compute-sanitizer)\n"
           "  --filter SUBSTR        only the cases whose name contains SUBSTR\n"
@@ -46,6 +46,7 @@ static void main_suites(struct gpu_world* w) {
   }
   if (all || strcmp(main_suite, "inflight") == 0) suite_inflight(w);
   if (all || strcmp(main_suite, "errors") == 0) suite_errors(w);
+  if (all || strcmp(main_suite, "api") == 0) suite_api(w);
 }
 
 static int main_parse_int(const char* s, long lo, long hi, long* out) {
@@ -118,7 +119,7 @@ static int main_parse(int argc, char** argv, struct gpu_opts* o) {
                         strcmp(o->mode, "hosts") == 0) &&
       (strcmp(o->suite, "all") == 0 || strcmp(o->suite, "coll") == 0 ||
        strcmp(o->suite, "p2p") == 0 || strcmp(o->suite, "inflight") == 0 ||
-       strcmp(o->suite, "errors") == 0))
+       strcmp(o->suite, "errors") == 0 || strcmp(o->suite, "api") == 0))
     return 0;
 bad:
   main_usage(stderr);

@@ -30,6 +30,7 @@
 #define GPU_SKIP_CODE 77 /* CTest's SKIP_RETURN_CODE */
 #define GPU_POISON 0xA5  /* every output byte before a call: a missed write shows */
 #define GPU_GUARD 64     /* poisoned bytes after every receive buffer: an overrun shows */
+#define GPU_ID_SLOTS 4   /* unique ids the procs children share: 0 first comm, 1 second, 2.. tests */
 
 /* ---- element types, values and reference results (gpu_ref.c) ------------------------------- */
 
@@ -97,7 +98,7 @@ void ref_format(ncclDataType_t t, const void* buf, size_t i, char* out, size_t l
 
 struct gpu_opts {
   const char* mode;  /* "threads", "procs" or "hosts" (procs, each rank its own host) */
-  const char* suite; /* "all", "coll", "p2p", "inflight", "errors" */
+  const char* suite; /* "all", "coll", "p2p", "inflight", "errors", "api" */
   int nranks;
   int quick;
   int list; /* print the case names, run nothing (needs no GPU) */
@@ -149,6 +150,12 @@ int world_group_start(struct gpu_world* w);
 int world_group_end(struct gpu_world* w);
 /* Waits for every stream of every local rank. */
 int world_sync(struct gpu_world* w);
+/*
+ * A unique id every process agrees on, for a communicator the suite makes
+ * itself: in procs mode rank 0 makes id slot `slot` (2 or more, each used
+ * once) and the others wait for it; in threads mode a fresh one. 0 on success.
+ */
+int world_id(struct gpu_world* w, int slot, ncclUniqueId* id);
 /* Creates the second communicator over the same GPUs (once); 0 on success. */
 int world_comm2(struct gpu_world* w);
 /* A seed for the inputs of (suite, case, rank), derived from the run's seed. */
@@ -225,13 +232,21 @@ void run_case(struct gpu_world* w, const struct gpu_case* c, unsigned suite, siz
 /* ---- the suites ------------------------------------------------------------------------------ */
 
 /* Salts for world_seed, so that the suites' inputs differ. */
-enum { SUITE_COLL = 1, SUITE_P2P = 2, SUITE_SENDRECV = 3, SUITE_INFLIGHT = 4, SUITE_ERRORS = 5 };
+enum {
+  SUITE_COLL = 1,
+  SUITE_P2P = 2,
+  SUITE_SENDRECV = 3,
+  SUITE_INFLIGHT = 4,
+  SUITE_ERRORS = 5,
+  SUITE_API = 6
+};
 
 void suite_coll(struct gpu_world* w);     /* gpu_coll.c */
 void suite_p2pcoll(struct gpu_world* w);  /* gpu_coll.c: AlltoAll, Gather, Scatter */
 void suite_p2p(struct gpu_world* w);      /* gpu_p2p.c */
 void suite_inflight(struct gpu_world* w); /* gpu_inflight.c */
 void suite_errors(struct gpu_world* w);   /* gpu_errors.c */
+void suite_api(struct gpu_world* w);      /* gpu_api.c: split, shrink, nonblocking, graphs, ... */
 
 /* Send/receive patterns, also used inside groups by the in-flight suite (gpu_p2p.c). */
 struct p2p_run;

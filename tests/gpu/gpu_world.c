@@ -42,10 +42,13 @@ struct gpu_tally {
 
 /* procs mode: what the children share, mapped by the parent before the fork. */
 struct gpu_shared {
-  int ids_ready;  /* set by child 0 once ids[0] holds the first communicator's id */
-  int id2_ready;  /* set by child 0 once ids[1] holds the second's (made when first needed:
-                     a root nobody joins gives up after BRAID_BOOTSTRAP_TIMEOUT) */
-  ncclUniqueId ids[2];
+  /*
+   * Child 0 raises ids_ready[s] once ids[s] holds id slot s: 0 the first
+   * communicator's, then the others' (world_id), each made when first
+   * needed: a root nobody joins gives up after BRAID_BOOTSTRAP_TIMEOUT.
+   */
+  int ids_ready[GPU_ID_SLOTS];
+  ncclUniqueId ids[GPU_ID_SLOTS];
   struct gpu_tally tally;
 };
 
@@ -187,12 +190,19 @@ static int world_id_share(struct gpu_world* w, ncclUniqueId* ids, int slot, int*
   return 0;
 }
 
+int world_id(struct gpu_world* w, int slot, ncclUniqueId* id) {
+  if (w->nlocal == w->nranks) return world_nccl(w, ncclGetUniqueId(id), NULL, "ncclGetUniqueId");
+  if (world_id_share(w, w->shared->ids, slot, &w->shared->ids_ready[slot]) != 0) return -1;
+  *id = w->shared->ids[slot];
+  return 0;
+}
+
 int world_comm2(struct gpu_world* w) {
   if (w->comm2[0] != NULL) return 0;
   if (w->nlocal == w->nranks)
     return world_nccl(w, ncclCommInitAll(w->comm2, w->nranks, w->dev), NULL,
                       "ncclCommInitAll (second communicator)");
-  if (world_id_share(w, w->shared->ids, 1, &w->shared->id2_ready) != 0) return -1;
+  if (world_id_share(w, w->shared->ids, 1, &w->shared->ids_ready[1]) != 0) return -1;
   if (world_cuda(w, cudaSetDevice(w->dev[0]), "cudaSetDevice") != 0) return -1;
   return world_nccl(w, ncclCommInitRank(&w->comm2[0], w->nranks, w->ids[1], w->rank0), NULL,
                     "ncclCommInitRank (second communicator)");
@@ -305,7 +315,7 @@ static int world_child(const struct mp_child* ch) {
   w.ids = sh->ids;
   w.shared = sh;
   watchdog_install();
-  if (world_id_share(&w, sh->ids, 0, &sh->ids_ready) != 0) return 1;
+  if (world_id_share(&w, sh->ids, 0, &sh->ids_ready[0]) != 0) return 1;
   if (world_cuda(&w, cudaSetDevice(w.dev[0]), "cudaSetDevice") != 0 ||
       world_nccl(&w, ncclCommInitRank(&w.comm[0], w.nranks, sh->ids[0], w.rank0), NULL,
                  "ncclCommInitRank") != 0 ||

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# PyTorch on Braid against PyTorch on NCCL, same script, same machine, one after the other:
+#   bash tests/frameworks/run_torch.sh BUILD_DIR [NPROC]
+# Braid is put in front of PyTorch's own libnccl.so.2 with LD_PRELOAD: libtorch_cuda.so needs
+# "libnccl.so.2", and the dynamic linker takes the preloaded object of that SONAME instead of
+# the one its RPATH points at (LD_LIBRARY_PATH does not win over an RPATH). With fewer GPUs
+# than ranks every rank poses as its own host (torch_check.py --hosts); start the CUDA MPS
+# daemon first (tools/gpu-hosts.sh does) or the ranks time-slice the GPU.
+# Exit 77 (CTest's skip) without PyTorch or a GPU. Results under $TORCH_OUT (default: a
+# temporary directory).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=$(cd "${1:?usage: run_torch.sh BUILD_DIR [NPROC]}" && pwd)
+np=${2:-2}
+out=${TORCH_OUT:-$(mktemp -d)}
+mkdir -p "$out"
+lib=$build/src/libnccl.so.2
+[ -e "$lib" ] || { echo "no $lib: build Braid first" >&2; exit 1; }
+ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null) || {
+  echo "SKIP: python3 cannot import torch"; exit 77; }
+[ "${ngpu:-0}" -ge 1 ] || { echo "SKIP: PyTorch sees no GPU"; exit 77; }
+hosts=""
+[ "$ngpu" -lt "$np" ] && hosts=--hosts
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export OMP_NUM_THREADS=1
+unset LD_LIBRARY_PATH  # Braid comes in by LD_PRELOAD only; the NCCL run must see no Braid
+run() {  # run LABEL [env...]: torchrun with the check script; its output in $out/LABEL.log
+  local label=$1; shift
+  env "$@" timeout -k 10 ${TORCH_LIMIT:-600} python3 -m torch.distributed.run \
+    --nproc-per-node "$np" --master-port $((29500 + RANDOM % 1000)) \
+    "$here/torch_check.py" --out-dir "$out/$label" $hosts ${TORCH_ARGS:-} > "$out/$label.log" 2>&1
+  local rc=$?
+  echo "== torchrun on $label: rc=$rc"
+  grep -E "^rank [0-9]+:" "$out/$label.log"
+  [ $rc -eq 0 ] || tail -30 "$out/$label.log"
+  return $rc
+}
+status=0
+run braid LD_PRELOAD="$lib" || status=1
+run nccl || status=1
+python3 "$here/torch_compare.py" "$out/braid" "$out/nccl" "$build/src" || status=1
+echo "results in $out"
+exit $status

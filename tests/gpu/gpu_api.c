@@ -1,0 +1,719 @@
+/*
+ * The rest of the communicator API, as PyTorch and other frameworks use it.
+ *
+ *   split odd/even    colour rank % 2, keys reversing the order; collectives on the
+ *                     children and the parent interleaved on one stream
+ *   split by host     colour = the host (each rank its own in hosts mode, one otherwise)
+ *   split nocolor     rank 0 passes NCCL_SPLIT_NOCOLOR and gets no communicator
+ *   split nonblocking blocking = 0: the split returns at once, the child is polled ready
+ *   init nonblocking  ncclCommInitRankConfig with blocking = 0, polled, then a collective
+ *   shrink            without the last rank; the parent still works afterwards
+ *   shrink abort      the excluded rank leaves; the others shrink with NCCL_SHRINK_ABORT
+ *   revoke            a revoked communicator refuses work and can still be shrunk
+ *   graph             an AllReduce and a send/recv ring captured in a CUDA graph, replayed
+ *                     1000 times (each replay feeds the next), eager calls mixed in
+ *   simulate          ncclGroupSimulateEnd estimates a group's time and launches nothing
+ *   register          ncclMemAlloc, ncclCommRegister, a collective on the registered
+ *                     buffer, ncclCommDeregister; ncclCommWindowRegister / Deregister
+ *
+ * Values are int64 so that every expected result is exact.
+ */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_test.h"
+#include "mp_runner.h"
+
+#define API_N 4097           /* elements per buffer: odd, several LL lines, one Simple chunk */
+#define API_GRAPH_N 65537    /* the graph case: several chunks per replay */
+#define API_REPLAYS 1000
+#define API_POLL_S 120.0     /* how long a nonblocking call may stay in progress */
+
+static int api_rank(const struct gpu_world* w, int l) { return w->rank0 + l; }
+
+static int64_t api_val(int rank, size_t i, int salt) {
+  return (int64_t)(rank + 1) * 1000003 + (int64_t)i * 7 + salt * 131;
+}
+
+/* One int64 buffer of `n` elements per local rank. */
+struct api_buf {
+  int64_t* d[GPU_MAX_RANKS];
+  size_t n;
+};
+
+static int buf_alloc(struct gpu_world* w, struct api_buf* b, size_t n) {
+  memset(b, 0, sizeof *b);
+  b->n = n;
+  for (int l = 0; l < w->nlocal; l++) {
+    if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") != 0 ||
+        world_cuda(w, cudaMalloc((void**)&b->d[l], n * sizeof(int64_t)), "cudaMalloc") != 0 ||
+        world_cuda(w, cudaMemset(b->d[l], GPU_POISON, n * sizeof(int64_t)), "cudaMemset") != 0)
+      return -1;
+  }
+  return 0;
+}
+
+static void buf_free(struct gpu_world* w, struct api_buf* b) {
+  for (int l = 0; l < w->nlocal; l++) {
+    if (b->d[l] == NULL) continue;
+    cudaSetDevice(w->dev[l]);
+    cudaFree(b->d[l]);
+    b->d[l] = NULL;
+  }
+}
+
+/* Writes api_val(rank, i, salt) into local rank l's buffer. */
+static int buf_put(struct gpu_world* w, struct api_buf* b, int l, int rank, int salt) {
+  int64_t* h = malloc(b->n * sizeof *h);
+  if (h == NULL) {
+    world_case_fail(w, "out of host memory");
+    return -1;
+  }
+  for (size_t i = 0; i < b->n; i++) h[i] = api_val(rank, i, salt);
+  int rc = world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
+           world_cuda(w, cudaMemcpy(b->d[l], h, b->n * sizeof *h, cudaMemcpyHostToDevice),
+                      "cudaMemcpy to the device");
+  free(h);
+  return rc ? -1 : 0;
+}
+
+/* Compares local rank l's buffer with want[]; reports the first difference. */
+static int buf_expect(struct gpu_world* w, struct api_buf* b, int l, const int64_t* want,
+                      const char* what) {
+  int64_t* h = malloc(b->n * sizeof *h);
+  if (h == NULL) {
+    world_case_fail(w, "out of host memory");
+    return -1;
+  }
+  int rc = world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
+           world_cuda(w, cudaMemcpy(h, b->d[l], b->n * sizeof *h, cudaMemcpyDeviceToHost),
+                      "cudaMemcpy from the device");
+  for (size_t i = 0; rc == 0 && i < b->n; i++) {
+    if (h[i] == want[i]) continue;
+    world_case_fail(w, "rank %d, %s: element %zu is %lld, expected %lld", api_rank(w, l), what, i,
+                    (long long)h[i], (long long)want[i]);
+    rc = -1;
+  }
+  free(h);
+  return rc ? -1 : 0;
+}
+
+/* want[i] = mult * sum over `ranks` of api_val(rank, i, salt). */
+static int64_t* api_sum(size_t n, const int* ranks, int nranks, int salt, int64_t mult) {
+  int64_t* want = calloc(n, sizeof *want);
+  if (want == NULL) return NULL;
+  for (size_t i = 0; i < n; i++) {
+    for (int k = 0; k < nranks; k++) want[i] += api_val(ranks[k], i, salt);
+    want[i] *= mult;
+  }
+  return want;
+}
+
+static int api_ok(ncclResult_t res) { return res == ncclSuccess || res == ncclInProgress; }
+
+/* Waits until `comm` is no longer in progress; 0 when it ended in ncclSuccess. */
+static int api_poll(struct gpu_world* w, ncclComm_t comm, const char* what) {
+  ncclResult_t async = ncclInProgress;
+  for (double waited = 0; waited < API_POLL_S; waited += 0.0005) {
+    if (world_nccl(w, ncclCommGetAsyncError(comm, &async), comm, "ncclCommGetAsyncError") != 0)
+      return -1;
+    if (async != ncclInProgress) break;
+    mp_sleep(0.0005);
+  }
+  if (async == ncclInProgress) {
+    world_case_fail(w, "%s still in progress after %.0f s", what, API_POLL_S);
+    return -1;
+  }
+  return world_nccl(w, async, comm, what);
+}
+
+/* One AllReduce (int64 sum) per local rank whose comms[l] is set, in one group. */
+static int api_allreduce(struct gpu_world* w, ncclComm_t* comms, struct api_buf* send,
+                         struct api_buf* recv, const char* what) {
+  int rc = world_group_start(w);
+  for (int l = 0; rc == 0 && l < w->nlocal; l++) {
+    if (comms[l] == NULL) continue;
+    ncclResult_t res = ncclAllReduce(send->d[l], recv->d[l], send->n, ncclInt64, ncclSum, comms[l],
+                                     w->stream[l]);
+    if (!api_ok(res)) rc = world_nccl(w, res, comms[l], what);
+  }
+  ncclResult_t res = ncclGroupEnd();
+  if (!api_ok(res)) rc |= world_nccl(w, res, NULL, "ncclGroupEnd");
+  /* A nonblocking communicator takes no new call before the last one is through (NCCL). */
+  for (int l = 0; rc == 0 && l < w->nlocal; l++)
+    if (comms[l] != NULL) rc |= api_poll(w, comms[l], what);
+  return rc ? -1 : 0;
+}
+
+/* Streams drained; every comm in comms[] (may hold NULLs) without an asynchronous error. */
+static int api_sync(struct gpu_world* w, ncclComm_t* comms) {
+  int rc = world_sync(w);
+  for (int l = 0; comms && l < w->nlocal; l++)
+    if (comms[l] != NULL) rc |= api_poll(w, comms[l], "the communicator's asynchronous error");
+  return rc ? -1 : 0;
+}
+
+static void api_destroy(struct gpu_world* w, ncclComm_t* comms) {
+  for (int l = 0; l < w->nlocal; l++) {
+    if (comms[l] == NULL) continue;
+    world_nccl(w, ncclCommDestroy(comms[l]), NULL, "ncclCommDestroy");
+    comms[l] = NULL;
+  }
+}
+
+/* ---- split ------------------------------------------------------------------------------------- */
+
+/* The members of `rank`'s colour in new-rank order (by key, then rank); their count. */
+static int api_members(int nranks, const int* color, const int* key, int rank, int* out) {
+  int n = 0;
+  if (color[rank] == NCCL_SPLIT_NOCOLOR) return 0;
+  for (int r = 0; r < nranks; r++) {
+    if (color[r] != color[rank]) continue;
+    int i = n++;
+    while (i > 0 && key[out[i - 1]] > key[r]) {
+      out[i] = out[i - 1];
+      i--;
+    }
+    out[i] = r;
+  }
+  return n;
+}
+
+/* Size and rank of each child as the colours and keys say (NULL where NOCOLOR). */
+static int api_check_children(struct gpu_world* w, ncclComm_t* child, const int* color,
+                              const int* key) {
+  for (int l = 0; l < w->nlocal; l++) {
+    int r = api_rank(w, l), members[GPU_MAX_RANKS];
+    int n = api_members(w->nranks, color, key, r, members);
+    if (n == 0) {
+      if (child[l] != NULL) {
+        world_case_fail(w, "rank %d passed NCCL_SPLIT_NOCOLOR but got a communicator", r);
+        return -1;
+      }
+      continue;
+    }
+    int count = -1, me = -1;
+    if (child[l] == NULL) {
+      world_case_fail(w, "rank %d got no communicator from its split", r);
+      return -1;
+    }
+    if (world_nccl(w, ncclCommCount(child[l], &count), child[l], "ncclCommCount") != 0 ||
+        world_nccl(w, ncclCommUserRank(child[l], &me), child[l], "ncclCommUserRank") != 0)
+      return -1;
+    int want_me = 0;
+    while (members[want_me] != r) want_me++;
+    if (count != n || me != want_me) {
+      world_case_fail(w, "rank %d: child has %d ranks and says rank %d; expected %d and %d", r,
+                      count, me, n, want_me);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/*
+ * Collectives on the children and the parent interleaved on one stream:
+ * child A -> B, parent C -> D, child B -> B in place. B ends as
+ * members * sum(A), D as the sum of every rank's C.
+ */
+static int api_interleave(struct gpu_world* w, ncclComm_t* child, const int* color,
+                          const int* key) {
+  struct api_buf a, b, c, d;
+  int rc = -1;
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  memset(&c, 0, sizeof c);
+  memset(&d, 0, sizeof d);
+  if (buf_alloc(w, &a, API_N) || buf_alloc(w, &b, API_N) || buf_alloc(w, &c, API_N) ||
+      buf_alloc(w, &d, API_N))
+    goto out;
+  for (int l = 0; l < w->nlocal; l++)
+    if (buf_put(w, &a, l, api_rank(w, l), 1) || buf_put(w, &c, l, api_rank(w, l), 2)) goto out;
+  if (api_allreduce(w, child, &a, &b, "ncclAllReduce (child)") ||
+      api_allreduce(w, w->comm, &c, &d, "ncclAllReduce (parent)") ||
+      api_allreduce(w, child, &b, &b, "ncclAllReduce (child, in place)") || api_sync(w, child))
+    goto out;
+  int all[GPU_MAX_RANKS];
+  for (int r = 0; r < w->nranks; r++) all[r] = r;
+  rc = 0;
+  for (int l = 0; l < w->nlocal; l++) {
+    int members[GPU_MAX_RANKS];
+    int n = api_members(w->nranks, color, key, api_rank(w, l), members);
+    int64_t* want_d = api_sum(API_N, all, w->nranks, 2, 1);
+    int64_t* want_b = n ? api_sum(API_N, members, n, 1, n) : NULL;
+    if (want_d == NULL || (n && want_b == NULL)) {
+      world_case_fail(w, "out of host memory");
+      rc = -1;
+    } else {
+      rc |= buf_expect(w, &d, l, want_d, "parent AllReduce");
+      if (n) rc |= buf_expect(w, &b, l, want_b, "child AllReduce, then in place");
+    }
+    free(want_d);
+    free(want_b);
+  }
+out:
+  buf_free(w, &a);
+  buf_free(w, &b);
+  buf_free(w, &c);
+  buf_free(w, &d);
+  return rc;
+}
+
+static void api_split_case(struct gpu_world* w, const char* name, const int* color, const int* key,
+                           int blocking) {
+  char full[160];
+  snprintf(full, sizeof full, "Split %s mode=%s", name, w->opts->mode);
+  if (!world_case_begin(w, full)) return;
+  ncclComm_t child[GPU_MAX_RANKS] = {0};
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  if (blocking) {
+    /* One thread driving several ranks must group their splits (they rendezvous). */
+    if (world_group_start(w) != 0) goto out;
+    for (int l = 0; l < w->nlocal; l++) {
+      int r = api_rank(w, l);
+      world_nccl(w, ncclCommSplit(w->comm[l], color[r], key[r], &child[l], NULL), w->comm[l],
+                 "ncclCommSplit");
+    }
+    if (world_group_end(w) != 0) goto out;
+  } else {
+    /* Each call returns at once; the splits meet in the background. */
+    for (int l = 0; l < w->nlocal; l++) {
+      int r = api_rank(w, l);
+      ncclResult_t res = ncclCommSplit(w->comm[l], color[r], key[r], &child[l], &cfg);
+      if (!api_ok(res)) world_nccl(w, res, w->comm[l], "ncclCommSplit (nonblocking)");
+    }
+    for (int l = 0; l < w->nlocal && !w->case_failed; l++)
+      if (child[l]) api_poll(w, child[l], "the nonblocking split");
+  }
+  if (w->case_failed || api_check_children(w, child, color, key) != 0) goto out;
+  api_interleave(w, child, color, key);
+out:
+  api_destroy(w, child);
+  world_case_end(w);
+}
+
+static void api_splits(struct gpu_world* w) {
+  int color[GPU_MAX_RANKS], key[GPU_MAX_RANKS];
+  int hosts = strcmp(w->opts->mode, "hosts") == 0;
+  for (int r = 0; r < w->nranks; r++) {
+    color[r] = r % 2;
+    key[r] = -r;
+  }
+  api_split_case(w, "odd/even keys reversed", color, key, 1);
+  for (int r = 0; r < w->nranks; r++) {
+    color[r] = hosts ? r : 0; /* hosts mode: every rank is a host of its own */
+    key[r] = r;
+  }
+  api_split_case(w, "by host", color, key, 1);
+  for (int r = 0; r < w->nranks; r++) {
+    color[r] = r == 0 ? NCCL_SPLIT_NOCOLOR : 7;
+    key[r] = 0; /* ties keep the parent's order */
+  }
+  api_split_case(w, "rank 0 NCCL_SPLIT_NOCOLOR", color, key, 1);
+  for (int r = 0; r < w->nranks; r++) {
+    color[r] = 0;
+    key[r] = r;
+  }
+  api_split_case(w, "nonblocking", color, key, 0);
+}
+
+/* ---- nonblocking init -------------------------------------------------------------------------- */
+
+static void api_init_nonblocking(struct gpu_world* w) {
+  char name[128];
+  snprintf(name, sizeof name, "InitRankConfig nonblocking mode=%s", w->opts->mode);
+  if (!world_case_begin(w, name)) return;
+  ncclComm_t nb[GPU_MAX_RANKS] = {0};
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  ncclUniqueId id;
+  cfg.blocking = 0;
+  int color[GPU_MAX_RANKS] = {0}, key[GPU_MAX_RANKS];
+  for (int r = 0; r < w->nranks; r++) key[r] = r;
+  if (world_id(w, 2, &id) != 0) goto out;
+  for (int l = 0; l < w->nlocal; l++) {
+    if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") != 0) goto out;
+    ncclResult_t res = ncclCommInitRankConfig(&nb[l], w->nranks, id, api_rank(w, l), &cfg);
+    if (!api_ok(res)) {
+      world_nccl(w, res, NULL, "ncclCommInitRankConfig (nonblocking)");
+      goto out;
+    }
+  }
+  for (int l = 0; l < w->nlocal; l++)
+    if (api_poll(w, nb[l], "the nonblocking init") != 0) goto out;
+  if (api_check_children(w, nb, color, key) != 0) goto out;
+  api_interleave(w, nb, color, key);
+out:
+  api_destroy(w, nb);
+  world_case_end(w);
+}
+
+/* ---- shrink and revoke ------------------------------------------------------------------------- */
+
+static void api_shrink(struct gpu_world* w) {
+  char name[128];
+  snprintf(name, sizeof name, "Shrink without the last rank mode=%s", w->opts->mode);
+  if (w->nranks < 2 || !world_case_begin(w, name)) return;
+  ncclComm_t child[GPU_MAX_RANKS] = {0};
+  int last = w->nranks - 1;
+  int color[GPU_MAX_RANKS], key[GPU_MAX_RANKS];
+  for (int r = 0; r < w->nranks; r++) {
+    color[r] = r == last ? NCCL_SPLIT_NOCOLOR : 0;
+    key[r] = r;
+  }
+  if (world_group_start(w) != 0) goto out;
+  for (int l = 0; l < w->nlocal; l++)
+    if (api_rank(w, l) != last)
+      world_nccl(w, ncclCommShrink(w->comm[l], &last, 1, &child[l], NULL, NCCL_SHRINK_DEFAULT),
+                 w->comm[l], "ncclCommShrink");
+  if (world_group_end(w) != 0 || w->case_failed) goto out;
+  if (api_check_children(w, child, color, key) != 0) goto out;
+  api_interleave(w, child, color, key); /* the parent, all ranks, still works */
+out:
+  api_destroy(w, child);
+  world_case_end(w);
+}
+
+/* A copy of the world's communicator (split with one colour), for cases that spoil it. */
+static int api_dup(struct gpu_world* w, ncclComm_t* dup) {
+  if (world_group_start(w) != 0) return -1;
+  for (int l = 0; l < w->nlocal; l++)
+    world_nccl(w, ncclCommSplit(w->comm[l], 0, api_rank(w, l), &dup[l], NULL), w->comm[l],
+               "ncclCommSplit (copy)");
+  return world_group_end(w) != 0 || w->case_failed ? -1 : 0;
+}
+
+/* A collective on a revoked communicator must be refused, not run. */
+static int api_expect_refused(struct gpu_world* w, ncclComm_t* comms, const char* what) {
+  struct api_buf a;
+  int rc = 0;
+  if (buf_alloc(w, &a, API_N) != 0) return -1;
+  for (int l = 0; l < w->nlocal; l++) {
+    if (comms[l] == NULL) continue;
+    ncclResult_t res =
+        ncclAllReduce(a.d[l], a.d[l], a.n, ncclInt64, ncclSum, comms[l], w->stream[l]);
+    if (res == ncclSuccess || res == ncclInProgress) {
+      world_case_fail(w, "rank %d: an AllReduce on a %s communicator was accepted (%s)",
+                      api_rank(w, l), what, ncclGetErrorString(res));
+      rc = -1;
+    }
+  }
+  world_sync(w);
+  buf_free(w, &a);
+  return rc;
+}
+
+static void api_shrink_abort(struct gpu_world* w) {
+  char name[128];
+  snprintf(name, sizeof name, "Shrink NCCL_SHRINK_ABORT without rank 0 mode=%s", w->opts->mode);
+  if (w->nranks < 2 || !world_case_begin(w, name)) return;
+  ncclComm_t dup[GPU_MAX_RANKS] = {0}, child[GPU_MAX_RANKS] = {0};
+  int gone = 0;
+  int color[GPU_MAX_RANKS], key[GPU_MAX_RANKS];
+  for (int r = 0; r < w->nranks; r++) {
+    color[r] = r == gone ? NCCL_SPLIT_NOCOLOR : 0;
+    key[r] = r;
+  }
+  if (api_dup(w, dup) != 0) goto out;
+  /* Rank 0 leaves (as a failed rank would); the others shrink it away. */
+  for (int l = 0; l < w->nlocal; l++) {
+    if (api_rank(w, l) != gone) continue;
+    world_nccl(w, ncclCommDestroy(dup[l]), NULL, "ncclCommDestroy (the leaving rank)");
+    dup[l] = NULL;
+  }
+  if (world_group_start(w) != 0) goto out;
+  for (int l = 0; l < w->nlocal; l++)
+    if (dup[l])
+      world_nccl(w, ncclCommShrink(dup[l], &gone, 1, &child[l], NULL, NCCL_SHRINK_ABORT), dup[l],
+                 "ncclCommShrink (abort)");
+  if (world_group_end(w) != 0 || w->case_failed) goto out;
+  if (api_check_children(w, child, color, key) != 0) goto out;
+  /* The child's collectives; every rank's parent AllReduce still goes to the world comm. */
+  api_interleave(w, child, color, key);
+out:
+  api_destroy(w, child);
+  api_destroy(w, dup);
+  world_case_end(w);
+}
+
+typedef ncclResult_t (*revoke_fn)(ncclComm_t comm, int flags);
+
+static void api_revoke(struct gpu_world* w) {
+  char name[128];
+  /* Looked up, not linked: not every NCCL 2.28 has it (2.28.3 does not), and this binary runs on NCCL too. */
+  revoke_fn revoke = (revoke_fn)dlsym(RTLD_DEFAULT, "ncclCommRevoke");
+  snprintf(name, sizeof name, "Revoke then shrink mode=%s", w->opts->mode);
+  if (revoke == NULL) {
+    if (w->rank0 == 0 && !w->opts->list)
+      fprintf(stderr, "SKIP %s: this libnccl has no ncclCommRevoke\n", name);
+    return;
+  }
+  if (!world_case_begin(w, name)) return;
+  ncclComm_t dup[GPU_MAX_RANKS] = {0}, child[GPU_MAX_RANKS] = {0};
+  int color[GPU_MAX_RANKS] = {0}, key[GPU_MAX_RANKS];
+  for (int r = 0; r < w->nranks; r++) key[r] = r;
+  if (api_dup(w, dup) != 0) goto out;
+  for (int l = 0; l < w->nlocal; l++) {
+    ncclResult_t res = revoke(dup[l], NCCL_REVOKE_DEFAULT);
+    if (!api_ok(res)) world_nccl(w, res, dup[l], "ncclCommRevoke");
+    else if (api_poll(w, dup[l], "the revoke") != 0) break;
+  }
+  if (w->case_failed || api_expect_refused(w, dup, "revoked") != 0) goto out;
+  if (world_group_start(w) != 0) goto out;
+  for (int l = 0; l < w->nlocal; l++)
+    world_nccl(w, ncclCommShrink(dup[l], NULL, 0, &child[l], NULL, NCCL_SHRINK_DEFAULT), dup[l],
+               "ncclCommShrink (of the revoked communicator)");
+  if (world_group_end(w) != 0 || w->case_failed) goto out;
+  if (api_check_children(w, child, color, key) != 0) goto out;
+  api_interleave(w, child, color, key);
+out:
+  api_destroy(w, child);
+  api_destroy(w, dup);
+  world_case_end(w);
+}
+
+/* ---- CUDA graphs ------------------------------------------------------------------------------- */
+
+/*
+ * The captured work: rank 0 sends its accumulator A, the others a constant
+ * C, into an AllReduce whose result lands in A everywhere; then each rank
+ * sends A to the next rank and receives the previous one's into R. Replay k
+ * leaves A = A0 + k * S (S: the sum of the others' C) on every rank.
+ */
+static int api_graph_issue(struct gpu_world* w, struct api_buf* a, struct api_buf* c,
+                           struct api_buf* r) {
+  int rc = world_group_start(w);
+  for (int l = 0; rc == 0 && l < w->nlocal; l++) {
+    int64_t* send = api_rank(w, l) == 0 ? a->d[l] : c->d[l];
+    rc = world_nccl(w, ncclAllReduce(send, a->d[l], a->n, ncclInt64, ncclSum, w->comm[l],
+                                     w->stream[l]),
+                    w->comm[l], "ncclAllReduce (captured)");
+  }
+  rc |= world_group_end(w);
+  if (rc) return -1;
+  rc = world_group_start(w);
+  for (int l = 0; rc == 0 && l < w->nlocal; l++) {
+    int me = api_rank(w, l), n = w->nranks;
+    rc = world_nccl(w, ncclSend(a->d[l], a->n, ncclInt64, (me + 1) % n, w->comm[l], w->stream[l]),
+                    w->comm[l], "ncclSend (captured)") ||
+         world_nccl(w, ncclRecv(r->d[l], r->n, ncclInt64, (me - 1 + n) % n, w->comm[l],
+                                w->stream[l]),
+                    w->comm[l], "ncclRecv (captured)");
+  }
+  rc |= world_group_end(w);
+  return rc ? -1 : 0;
+}
+
+static int api_graph_replay(struct gpu_world* w, cudaGraphExec_t* exec, int times) {
+  for (int k = 0; k < times; k++)
+    for (int l = 0; l < w->nlocal; l++)
+      if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") != 0 ||
+          world_cuda(w, cudaGraphLaunch(exec[l], w->stream[l]), "cudaGraphLaunch") != 0)
+        return -1;
+  return world_sync(w);
+}
+
+/* A and R on every rank: mult * A0 + k * S. */
+static int api_graph_check(struct gpu_world* w, struct api_buf* a, struct api_buf* r, int64_t mult,
+                           int64_t k, const char* when) {
+  int zero = 0, others[GPU_MAX_RANKS];
+  for (int i = 1; i < w->nranks; i++) others[i - 1] = i;
+  int64_t* want = api_sum(a->n, &zero, 1, 3, mult);
+  int64_t* s = api_sum(a->n, others, w->nranks - 1, 4, k);
+  int rc = 0;
+  if (want == NULL || s == NULL) {
+    world_case_fail(w, "out of host memory");
+    rc = -1;
+  }
+  for (size_t i = 0; rc == 0 && i < a->n; i++) want[i] += s[i];
+  char what[96];
+  for (int l = 0; rc == 0 && l < w->nlocal; l++) {
+    snprintf(what, sizeof what, "accumulator %s", when);
+    rc |= buf_expect(w, a, l, want, what);
+    snprintf(what, sizeof what, "received from the previous rank %s", when);
+    rc |= buf_expect(w, r, l, want, what);
+  }
+  free(want);
+  free(s);
+  return rc;
+}
+
+static void api_graph(struct gpu_world* w) {
+  char name[128];
+  snprintf(name, sizeof name, "Graph AllReduce+SendRecv %d replays, eager mixed mode=%s",
+           API_REPLAYS, w->opts->mode);
+  if (!world_case_begin(w, name)) return;
+  struct api_buf a, c, r;
+  cudaGraph_t graph[GPU_MAX_RANKS] = {0};
+  cudaGraphExec_t exec[GPU_MAX_RANKS] = {0};
+  memset(&a, 0, sizeof a);
+  memset(&c, 0, sizeof c);
+  memset(&r, 0, sizeof r);
+  if (buf_alloc(w, &a, API_GRAPH_N) || buf_alloc(w, &c, API_GRAPH_N) ||
+      buf_alloc(w, &r, API_GRAPH_N))
+    goto out;
+  for (int l = 0; l < w->nlocal; l++)
+    if (buf_put(w, &a, l, 0, 3) || buf_put(w, &c, l, api_rank(w, l), 4)) goto out;
+  for (int l = 0; l < w->nlocal; l++)
+    if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
+        world_cuda(w, cudaStreamBeginCapture(w->stream[l], cudaStreamCaptureModeThreadLocal),
+                   "cudaStreamBeginCapture"))
+      goto out;
+  int issued = api_graph_issue(w, &a, &c, &r);
+  for (int l = 0; l < w->nlocal; l++) {
+    cudaSetDevice(w->dev[l]);
+    if (world_cuda(w, cudaStreamEndCapture(w->stream[l], &graph[l]), "cudaStreamEndCapture") ||
+        world_cuda(w, cudaGraphInstantiate(&exec[l], graph[l], 0), "cudaGraphInstantiate"))
+      goto out;
+  }
+  if (issued != 0) goto out;
+  if (api_graph_replay(w, exec, API_REPLAYS) ||
+      api_graph_check(w, &a, &r, 1, API_REPLAYS, "after the replays"))
+    goto out;
+  /* An eager call on the same communicator between replays: A becomes nranks * A. */
+  if (api_allreduce(w, w->comm, &a, &a, "ncclAllReduce (eager, in place)") || world_sync(w))
+    goto out;
+  if (api_graph_replay(w, exec, 10)) goto out;
+  /* mult * A0 + k * S with A0 scaled by nranks and S by nranks * 1000 + 10. */
+  {
+    int zero = 0, others[GPU_MAX_RANKS];
+    for (int i = 1; i < w->nranks; i++) others[i - 1] = i;
+    int64_t* want = api_sum(a.n, &zero, 1, 3, w->nranks);
+    int64_t* s = api_sum(a.n, others, w->nranks - 1, 4, (int64_t)w->nranks * API_REPLAYS + 10);
+    if (want && s) {
+      for (size_t i = 0; i < a.n; i++) want[i] += s[i];
+      for (int l = 0; l < w->nlocal; l++) {
+        buf_expect(w, &a, l, want, "accumulator after eager + 10 replays");
+        buf_expect(w, &r, l, want, "received after eager + 10 replays");
+      }
+    } else {
+      world_case_fail(w, "out of host memory");
+    }
+    free(want);
+    free(s);
+  }
+out:
+  for (int l = 0; l < w->nlocal; l++) {
+    cudaSetDevice(w->dev[l]);
+    if (exec[l]) cudaGraphExecDestroy(exec[l]);
+    if (graph[l]) cudaGraphDestroy(graph[l]);
+  }
+  buf_free(w, &a);
+  buf_free(w, &c);
+  buf_free(w, &r);
+  world_case_end(w);
+}
+
+/* ---- simulate, register ------------------------------------------------------------------------ */
+
+static void api_simulate(struct gpu_world* w) {
+  char name[128];
+  snprintf(name, sizeof name, "GroupSimulateEnd AllReduce mode=%s", w->opts->mode);
+  if (!world_case_begin(w, name)) return;
+  struct api_buf a, b;
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  if (buf_alloc(w, &a, 1 << 20) || buf_alloc(w, &b, 1 << 20)) goto out;
+  if (world_group_start(w) != 0) goto out;
+  for (int l = 0; l < w->nlocal; l++)
+    world_nccl(w, ncclAllReduce(a.d[l], b.d[l], a.n, ncclInt64, ncclSum, w->comm[l], w->stream[l]),
+               w->comm[l], "ncclAllReduce (simulated)");
+  if (world_nccl(w, ncclGroupSimulateEnd(&sim), NULL, "ncclGroupSimulateEnd") != 0) goto out;
+  /* NCCL leaves the estimate undefined (-1) for a communicator of one rank; Braid gives a time. */
+  if ((w->nranks > 1 || sim.estimatedTime != -1.0f) &&
+      (!(sim.estimatedTime > 0.0f) || !isfinite(sim.estimatedTime))) {
+    world_case_fail(w, "estimatedTime = %g; expected a positive time", (double)sim.estimatedTime);
+    goto out;
+  }
+  if (w->rank0 == 0 && w->opts->verbose)
+    fprintf(stderr, "  8 MB AllReduce estimated at %g\n", (double)sim.estimatedTime);
+  if (world_sync(w) != 0) goto out;
+  /* Nothing ran: the output is still poisoned. */
+  for (int l = 0; l < w->nlocal; l++) {
+    int64_t first = 0;
+    cudaSetDevice(w->dev[l]);
+    if (world_cuda(w, cudaMemcpy(&first, b.d[l], sizeof first, cudaMemcpyDeviceToHost),
+                   "cudaMemcpy") == 0) {
+      int64_t poison;
+      memset(&poison, GPU_POISON, sizeof poison);
+      if (first != poison)
+        world_case_fail(w, "rank %d: the simulated AllReduce wrote its output", api_rank(w, l));
+    }
+  }
+out:
+  buf_free(w, &a);
+  buf_free(w, &b);
+  world_case_end(w);
+}
+
+static void api_register(struct gpu_world* w) {
+  char name[128];
+  snprintf(name, sizeof name, "MemAlloc+CommRegister+WindowRegister AllReduce mode=%s",
+           w->opts->mode);
+  if (!world_case_begin(w, name)) return;
+  struct api_buf a; /* its pointers come from ncclMemAlloc, not cudaMalloc */
+  void* handle[GPU_MAX_RANKS] = {0};
+  ncclWindow_t win[GPU_MAX_RANKS] = {0};
+  int windows = 0;
+  memset(&a, 0, sizeof a);
+  a.n = API_N;
+  size_t bytes = a.n * sizeof(int64_t);
+  for (int l = 0; l < w->nlocal; l++) {
+    if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
+        world_nccl(w, ncclMemAlloc((void**)&a.d[l], bytes), NULL, "ncclMemAlloc") ||
+        buf_put(w, &a, l, api_rank(w, l), 5) ||
+        world_nccl(w, ncclCommRegister(w->comm[l], a.d[l], bytes, &handle[l]), w->comm[l],
+                   "ncclCommRegister"))
+      goto out;
+    if (handle[l] == NULL) {
+      world_case_fail(w, "ncclCommRegister returned success and a NULL handle");
+      goto out;
+    }
+  }
+  /* Windows are collective: every rank, grouped when one thread drives several. */
+  if (world_group_start(w) != 0) goto out;
+  for (int l = 0; l < w->nlocal; l++)
+    world_nccl(w, ncclCommWindowRegister(w->comm[l], a.d[l], bytes, &win[l], NCCL_WIN_DEFAULT),
+               w->comm[l], "ncclCommWindowRegister");
+  windows = 1;
+  if (world_group_end(w) != 0 || w->case_failed) goto out;
+  if (api_allreduce(w, w->comm, &a, &a, "ncclAllReduce (registered, in place)") || world_sync(w))
+    goto out;
+  int all[GPU_MAX_RANKS];
+  for (int r = 0; r < w->nranks; r++) all[r] = r;
+  int64_t* want = api_sum(a.n, all, w->nranks, 5, 1);
+  for (int l = 0; want && l < w->nlocal; l++) buf_expect(w, &a, l, want, "registered AllReduce");
+  free(want);
+out:
+  if (windows) {
+    world_group_start(w);
+    for (int l = 0; l < w->nlocal; l++)
+      world_nccl(w, ncclCommWindowDeregister(w->comm[l], win[l]), w->comm[l],
+                 "ncclCommWindowDeregister");
+    world_group_end(w);
+  }
+  for (int l = 0; l < w->nlocal; l++) {
+    if (handle[l])
+      world_nccl(w, ncclCommDeregister(w->comm[l], handle[l]), w->comm[l], "ncclCommDeregister");
+    if (a.d[l]) {
+      cudaSetDevice(w->dev[l]);
+      world_nccl(w, ncclMemFree(a.d[l]), NULL, "ncclMemFree");
+    }
+  }
+  world_case_end(w);
+}
+
+void suite_api(struct gpu_world* w) {
+  api_splits(w);
+  api_init_nonblocking(w);
+  api_shrink(w);
+  api_shrink_abort(w);
+  api_revoke(w);
+  api_graph(w);
+  api_simulate(w);
+  api_register(w);
+}
