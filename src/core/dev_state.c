@@ -24,6 +24,9 @@
  */
 static ncclResult_t dev_kernels_load(void) {
   ncclResult_t res = ncclSuccess;
+  BRAID_CHECK(braid_kernel_table[ncclUint8] != NULL, ncclInvalidUsage,
+              "this Braid was built without its kernels (cmake -DBRAID_KERNELS=OFF, a host-only "
+              "build for sanitizer runs of the host tests); rebuild with BRAID_KERNELS=ON");
   for (int t = 0; t < ncclNumTypes; t++) {
     for (int op = 0; op < BRAID_DEVOP_COUNT; op++) {
       struct cudaFuncAttributes attr;

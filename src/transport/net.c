@@ -53,7 +53,7 @@ struct net_info {
   int32_t gdr;         /* receiver: slots in GPU memory (informational) */
   uint64_t slot_bytes;
   char backend[16];
-  uint8_t handle[BRAID_NET_HANDLE_BYTES];
+  uint8_t handle[BRAID_NET_HANDLE_BYTES] __attribute__((aligned(8)));
 };
 _Static_assert(sizeof(struct net_info) <= BRAID_CONN_INFO_BYTES, "net info must fit");
 
@@ -264,8 +264,9 @@ fail:
 static void net_on_error(void* arg, ncclResult_t res) {
   struct ncclComm* comm = arg;
   ncclResult_t none = ncclSuccess;
-  __atomic_compare_exchange_n((ncclResult_t*)&comm->async_error, &none, res, 0, __ATOMIC_SEQ_CST,
-                              __ATOMIC_SEQ_CST);
+  if (__atomic_compare_exchange_n((ncclResult_t*)&comm->async_error, &none, res, 0,
+                                  __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+    comm_error_record(comm, res); /* the proxy's message, for ncclGetLastError(comm) */
   if (comm->abort_flag) __atomic_store_n(comm->abort_flag, 1, __ATOMIC_SEQ_CST);
 }
 

@@ -36,6 +36,7 @@
 
 #include "nccl.h"
 
+/* Listen handles: opaque bytes, in buffers aligned to 8 (a backend may keep a struct there). */
 #define BRAID_NET_HANDLE_BYTES 128
 #define BRAID_NET_KEY_BYTES 16
 #define BRAID_NET_MAX_DEVS 32

@@ -369,7 +369,7 @@ struct sock_handle_head {
 /* Child 1's strays: a wrong key, and for sockets a raw connection sending garbage. */
 static void secret_strays(struct net_shared* sh, const struct braid_net_ops* ops) {
   uint8_t bad[BRAID_NET_KEY_BYTES];
-  uint8_t handle[BRAID_NET_HANDLE_BYTES];
+  uint8_t handle[BRAID_NET_HANDLE_BYTES] __attribute__((aligned(8)));
   memcpy(bad, sh->key, sizeof bad);
   bad[3] ^= 0x40;
   memcpy(handle, sh->handle[0], sizeof handle);

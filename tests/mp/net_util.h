@@ -20,7 +20,7 @@
 struct net_shared {
   int flags[8];
   uint8_t key[BRAID_NET_KEY_BYTES];
-  uint8_t handle[4][BRAID_NET_HANDLE_BYTES];
+  uint8_t handle[4][BRAID_NET_HANDLE_BYTES] __attribute__((aligned(8)));
   double result[4];
   char ns[2][32];   /* netns: the namespaces */
   char addr[2][32]; /* netns: their addresses */

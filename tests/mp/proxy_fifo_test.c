@@ -59,6 +59,9 @@ struct proxy_case {
 
 static atomic_int errors_seen;
 
+/* Page-aligned memory; aligned_alloc wants the size a multiple of the alignment (C11). */
+static void* page_alloc(size_t size) { return aligned_alloc(4096, (size + 4095) & ~(size_t)4095); }
+
 static void on_error(void* arg, ncclResult_t res) { atomic_fetch_add(&errors_seen, 1); }
 
 /* The size of step s: whole slots, or a random size that covers inline and striped messages. */
@@ -144,8 +147,8 @@ static int proxy_child(const struct mp_child* c, const struct proxy_case* pc) {
   test_failures = 0;
   int rc = net_util_open(backend, &ops, &ndev);
   if (rc) return rc;
-  struct fifo_mem* f = aligned_alloc(4096, sizeof *f + 4096);
-  char* slots = aligned_alloc(4096, NSTEPS * pc->slot_bytes);
+  struct fifo_mem* f = page_alloc(sizeof *f);
+  char* slots = page_alloc(NSTEPS * pc->slot_bytes);
   if (f == NULL || slots == NULL) return 1;
   memset(f, 0, sizeof *f);
   desc_fill(&d, ops, sh, is_send, pc, f, slots, 1 - c->index);
@@ -219,8 +222,8 @@ static int remove_child(const struct mp_child* c, int last_first) {
   if (is_send && boot_wait_flag(&sh->flags[0], 1, WAIT_SEC) != 0) return 1;
   for (int k = 0; k < NCONN; k++) {
     struct braid_proxy_conn_desc d;
-    f[k] = aligned_alloc(4096, sizeof *f[k] + 4096);
-    slots[k] = aligned_alloc(4096, NSTEPS * case_remove.slot_bytes);
+    f[k] = page_alloc(sizeof *f[k]);
+    slots[k] = page_alloc(NSTEPS * case_remove.slot_bytes);
     if (f[k] == NULL || slots[k] == NULL) return 1;
     memset(f[k], 0, sizeof *f[k]);
     desc_fill(&d, ops, sh, is_send, &case_remove, f[k], slots[k], 1 - c->index);
