@@ -5,7 +5,7 @@
 # time-slice it (each waits ~2 ms per turn), which hides the network entirely, so the
 # CUDA MPS daemon is started for the run (a user-level server that lets both processes'
 # kernels run at once; it changes no setting of the GPU) and stopped at the end.
-#   bash tools/gpu-hosts.sh [suite|quick] [api] [torch] [perf] [sweep] [chan] [colls] [ofi] [info]
+#   bash tools/gpu-hosts.sh [suite|quick] [api] [leaks] [deadpeer] [hang] [torch] [perf] [perfwd] [sweep] [chan] [colls] [ofi] [info]
 # (default: perf)
 # Logs under $OUT (device tool) or ./gpu-hosts-out. BUILD_DIR as in tools/gpu-check.sh;
 # NP=4 runs four ranks (four hosts) instead of two.
@@ -53,6 +53,12 @@ for step in ${*:-perf}; do
       run ar_braid 200 $M tools/as-host.sh $B/perf/all_reduce_perf $S
       LD_LIBRARY_PATH=$NCCL_LIB_DIR run ar_nccl 200 $M tools/as-host.sh $B/perf/all_reduce_perf $S
       ;;
+    perfwd)  # the ledger's cost: completion reports on (default) and off (BRAID_TIMEOUT=0)
+      for i in 1 2; do
+        run ar_braid_wd$i 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 8M -f 4 -w 20 -n 200 -g 1
+        BRAID_TIMEOUT=0 run ar_braid_nowd$i 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 8M -f 4 -w 20 -n 200 -g 1
+      done
+      ;;
     sweep)  # streams and threads of the socket backend at large sizes
       for tn in "1 1" "2 2" "4 2" "4 4" "8 2"; do
         set -- $tn
@@ -79,6 +85,21 @@ for step in ${*:-perf}; do
           # against NCCL with the very same binary
       run api_braid 280 "$B/tests/gpu/gpu_coll" --mode hosts --nranks $NP --suite api --timeout 270 --case-timeout ${CASE_TIMEOUT:-120} --verbose
       LD_LIBRARY_PATH=$NCCL_LIB_DIR run api_nccl 280 "$B/tests/gpu/gpu_coll" --mode hosts --nranks $NP --suite api --timeout 270 --case-timeout ${CASE_TIMEOUT:-120} --verbose
+      BRAID_CHECK=1 run api_check_braid 280 "$B/tests/gpu/gpu_coll" --mode hosts --nranks $NP --suite api --timeout 270 --case-timeout ${CASE_TIMEOUT:-120} --verbose
+      ;;
+    deadpeer)  # the last rank SIGKILLed mid-AllReduce: time to the survivors' error, abort time
+      run deadpeer 120 "$B/tests/gpu/gpu_coll" --mode hosts --nranks $NP --suite deadpeer --timeout 110
+      grep "^deadpeer" "$OUT/l/deadpeer.log" | tee -a "$OUT/summary.txt"
+      LD_LIBRARY_PATH=$NCCL_LIB_DIR run deadpeer_nccl 120 "$B/tests/gpu/gpu_coll" --mode hosts --nranks $NP --suite deadpeer --timeout 110
+      grep "^deadpeer" "$OUT/l/deadpeer_nccl.log" | tee -a "$OUT/summary.txt"
+      ;;
+    hang)  # the last rank skips an AllReduce: SIGUSR1 report, then the BRAID_TIMEOUT verdict
+      BRAID_DEBUG=WARN run hang 120 "$B/tests/gpu/gpu_coll" --mode hosts --nranks $NP --suite hang --timeout 110
+      grep -E "^hang|WARN" "$OUT/l/hang.log" | head -12 | tee -a "$OUT/summary.txt"
+      ;;
+    leaks)  # 1000 communicators made and destroyed per rank: fds, threads, memory come back
+      run leaks 580 "$B/tests/gpu/gpu_coll" --mode hosts --nranks $NP --suite leaks --timeout 570 --case-timeout 560
+      grep "^leaks" "$OUT/l/leaks.log" | tee -a "$OUT/summary.txt"
       ;;
     torch)  # PyTorch on Braid (LD_PRELOAD) and on its own NCCL, compared
       TORCH_OUT=$OUT/l/torch run torch 900 bash tests/frameworks/run_torch.sh $B $NP

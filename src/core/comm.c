@@ -18,6 +18,7 @@
 #include "core/redop.h"
 #include "core/register.h"
 #include "core/utils.h"
+#include "core/watchdog.h"
 #include "graph/graph.h"
 #include "transport/transport.h"
 
@@ -85,13 +86,14 @@ fail:
   return res;
 }
 
-/* Pinned, device-mapped host memory for the abort flag, so kernels can poll it. */
+/* Pinned, device-mapped host memory for the abort flag (kernels poll it) and the ledger's counter. */
 static ncclResult_t comm_abort_flag_alloc(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   BRAID_CUDA_TRY(cudaHostAlloc(&comm->abort_flag_mem, 128,
                                cudaHostAllocMapped | cudaHostAllocPortable));
   memset(comm->abort_flag_mem, 0, 128);
   comm->abort_flag = (volatile uint32_t*)comm->abort_flag_mem;
+  comm->ledger_done = (volatile uint64_t*)((char*)comm->abort_flag_mem + 64); /* own cache line */
   return ncclSuccess;
 fail:
   return res;
@@ -152,6 +154,7 @@ static ncclResult_t comm_init_connect(struct ncclComm* comm) {
   BRAID_TRY(topo_comm_init(comm));
   BRAID_TRY(transport_rings_connect(comm));
   BRAID_TRY(dev_state_create(comm));
+  BRAID_TRY(watchdog_start(comm));
   BRAID_TRY(bootstrap_barrier(comm->bootstrap));
   comm->state = BRAID_COMM_READY;
   comm->async_error = ncclSuccess;
@@ -223,6 +226,7 @@ fail:
 void comm_free(struct ncclComm* comm) {
   if (comm == NULL) return;
   if (comm->cuda_dev >= 0) (void)cudaSetDevice(comm->cuda_dev);
+  watchdog_stop(comm); /* first: its thread reads the connections */
   dev_state_free(comm);
   transport_channels_free(comm);
   topo_comm_free(comm);

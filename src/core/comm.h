@@ -51,6 +51,7 @@ struct braid_dev_state;
 struct braid_group_comm;
 struct braid_redop_table;
 struct braid_reg;
+struct braid_watchdog;
 
 struct ncclComm {
   uint64_t magic;
@@ -71,10 +72,12 @@ struct ncclComm {
   struct braid_redop_table* redops;  /* user-defined reduction operators */
   struct braid_reg* regs;            /* ncclCommRegister'ed buffers (register.c), under `lock` */
   volatile int children_pending;     /* split/shrink jobs still reading this comm (atomic) */
+  struct braid_watchdog* watchdog;   /* op ledger and hang verdicts (watchdog.c) */
 
   volatile braid_comm_state_t state;
   volatile ncclResult_t async_error; /* ncclInProgress while a nonblocking init runs */
   volatile uint32_t* abort_flag;     /* host-mapped: kernels and waits poll it */
+  volatile uint64_t* ledger_done;    /* host-mapped: the last operation the kernels finished */
   void* abort_flag_mem;              /* allocation behind abort_flag */
 
   pthread_mutex_t lock;

@@ -98,6 +98,8 @@ ncclResult_t dev_state_create(struct ncclComm* comm) {
   d->host.nranks = n;
   d->host.nchannels = comm->channels->nchannels;
   BRAID_CUDA_TRY(cudaHostGetDevicePointer((void**)&d->host.abort_flag, (void*)comm->abort_flag, 0));
+  BRAID_CUDA_TRY(cudaHostGetDevicePointer((void**)&d->host.ledger_done, (void*)comm->ledger_done, 0));
+  d->host.ledger_blocks = 0;
   dev_fill_channels(comm);
   BRAID_TRY(dev_upload(comm, d->comm, &d->host, sizeof d->host));
   return ncclSuccess;

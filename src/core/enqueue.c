@@ -28,6 +28,7 @@
 #include "core/param.h"
 #include "core/redop.h"
 #include "core/utils.h"
+#include "core/watchdog.h"
 #include "graph/graph.h"
 #include "transport/transport.h"
 
@@ -295,6 +296,9 @@ ncclResult_t enqueue_launch(struct ncclComm* comm) {
   struct launch_plan* plan = NULL;
   if (g == NULL || g->nops == 0) return ncclSuccess;
   cudaStream_t stream = g->ops[0].stream;
+  enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  BRAID_CUDA_TRY(cudaStreamIsCapturing(stream, &capture));
+  for (int i = 0; i < g->nops; i++) watchdog_issue(comm, &g->ops[i]);
   BRAID_TRY(BRAID_CALLOC(&plan, 1, "launch plan"));
   plan->args.comm = comm->dev->comm;
   for (int i = 1; i < g->nops; i++) enq_launch_stream_sync(g->ops[i].stream, stream);
@@ -306,6 +310,11 @@ ncclResult_t enqueue_launch(struct ncclComm* comm) {
     BRAID_TRY(enq_add_work(comm, plan, &w, stream));
   }
   BRAID_TRY(enq_p2p_works(comm, plan, stream));
+  /* The last launch of the group tells the ledger when the group's operations are done. */
+  if (plan->args.nwork > 0)
+    plan->args.ledger_seq = watchdog_launch_seq(comm, capture != cudaStreamCaptureStatusNone);
+  else
+    watchdog_nothing_launched(comm);
   BRAID_TRY(enq_launch(comm, plan, stream));
   for (int i = 1; i < g->nops; i++) enq_launch_stream_sync(stream, g->ops[i].stream);
   /* Staging copies (in-place all-to-all) are released behind the kernel that reads them. */

@@ -18,6 +18,7 @@
 
 #include <cuda_runtime.h>
 
+#include "core/check.h"
 #include "core/comm.h"
 #include "core/debug.h"
 #include "core/enqueue.h"
@@ -207,30 +208,46 @@ fail:
   return res;
 }
 
-ncclResult_t group_end(void) {
-  ncclResult_t res = ncclSuccess;
-  if (depth == 0)
-    return braid_err(ncclInvalidUsage, "ncclGroupEnd called without a matching ncclGroupStart");
-  if (--depth > 0) return ncclSuccess;
-
-  struct ncclComm* comms = group_comms;
+/*
+ * The outermost end of a group, first half: takes the group's communicators
+ * and runs its deferred inits; returns the first error of the group so far.
+ */
+static ncclResult_t group_close(struct ncclComm** comms, int* saved_dev) {
+  *comms = group_comms;
   group_comms = NULL;
-  int saved_dev = -1;
-  cudaGetDevice(&saved_dev);
-  res = group_error;
+  *saved_dev = -1;
+  cudaGetDevice(saved_dev);
+  ncclResult_t res = group_error;
   group_error = ncclSuccess;
   ncclResult_t init_res = group_run_inits();
-  if (res == ncclSuccess) res = init_res;
-  if (res == ncclSuccess && comms) {
-    res = group_connect_p2p(comms);
-    if (res == ncclSuccess) res = group_launch_all(comms);
-  }
+  return res == ncclSuccess ? init_res : res;
+}
+
+/* Second half: lets go of the communicators' pending lists, restores the caller's device. */
+static void group_finish(struct ncclComm* comms, int saved_dev) {
   while (comms) {
     struct ncclComm* next = comms->group->next;
     group_comm_release(comms);
     comms = next;
   }
   if (saved_dev >= 0) cudaSetDevice(saved_dev);
+}
+
+ncclResult_t group_end(void) {
+  ncclResult_t res = ncclSuccess;
+  if (depth == 0)
+    return braid_err(ncclInvalidUsage, "ncclGroupEnd called without a matching ncclGroupStart");
+  if (--depth > 0) return ncclSuccess;
+
+  struct ncclComm* comms = NULL;
+  int saved_dev = -1;
+  res = group_close(&comms, &saved_dev);
+  if (res == ncclSuccess && comms) {
+    res = group_connect_p2p(comms);
+    if (res == ncclSuccess && check_enabled()) res = check_group(comms);
+    if (res == ncclSuccess) res = group_launch_all(comms);
+  }
+  group_finish(comms, saved_dev);
   return res;
 }
 
@@ -275,26 +292,16 @@ __attribute__((visibility("default"))) ncclResult_t ncclGroupSimulateEnd(ncclSim
   if (depth == 0)
     return braid_err(ncclInvalidUsage, "ncclGroupSimulateEnd called without a matching ncclGroupStart");
   if (--depth > 0) return ncclSuccess; /* an inner group: the outermost end estimates */
-  struct ncclComm* comms = group_comms;
-  group_comms = NULL;
+  struct ncclComm* comms = NULL;
   int saved_dev = -1;
-  cudaGetDevice(&saved_dev);
-  res = group_error;
-  group_error = ncclSuccess;
-  ncclResult_t init_res = group_run_inits();
-  if (res == ncclSuccess) res = init_res;
+  res = group_close(&comms, &saved_dev);
   float slowest_us = 0.0f;
   for (struct ncclComm* c = comms; c && res == ncclSuccess; c = c->group->next) {
     float us = 0.0f;
     res = enqueue_estimate(c, &us);
     if (us > slowest_us) slowest_us = us;
   }
-  while (comms) {
-    struct ncclComm* next = comms->group->next;
-    group_comm_release(comms);
-    comms = next;
-  }
-  if (saved_dev >= 0) cudaSetDevice(saved_dev);
+  group_finish(comms, saved_dev);
   if (res == ncclSuccess) simInfo->estimatedTime = slowest_us;
   return res;
 }

@@ -15,6 +15,9 @@
  *   simulate          ncclGroupSimulateEnd estimates a group's time and launches nothing
  *   register          ncclMemAlloc, ncclCommRegister, a collective on the registered
  *                     buffer, ncclCommDeregister; ncclCommWindowRegister / Deregister
+ *   check             (Braid, with BRAID_CHECK=1 only) ranks calling AllReduce with
+ *                     different counts are refused with a message naming both, nothing
+ *                     runs, and the communicator works afterwards
  *
  * Values are int64 so that every expected result is exact.
  */
@@ -353,6 +356,25 @@ out:
 
 /* ---- shrink and revoke ------------------------------------------------------------------------- */
 
+/*
+ * Every local rank with a communicator in comms[] and not in the exclusion
+ * list shrinks it (grouped); the children must match colours/keys and then
+ * run the interleaved collectives. 0 on success.
+ */
+static int api_shrink_run(struct gpu_world* w, ncclComm_t* comms, int* excl, int nexcl, int flags,
+                          ncclComm_t* child, const int* color, const int* key, const char* what) {
+  if (world_group_start(w) != 0) return -1;
+  for (int l = 0; l < w->nlocal; l++) {
+    int skip = comms[l] == NULL;
+    for (int i = 0; i < nexcl; i++) skip |= api_rank(w, l) == excl[i];
+    if (!skip)
+      world_nccl(w, ncclCommShrink(comms[l], excl, nexcl, &child[l], NULL, flags), comms[l], what);
+  }
+  if (world_group_end(w) != 0 || w->case_failed) return -1;
+  if (api_check_children(w, child, color, key) != 0) return -1;
+  return api_interleave(w, child, color, key);
+}
+
 static void api_shrink(struct gpu_world* w) {
   char name[128];
   snprintf(name, sizeof name, "Shrink without the last rank mode=%s", w->opts->mode);
@@ -364,15 +386,8 @@ static void api_shrink(struct gpu_world* w) {
     color[r] = r == last ? NCCL_SPLIT_NOCOLOR : 0;
     key[r] = r;
   }
-  if (world_group_start(w) != 0) goto out;
-  for (int l = 0; l < w->nlocal; l++)
-    if (api_rank(w, l) != last)
-      world_nccl(w, ncclCommShrink(w->comm[l], &last, 1, &child[l], NULL, NCCL_SHRINK_DEFAULT),
-                 w->comm[l], "ncclCommShrink");
-  if (world_group_end(w) != 0 || w->case_failed) goto out;
-  if (api_check_children(w, child, color, key) != 0) goto out;
-  api_interleave(w, child, color, key); /* the parent, all ranks, still works */
-out:
+  /* The interleaved collectives include the parent's, on every rank: it still works. */
+  api_shrink_run(w, w->comm, &last, 1, NCCL_SHRINK_DEFAULT, child, color, key, "ncclCommShrink");
   api_destroy(w, child);
   world_case_end(w);
 }
@@ -424,15 +439,8 @@ static void api_shrink_abort(struct gpu_world* w) {
     world_nccl(w, ncclCommDestroy(dup[l]), NULL, "ncclCommDestroy (the leaving rank)");
     dup[l] = NULL;
   }
-  if (world_group_start(w) != 0) goto out;
-  for (int l = 0; l < w->nlocal; l++)
-    if (dup[l])
-      world_nccl(w, ncclCommShrink(dup[l], &gone, 1, &child[l], NULL, NCCL_SHRINK_ABORT), dup[l],
-                 "ncclCommShrink (abort)");
-  if (world_group_end(w) != 0 || w->case_failed) goto out;
-  if (api_check_children(w, child, color, key) != 0) goto out;
   /* The child's collectives; every rank's parent AllReduce still goes to the world comm. */
-  api_interleave(w, child, color, key);
+  api_shrink_run(w, dup, &gone, 1, NCCL_SHRINK_ABORT, child, color, key, "ncclCommShrink (abort)");
 out:
   api_destroy(w, child);
   api_destroy(w, dup);
@@ -443,7 +451,8 @@ typedef ncclResult_t (*revoke_fn)(ncclComm_t comm, int flags);
 
 static void api_revoke(struct gpu_world* w) {
   char name[128];
-  /* Looked up, not linked: not every NCCL 2.28 has it (2.28.3 does not), and this binary runs on NCCL too. */
+  /* Looked up, not linked: not every NCCL 2.28 has it (2.28.3 does not), and this binary runs
+   * on NCCL too. */
   revoke_fn revoke = (revoke_fn)dlsym(RTLD_DEFAULT, "ncclCommRevoke");
   snprintf(name, sizeof name, "Revoke then shrink mode=%s", w->opts->mode);
   if (revoke == NULL) {
@@ -462,13 +471,8 @@ static void api_revoke(struct gpu_world* w) {
     else if (api_poll(w, dup[l], "the revoke") != 0) break;
   }
   if (w->case_failed || api_expect_refused(w, dup, "revoked") != 0) goto out;
-  if (world_group_start(w) != 0) goto out;
-  for (int l = 0; l < w->nlocal; l++)
-    world_nccl(w, ncclCommShrink(dup[l], NULL, 0, &child[l], NULL, NCCL_SHRINK_DEFAULT), dup[l],
-               "ncclCommShrink (of the revoked communicator)");
-  if (world_group_end(w) != 0 || w->case_failed) goto out;
-  if (api_check_children(w, child, color, key) != 0) goto out;
-  api_interleave(w, child, color, key);
+  api_shrink_run(w, dup, NULL, 0, NCCL_SHRINK_DEFAULT, child, color, key,
+                 "ncclCommShrink (of the revoked communicator)");
 out:
   api_destroy(w, child);
   api_destroy(w, dup);
@@ -707,6 +711,51 @@ out:
   world_case_end(w);
 }
 
+/* BRAID_CHECK=1: AllReduce of 1024 elements on even ranks, 2048 on odd ones. */
+static void api_check(struct gpu_world* w) {
+  const char* env = getenv("BRAID_CHECK");
+  char name[128];
+  snprintf(name, sizeof name, "BRAID_CHECK mismatched counts refused mode=%s", w->opts->mode);
+  if (env == NULL || atoi(env) == 0 || w->nranks < 2 || !world_case_begin(w, name)) return;
+  struct api_buf a, b;
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  if (buf_alloc(w, &a, 2048) || buf_alloc(w, &b, 2048)) goto out;
+  ncclResult_t res = ncclGroupStart();
+  for (int l = 0; res == ncclSuccess && l < w->nlocal; l++) {
+    size_t count = api_rank(w, l) % 2 ? 2048 : 1024;
+    res = ncclAllReduce(a.d[l], b.d[l], count, ncclInt64, ncclSum, w->comm[l], w->stream[l]);
+  }
+  ncclResult_t end = ncclGroupEnd();
+  const char* msg = ncclGetLastError(w->comm[0]);
+  if (res != ncclSuccess || end != ncclInvalidUsage || strstr(msg, "count=1024") == NULL ||
+      strstr(msg, "count=2048") == NULL) {
+    world_case_fail(w, "the mismatch gave %s / %s: %s", ncclGetErrorString(res),
+                    ncclGetErrorString(end), msg);
+    goto out;
+  }
+  if (w->rank0 == 0 && w->opts->verbose) fprintf(stderr, "  refused: %s\n", msg);
+  if (world_sync(w) != 0) goto out;
+  int64_t poison;
+  memset(&poison, GPU_POISON, sizeof poison);
+  for (int l = 0; l < w->nlocal; l++) {
+    int64_t first = 0;
+    cudaSetDevice(w->dev[l]);
+    if (world_cuda(w, cudaMemcpy(&first, b.d[l], sizeof first, cudaMemcpyDeviceToHost),
+                   "cudaMemcpy") == 0 &&
+        first != poison)
+      world_case_fail(w, "rank %d: the refused AllReduce ran", api_rank(w, l));
+  }
+  /* Matching calls go through, checked as usual. */
+  int color[GPU_MAX_RANKS] = {0}, key[GPU_MAX_RANKS];
+  for (int r = 0; r < w->nranks; r++) key[r] = r;
+  api_interleave(w, w->comm, color, key);
+out:
+  buf_free(w, &a);
+  buf_free(w, &b);
+  world_case_end(w);
+}
+
 void suite_api(struct gpu_world* w) {
   api_splits(w);
   api_init_nonblocking(w);
@@ -716,4 +765,5 @@ void suite_api(struct gpu_world* w) {
   api_graph(w);
   api_simulate(w);
   api_register(w);
+  api_check(w);
 }

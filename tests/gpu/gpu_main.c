@@ -1,7 +1,7 @@
 /*
  * gpu_coll: the GPU correctness suite's command line.
  *
- *   gpu_coll [--mode threads|procs|hosts] [--suite all|coll|p2p|inflight|errors|api]
+ *   gpu_coll [--mode threads|procs|hosts] [--suite all|...|api|leaks|deadpeer|hang]
  *            [--nranks N] [--quick] [--filter SUBSTR] [--seed S]
  *            [--case-timeout SEC] [--timeout SEC] [--list] [--verbose]
  *
@@ -26,7 +26,8 @@ static void main_usage(FILE* f) {
           "                         one process over all GPUs (default), one process per GPU, or\n"
           "                         one process per rank posing as separate hosts (BRAID_HOSTID,\n"
           "                         NCCL_HOSTID), sharing the visible GPUs: the network path\n"
-          "  --suite NAME           all (default), coll, p2p, inflight, errors, api\n"
+          "  --suite NAME           all (default), coll, p2p, inflight, errors, api,\n"
+          "                         leaks, deadpeer, hang (procs/hosts; these three not in all)\n"
           "  --nranks N             GPUs to use (default 2); exit 77 when fewer are visible\n"
           "  --quick                a reduced matrix (for compute-sanitizer)\n"
           "  --filter SUBSTR        only the cases whose name contains SUBSTR\n"
@@ -47,6 +48,9 @@ static void main_suites(struct gpu_world* w) {
   if (all || strcmp(main_suite, "inflight") == 0) suite_inflight(w);
   if (all || strcmp(main_suite, "errors") == 0) suite_errors(w);
   if (all || strcmp(main_suite, "api") == 0) suite_api(w);
+  if (strcmp(main_suite, "leaks") == 0) suite_leaks(w); /* minutes: only on request */
+  if (strcmp(main_suite, "deadpeer") == 0) suite_deadpeer(w); /* kills a rank: alone */
+  if (strcmp(main_suite, "hang") == 0) suite_hang(w);         /* aborts the comm: alone */
 }
 
 static int main_parse_int(const char* s, long lo, long hi, long* out) {
@@ -119,7 +123,9 @@ static int main_parse(int argc, char** argv, struct gpu_opts* o) {
                         strcmp(o->mode, "hosts") == 0) &&
       (strcmp(o->suite, "all") == 0 || strcmp(o->suite, "coll") == 0 ||
        strcmp(o->suite, "p2p") == 0 || strcmp(o->suite, "inflight") == 0 ||
-       strcmp(o->suite, "errors") == 0 || strcmp(o->suite, "api") == 0))
+       strcmp(o->suite, "errors") == 0 || strcmp(o->suite, "api") == 0 ||
+       strcmp(o->suite, "leaks") == 0 || strcmp(o->suite, "deadpeer") == 0 ||
+       strcmp(o->suite, "hang") == 0))
     return 0;
 bad:
   main_usage(stderr);
@@ -134,6 +140,8 @@ int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   ref_init();
   main_suite = o.suite;
+  /* The hang suite waits for the watchdog: a short timeout, unless the caller chose one. */
+  if (strcmp(o.suite, "hang") == 0) setenv("BRAID_TIMEOUT", "3", 0);
   if (!o.list)
     printf("gpu_coll: mode=%s suite=%s nranks=%d%s seed=%llu%s%s (reproduce with --seed %llu)\n",
            o.mode, o.suite, o.nranks, o.quick ? " quick" : "", (unsigned long long)o.seed,

@@ -98,7 +98,8 @@ void ref_format(ncclDataType_t t, const void* buf, size_t i, char* out, size_t l
 
 struct gpu_opts {
   const char* mode;  /* "threads", "procs" or "hosts" (procs, each rank its own host) */
-  const char* suite; /* "all", "coll", "p2p", "inflight", "errors", "api" */
+  const char* suite; /* "all", "coll", "p2p", "inflight", "errors", "api", "leaks",
+                        "deadpeer", "hang" */
   int nranks;
   int quick;
   int list; /* print the case names, run nothing (needs no GPU) */
@@ -156,6 +157,8 @@ int world_sync(struct gpu_world* w);
  * once) and the others wait for it; in threads mode a fresh one. 0 on success.
  */
 int world_id(struct gpu_world* w, int slot, ncclUniqueId* id);
+/* Slot i (0..3) of a few doubles every process of the run shares (zero at start). */
+volatile double* world_stamp(struct gpu_world* w, int i);
 /* Creates the second communicator over the same GPUs (once); 0 on success. */
 int world_comm2(struct gpu_world* w);
 /* A seed for the inputs of (suite, case, rank), derived from the run's seed. */
@@ -247,6 +250,9 @@ void suite_p2p(struct gpu_world* w);      /* gpu_p2p.c */
 void suite_inflight(struct gpu_world* w); /* gpu_inflight.c */
 void suite_errors(struct gpu_world* w);   /* gpu_errors.c */
 void suite_api(struct gpu_world* w);      /* gpu_api.c: split, shrink, nonblocking, graphs, ... */
+void suite_leaks(struct gpu_world* w);    /* gpu_leaks.c: 1000 communicators made and destroyed */
+void suite_deadpeer(struct gpu_world* w); /* gpu_faults.c: a rank SIGKILLed mid-collective */
+void suite_hang(struct gpu_world* w);     /* gpu_faults.c: a rank skips a collective */
 
 /* Send/receive patterns, also used inside groups by the in-flight suite (gpu_p2p.c). */
 struct p2p_run;

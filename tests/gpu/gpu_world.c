@@ -49,6 +49,7 @@ struct gpu_shared {
    */
   int ids_ready[GPU_ID_SLOTS];
   ncclUniqueId ids[GPU_ID_SLOTS];
+  double stamps[4]; /* world_stamp */
   struct gpu_tally tally;
 };
 
@@ -197,6 +198,11 @@ int world_id(struct gpu_world* w, int slot, ncclUniqueId* id) {
   return 0;
 }
 
+volatile double* world_stamp(struct gpu_world* w, int i) {
+  static double local[4]; /* threads mode: nobody to share with */
+  return w->shared ? &w->shared->stamps[i] : &local[i];
+}
+
 int world_comm2(struct gpu_world* w) {
   if (w->comm2[0] != NULL) return 0;
   if (w->nlocal == w->nranks)
@@ -334,6 +340,7 @@ static int world_procs(const struct gpu_opts* o, void (*suites)(struct gpu_world
   struct world_procs_arg a = {.opts = o, .suites = suites, .shared = sh};
   struct mp_opts mo = {
       .name = "gpu_coll", .nprocs = o->nranks, .timeout_sec = o->timeout_s, .arg = &a};
+  if (strcmp(o->suite, "deadpeer") == 0) mo.sigkill_ok = 1u << (o->nranks - 1); /* the victim */
   return mp_run(&mo, world_child);
 }
 

@@ -65,6 +65,11 @@ static int mp_child_ended(const struct mp_opts* opts, int index, int status, int
       return 0;
     }
     fprintf(stderr, "mp[%s]: child %d of %d exited with status %d\n", opts->name, index, opts->nprocs, code);
+  } else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && index < 32 &&
+             (opts->sigkill_ok & (1u << index))) {
+    fprintf(stderr, "mp[%s]: child %d of %d ended by SIGKILL, as planned\n", opts->name, index,
+            opts->nprocs);
+    return 0;
   } else if (WIFSIGNALED(status)) {
     fprintf(stderr, "mp[%s]: child %d of %d was killed by signal %d (%s)\n", opts->name, index,
             opts->nprocs, WTERMSIG(status), strsignal(WTERMSIG(status)));

@@ -33,6 +33,7 @@ struct mp_opts {
   int nprocs;
   double timeout_sec;  /* for the whole run */
   void* arg;           /* passed to every child */
+  unsigned sigkill_ok; /* children (bit i: child i) whose death by SIGKILL is the planned end */
 };
 
 /*

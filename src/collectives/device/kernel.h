@@ -105,6 +105,21 @@ __device__ __forceinline__ void work_run(const struct braid_work& w, struct brai
   }
 }
 
+/*
+ * The launch's last block tells the host ledger that operations up to `seq`
+ * are complete. Diagnostics only (hang verdicts), so no fence: a fence here
+ * would wait for the launch's writes to reach the peers and the host, and
+ * every launch would end that much later. One relaxed atomic per block, one
+ * posted store per launch.
+ */
+__device__ __forceinline__ void ledger_report(struct braid_dev_comm* comm, uint64_t seq) {
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  if (atomicAdd(&comm->ledger_blocks, 1u) != gridDim.x - 1) return;
+  atomicExch(&comm->ledger_blocks, 0u);
+  *(volatile uint64_t*)comm->ledger_done = seq;
+}
+
 template <typename T, typename Op>
 __global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
     braid_kernel(const __grid_constant__ struct braid_kernel_args args) {
@@ -118,6 +133,7 @@ __global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
     __syncthreads();
     if (aborted[0] || aborted[1]) return;
   }
+  if (args.ledger_seq != 0) ledger_report(args.comm, args.ledger_seq);
 }
 
 }  // namespace braid

@@ -1,0 +1,490 @@
+/*
+ * The op ledger and the hang verdict (watchdog.h says what and why).
+ *
+ * The ledger is filled by the thread that enqueues (watchdog_issue,
+ * watchdog_launch_seq) and read by the watchdog's threads, under the
+ * ledger's lock. Completion costs the launch nothing on the host: the
+ * launch's last block writes the launch's last sequence number to the comm's
+ * host-mapped `ledger_done` (kernel.h). Two threads per communicator: the
+ * server answers other ranks' ledger requests at once (so ranks that are all
+ * giving verdicts do not wait on each other); the monitor, every
+ * WD_PERIOD_S, moves `completed` up to `ledger_done`, reports on SIGUSR1, and
+ * on BRAID_TIMEOUT without progress, or a local peer process gone, fails the
+ * communicator with the verdict.
+ */
+#include "core/watchdog.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "collectives/coll.h"
+#include "core/bootstrap.h"
+#include "core/comm.h"
+#include "core/debug.h"
+#include "core/group.h"
+#include "core/param.h"
+#include "core/redop.h"
+#include "core/socket.h"
+#include "core/utils.h"
+#include "transport/transport.h"
+
+#define WD_LAUNCHES 64
+#define WD_PERIOD_S 0.05
+#define WD_PEER_CHECK_S 0.5   /* local peers' pids are looked at this often */
+#define WD_QUERY_TIMEOUT_S 2.0
+#define WD_SECRET_BYTES 16
+
+struct wd_launch {
+  uint64_t first, last; /* the operations it covers */
+  double t;             /* when it was launched */
+};
+
+struct wd_request {
+  uint32_t magic;
+  uint32_t pad;
+  uint8_t secret[WD_SECRET_BYTES];
+};
+
+struct braid_watchdog {
+  struct ncclComm* comm;
+  pthread_mutex_t lock;
+  uint64_t issued, launched, completed;
+  struct braid_ledger_op ops[BRAID_LEDGER_OPS]; /* by seq % BRAID_LEDGER_OPS */
+  struct wd_launch launches[WD_LAUNCHES];       /* ring of launches not known complete */
+  int head, count;
+  double progress_t; /* when `completed` last moved, or a launch went pending on an idle comm */
+  int listen_fd;
+  union braid_sockaddr* addrs; /* [nranks] the watchdogs' listeners */
+  uint8_t secret[WD_SECRET_BYTES];
+  cudaStream_t stream;         /* reads the connections' counters */
+  pthread_t thread, server;
+  int started, server_started;
+  uint32_t stop;               /* atomic; also the abort flag of the thread's socket waits */
+  int failed;                  /* the verdict was given (thread only) */
+  unsigned long usr1_seen;
+  double timeout_s;
+  double peers_checked;
+};
+
+static volatile sig_atomic_t wd_usr1_count;
+static pthread_once_t wd_signal_once = PTHREAD_ONCE_INIT;
+
+static void wd_on_usr1(int sig) {
+  (void)sig;
+  wd_usr1_count++;
+}
+
+/* SIGUSR1 asks every communicator for its verdict, unless the program handles it itself. */
+static void wd_signal_install(void) {
+  struct sigaction old, sa;
+  if (sigaction(SIGUSR1, NULL, &old) != 0 || old.sa_handler != SIG_DFL) return;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = wd_on_usr1;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, NULL);
+}
+
+/* ---- the ledger ---------------------------------------------------------------------------- */
+
+void watchdog_issue(struct ncclComm* comm, const struct braid_op* op) {
+  struct braid_watchdog* wd = comm->watchdog;
+  if (wd == NULL) return;
+  pthread_mutex_lock(&wd->lock);
+  uint64_t seq = ++wd->issued;
+  struct braid_ledger_op* l = &wd->ops[seq % BRAID_LEDGER_OPS];
+  l->seq = seq;
+  l->coll = op->coll;
+  l->dtype = op->dtype;
+  l->root = op->coll == BRAID_COLL_SENDRECV ? op->is_send : op->root;
+  l->peer = op->coll == BRAID_COLL_SENDRECV ? op->peer : -1;
+  l->count = op->count;
+  pthread_mutex_unlock(&wd->lock);
+}
+
+uint64_t watchdog_launch_seq(struct ncclComm* comm, int captured) {
+  struct braid_watchdog* wd = comm->watchdog;
+  uint64_t seq = 0;
+  if (wd == NULL) return 0;
+  pthread_mutex_lock(&wd->lock);
+  if (captured || wd->issued == wd->launched || wd->timeout_s <= 0) {
+    /*
+     * A graph's operations complete when it is replayed, which the ledger does
+     * not follow. BRAID_TIMEOUT=0: no completion tracking at all (SIGUSR1 then
+     * reports the operations issued, none as pending).
+     */
+    wd->launched = wd->issued;
+    pthread_mutex_unlock(&wd->lock);
+    return 0;
+  }
+  struct wd_launch* l;
+  if (wd->count == WD_LAUNCHES) {
+    l = &wd->launches[(wd->head + wd->count - 1) % WD_LAUNCHES]; /* full: the newest grows */
+  } else {
+    l = &wd->launches[(wd->head + wd->count) % WD_LAUNCHES];
+    if (wd->count == 0) wd->progress_t = braid_time_sec();
+    l->first = wd->launched + 1;
+    l->t = braid_time_sec();
+    wd->count++;
+  }
+  seq = l->last = wd->launched = wd->issued;
+  pthread_mutex_unlock(&wd->lock);
+  return seq;
+}
+
+void watchdog_nothing_launched(struct ncclComm* comm) {
+  struct braid_watchdog* wd = comm->watchdog;
+  if (wd == NULL) return;
+  pthread_mutex_lock(&wd->lock);
+  wd->launched = wd->issued; /* empty operations: complete as issued */
+  pthread_mutex_unlock(&wd->lock);
+}
+
+/* Moves `completed` up to what the kernels reported (monitor thread). */
+static void wd_poll_launches(struct braid_watchdog* wd) {
+  uint64_t done = __atomic_load_n(wd->comm->ledger_done, __ATOMIC_ACQUIRE);
+  pthread_mutex_lock(&wd->lock);
+  while (wd->count > 0 && wd->launches[wd->head].last <= done) {
+    wd->completed = wd->launches[wd->head].last;
+    wd->progress_t = braid_time_sec();
+    wd->head = (wd->head + 1) % WD_LAUNCHES;
+    wd->count--;
+  }
+  pthread_mutex_unlock(&wd->lock);
+}
+
+/*
+ * The busiest ring channel (most steps received; channels a small operation
+ * does not use stay behind), read from the connections' counters.
+ */
+static void wd_channel_progress(struct braid_watchdog* wd, struct braid_ledger_summary* s) {
+  const struct braid_channels* ch = wd->comm->channels;
+  s->chan = -1;
+  if (ch == NULL || wd->stream == NULL) return;
+  for (int c = 0; c < ch->nchannels; c++) {
+    uint64_t recv = 0, sent = 0;
+    const uint64_t* tail = ch->ring_recv[c].dev.tail;
+    const uint64_t* head = ch->ring_send[c].dev.head;
+    if (tail == NULL || head == NULL) continue;
+    if (cudaMemcpyAsync(&recv, tail, sizeof recv, cudaMemcpyDefault, wd->stream) != cudaSuccess ||
+        cudaMemcpyAsync(&sent, head, sizeof sent, cudaMemcpyDefault, wd->stream) != cudaSuccess ||
+        cudaStreamSynchronize(wd->stream) != cudaSuccess) {
+      (void)cudaGetLastError();
+      s->chan = -1;
+      return;
+    }
+    if (s->chan < 0 || recv > s->chan_recv) {
+      s->chan = c;
+      s->chan_recv = recv;
+      s->chan_sent = sent;
+    }
+  }
+}
+
+static void wd_summary(struct braid_watchdog* wd, struct braid_ledger_summary* s) {
+  struct ncclComm* comm = wd->comm;
+  memset(s, 0, sizeof *s);
+  s->magic = BRAID_LEDGER_MAGIC;
+  s->rank = comm->rank;
+  s->pid = (int32_t)getpid();
+  snprintf(s->host, sizeof s->host, "%s", braid_log_hostname());
+  pthread_mutex_lock(&wd->lock);
+  s->issued = wd->issued;
+  s->completed = wd->completed;
+  if (wd->issued > 0) s->last = wd->ops[wd->issued % BRAID_LEDGER_OPS];
+  int pending = wd->count > 0;
+  if (pending) {
+    const struct wd_launch* l = &wd->launches[wd->head];
+    uint64_t seq = BRAID_MAX(l->first, wd->completed + 1);
+    if (wd->issued - seq < BRAID_LEDGER_OPS) s->stuck = wd->ops[seq % BRAID_LEDGER_OPS];
+    s->stuck.seq = seq;
+    s->waiting_s = braid_time_sec() - wd->progress_t;
+  }
+  pthread_mutex_unlock(&wd->lock);
+  s->chan = -1;
+  if (pending) wd_channel_progress(wd, s);
+}
+
+/* ---- the verdict --------------------------------------------------------------------------- */
+
+void watchdog_op_describe(const struct braid_ledger_op* op, char* out, size_t len) {
+  const char* type = redop_type_name((ncclDataType_t)op->dtype);
+  unsigned long long seq = (unsigned long long)op->seq, count = (unsigned long long)op->count;
+  if (op->coll == BRAID_COLL_SENDRECV)
+    snprintf(out, len, "%s #%llu (%s count=%llu %s rank %d)", op->root ? "Send" : "Recv", seq,
+             type, count, op->root ? "to" : "from", op->peer);
+  else if (op->coll == BRAID_COLL_BROADCAST || op->coll == BRAID_COLL_REDUCE)
+    snprintf(out, len, "%s #%llu (%s count=%llu root=%d)", braid_coll_name(op->coll), seq, type,
+             count, op->root);
+  else
+    snprintf(out, len, "%s #%llu (%s count=%llu)", braid_coll_name(op->coll), seq, type, count);
+}
+
+static int wd_same_op(const struct braid_ledger_op* a, const struct braid_ledger_op* b) {
+  return a->coll == b->coll && a->dtype == b->dtype && a->count == b->count &&
+         a->root == b->root && (a->coll != BRAID_COLL_SENDRECV || a->peer == b->peer);
+}
+
+/* What this rank waits for, after "rank R waits in <op> for ". */
+static void wd_blame(const struct braid_ledger_summary* all, int nranks, int me, char* out,
+                     size_t len) {
+  const struct braid_ledger_summary* m = &all[me];
+  uint64_t k = m->stuck.seq;
+  char theirs[160];
+  /* 1. A rank that never got there: the usual cause. */
+  for (int r = 0; r < nranks; r++) {
+    const struct braid_ledger_summary* p = &all[r];
+    if (r == me || p->magic != BRAID_LEDGER_MAGIC || p->issued >= k) continue;
+    if (p->issued == 0) {
+      snprintf(out, len, "rank %d, which has issued no operation on this communicator (pid %d on %s)",
+               r, p->pid, p->host);
+    } else {
+      watchdog_op_describe(&p->last, theirs, sizeof theirs);
+      snprintf(out, len, "rank %d, whose last op is %s%s (pid %d on %s)", r, theirs,
+               p->completed >= p->issued ? ", complete" : "", p->pid, p->host);
+    }
+    return;
+  }
+  /* 2. A rank that does not answer: dead, or its host unreachable. */
+  for (int r = 0; r < nranks; r++) {
+    if (r == me || all[r].magic == BRAID_LEDGER_MAGIC) continue;
+    snprintf(out, len, "rank %d, which does not answer (dead, or its host unreachable)", r);
+    return;
+  }
+  /* 3. A rank whose operation #k is a different one. */
+  for (int r = 0; r < nranks; r++) {
+    const struct braid_ledger_summary* p = &all[r];
+    if (r == me || p->stuck.seq != k || wd_same_op(&p->stuck, &m->stuck)) continue;
+    watchdog_op_describe(&p->stuck, theirs, sizeof theirs);
+    snprintf(out, len, "rank %d, whose op is %s: the ranks disagree (BRAID_CHECK=1 refuses the "
+             "first difference at launch)", r, theirs);
+    return;
+  }
+  /* 4. Everyone is in it: name the least advanced of the others. */
+  int slow = -1;
+  for (int r = 0; r < nranks; r++) {
+    const struct braid_ledger_summary* p = &all[r];
+    if (r == me || p->completed >= k || p->chan < 0) continue;
+    if (slow < 0 || p->chan_recv < all[slow].chan_recv) slow = r;
+  }
+  if (slow >= 0)
+    snprintf(out, len, "rank %d, the least advanced of the ranks in it (channel %d, step %llu)",
+             slow, all[slow].chan, (unsigned long long)all[slow].chan_recv);
+  else
+    snprintf(out, len, "no rank in particular: the others have completed it or report no "
+             "channel progress");
+}
+
+void watchdog_verdict(const struct braid_ledger_summary* all, int nranks, int me, char* out,
+                      size_t len) {
+  const struct braid_ledger_summary* m = &all[me];
+  char mine[160], where[64] = "", blame[320];
+  if (m->stuck.seq == 0) {
+    snprintf(out, len, "rank %d waits for nothing: %llu operations issued, all complete", me,
+             (unsigned long long)m->issued);
+    return;
+  }
+  watchdog_op_describe(&m->stuck, mine, sizeof mine);
+  if (m->chan >= 0)
+    snprintf(where, sizeof where, " (channel %d, step %llu)", m->chan,
+             (unsigned long long)m->chan_recv);
+  wd_blame(all, nranks, me, blame, sizeof blame);
+  snprintf(out, len, "rank %d waits in %s%s for %s; no progress for %.0f s", me, mine, where,
+           blame, m->waiting_s);
+}
+
+/* Asks rank `r`'s watchdog for its summary; magic 0 when it does not answer. */
+static void wd_query(struct braid_watchdog* wd, int r, struct braid_ledger_summary* out) {
+  struct wd_request req = {.magic = BRAID_LEDGER_MAGIC};
+  int fd = -1, err = 0;
+  memset(out, 0, sizeof *out);
+  memcpy(req.secret, wd->secret, sizeof req.secret);
+  volatile uint32_t* stop = &wd->stop; /* a destroy does not wait out a dead peer's timeouts */
+  if (socket_connect_quiet(&wd->addrs[r], WD_QUERY_TIMEOUT_S, stop, &fd, &err) != ncclSuccess ||
+      fd < 0 || socket_send_all(fd, &req, sizeof req, WD_QUERY_TIMEOUT_S, stop) != ncclSuccess ||
+      socket_recv_all(fd, out, sizeof *out, WD_QUERY_TIMEOUT_S, stop) != ncclSuccess ||
+      out->magic != BRAID_LEDGER_MAGIC || out->rank != r)
+    memset(out, 0, sizeof *out);
+  socket_close(&fd);
+}
+
+/* Gathers every rank's summary and prints the verdict; on `fail`, the comm fails with it. */
+static void wd_verdict_run(struct braid_watchdog* wd, int fail, const char* why) {
+  struct ncclComm* comm = wd->comm;
+  struct braid_ledger_summary* all = calloc((size_t)comm->nranks, sizeof *all);
+  char text[768];
+  if (all == NULL) return;
+  for (int r = 0; r < comm->nranks; r++) {
+    if (r == comm->rank)
+      wd_summary(wd, &all[r]);
+    else
+      wd_query(wd, r, &all[r]);
+  }
+  watchdog_verdict(all, comm->nranks, comm->rank, text, sizeof text);
+  free(all);
+  if (!fail) {
+    WARN("%s (comm 0x%llx, %s)", text, (unsigned long long)comm->comm_hash, why);
+    return;
+  }
+  ncclResult_t none = ncclSuccess;
+  braid_err(ncclRemoteError, "%s (comm 0x%llx, %s)", text, (unsigned long long)comm->comm_hash,
+            why); /* logs it as a WARN, and it becomes this comm's last error below */
+  if (__atomic_compare_exchange_n((ncclResult_t*)&comm->async_error, &none, ncclRemoteError, 0,
+                                  __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+    comm_error_record(comm, ncclRemoteError);
+  if (comm->abort_flag) __atomic_store_n(comm->abort_flag, 1, __ATOMIC_SEQ_CST);
+  wd->failed = 1;
+}
+
+/* ---- the thread ---------------------------------------------------------------------------- */
+
+/* Answers one request (a wrong secret gets nothing). */
+static void wd_answer(struct braid_watchdog* wd, int fd, const union braid_sockaddr* peer) {
+  struct wd_request req;
+  struct braid_ledger_summary s;
+  if (socket_recv_all(fd, &req, sizeof req, WD_QUERY_TIMEOUT_S, &wd->stop) == ncclSuccess &&
+      req.magic == BRAID_LEDGER_MAGIC && memcmp(req.secret, wd->secret, sizeof req.secret) == 0) {
+    wd_summary(wd, &s);
+    (void)socket_send_all(fd, &s, sizeof s, WD_QUERY_TIMEOUT_S, &wd->stop);
+  } else {
+    char text[64];
+    WARN("watchdog: dropped a request without the job's secret from %s",
+         socket_addr_str(peer, text, sizeof text));
+  }
+}
+
+static void* wd_server_main(void* arg) {
+  struct braid_watchdog* wd = arg;
+  char name[16];
+  snprintf(name, sizeof name, "braid-wds%d", wd->comm->rank);
+  pthread_setname_np(pthread_self(), name);
+  braid_log_context_set(wd->comm->rank, wd->comm->cuda_dev);
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed; /* see wd_main */
+  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess ||
+      cudaSetDevice(wd->comm->cuda_dev) != cudaSuccess)
+    (void)cudaGetLastError();
+  while (!__atomic_load_n(&wd->stop, __ATOMIC_ACQUIRE)) {
+    struct pollfd pfd = {.fd = wd->listen_fd, .events = POLLIN};
+    if (poll(&pfd, 1, (int)(WD_PERIOD_S * 1000)) <= 0) continue;
+    for (;;) {
+      int fd = -1;
+      union braid_sockaddr peer;
+      if (socket_accept_some(wd->listen_fd, &fd, &peer) != ncclSuccess || fd < 0) break;
+      wd_answer(wd, fd, &peer);
+      socket_close(&fd);
+    }
+  }
+  return NULL;
+}
+
+/* A rank of this host whose process is gone fails the communicator now. */
+static void wd_check_local_peers(struct braid_watchdog* wd) {
+  struct ncclComm* comm = wd->comm;
+  const struct braid_peer_info* me = &comm->peers[comm->rank];
+  for (int r = 0; r < comm->nranks; r++) {
+    const struct braid_peer_info* p = &comm->peers[r];
+    if (r == comm->rank || p->host_hash != me->host_hash || p->pid == me->pid) continue;
+    if (kill(p->pid, 0) == 0 || errno != ESRCH) continue;
+    char why[96];
+    snprintf(why, sizeof why, "rank %d's process (pid %d) is gone", r, p->pid);
+    wd_verdict_run(wd, 1, why);
+    return;
+  }
+}
+
+static void* wd_main(void* arg) {
+  struct braid_watchdog* wd = arg;
+  struct ncclComm* comm = wd->comm;
+  char name[16];
+  snprintf(name, sizeof name, "braid-wd%d", comm->rank);
+  pthread_setname_np(pthread_self(), name);
+  braid_log_context_set(comm->rank, comm->cuda_dev);
+  /* Our event queries and copies must not break a user's stream capture in global mode. */
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess ||
+      cudaSetDevice(comm->cuda_dev) != cudaSuccess)
+    (void)cudaGetLastError();
+  wd->usr1_seen = (unsigned long)wd_usr1_count;
+  while (!__atomic_load_n(&wd->stop, __ATOMIC_ACQUIRE)) {
+    wd_poll_launches(wd);
+    if ((unsigned long)wd_usr1_count != wd->usr1_seen) {
+      wd->usr1_seen = (unsigned long)wd_usr1_count;
+      wd_verdict_run(wd, 0, "SIGUSR1");
+    }
+    double now = braid_time_sec();
+    pthread_mutex_lock(&wd->lock);
+    int pending = wd->count > 0;
+    double idle = now - wd->progress_t;
+    pthread_mutex_unlock(&wd->lock);
+    if (!wd->failed && pending && wd->timeout_s > 0 && idle > wd->timeout_s) {
+      char why[64];
+      snprintf(why, sizeof why, "no progress for BRAID_TIMEOUT=%.0f s", wd->timeout_s);
+      wd_verdict_run(wd, 1, why);
+    }
+    if (!wd->failed && pending && now - wd->peers_checked > WD_PEER_CHECK_S) {
+      wd->peers_checked = now;
+      wd_check_local_peers(wd);
+    }
+    struct timespec nap = {0, (long)(WD_PERIOD_S * 1e9)};
+    nanosleep(&nap, NULL);
+  }
+  return NULL;
+}
+
+/* ---- start and stop ------------------------------------------------------------------------ */
+
+ncclResult_t watchdog_start(struct ncclComm* comm) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_watchdog* wd = NULL;
+  BRAID_TRY(BRAID_CALLOC(&wd, 1, "the watchdog"));
+  wd->comm = comm;
+  wd->listen_fd = -1;
+  pthread_mutex_init(&wd->lock, NULL);
+  wd->timeout_s = (double)braid_param_int(BRAID_P_TIMEOUT);
+  memcpy(wd->secret, bootstrap_secret(comm->bootstrap), sizeof wd->secret);
+  BRAID_TRY(BRAID_CALLOC(&wd->addrs, comm->nranks, "the watchdog address table"));
+  /* On the bootstrap's address (the interface the other ranks reach), any port. */
+  wd->addrs[comm->rank] = *bootstrap_peer_addr(comm->bootstrap, comm->rank);
+  if (wd->addrs[comm->rank].sa.sa_family == AF_INET6)
+    wd->addrs[comm->rank].sin6.sin6_port = 0;
+  else
+    wd->addrs[comm->rank].sin.sin_port = 0;
+  BRAID_TRY(socket_listen(&wd->addrs[comm->rank], &wd->listen_fd));
+  BRAID_TRY(bootstrap_allgather(comm->bootstrap, wd->addrs, sizeof *wd->addrs));
+  BRAID_CUDA_TRY(cudaStreamCreateWithFlags(&wd->stream, cudaStreamNonBlocking));
+  pthread_once(&wd_signal_once, wd_signal_install);
+  int err = pthread_create(&wd->server, NULL, wd_server_main, wd);
+  BRAID_CHECK(err == 0, ncclSystemError, "cannot start the watchdog's server thread: %s",
+              strerror(err));
+  wd->server_started = 1;
+  err = pthread_create(&wd->thread, NULL, wd_main, wd);
+  BRAID_CHECK(err == 0, ncclSystemError, "cannot start the watchdog thread: %s", strerror(err));
+  wd->started = 1;
+  comm->watchdog = wd;
+  return ncclSuccess;
+fail:
+  comm->watchdog = wd; /* watchdog_stop frees what there is */
+  watchdog_stop(comm);
+  return res;
+}
+
+void watchdog_stop(struct ncclComm* comm) {
+  struct braid_watchdog* wd = comm->watchdog;
+  if (wd == NULL) return;
+  __atomic_store_n(&wd->stop, 1, __ATOMIC_RELEASE);
+  if (wd->started) pthread_join(wd->thread, NULL);
+  if (wd->server_started) pthread_join(wd->server, NULL);
+  comm->watchdog = NULL;
+  socket_close(&wd->listen_fd);
+  if (wd->stream) cudaStreamDestroy(wd->stream);
+  (void)cudaGetLastError();
+  free(wd->addrs);
+  pthread_mutex_destroy(&wd->lock);
+  free(wd);
+}

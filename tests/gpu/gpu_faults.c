@@ -1,0 +1,173 @@
+/*
+ * Faults, one suite each, run alone (they leave the world's communicator
+ * aborted): procs and hosts modes.
+ *
+ * deadpeer: a rank killed with SIGKILL in the middle of collectives (the
+ * runner takes that death as planned): every survivor's
+ * communicator must turn to an error within seconds, with a message in
+ * ncclGetLastError, and ncclCommAbort must then return within a second
+ * while its kernels were waiting on the dead rank. The figures are printed:
+ *
+ *   deadpeer [rank 0]: ncclRemoteError 0.41 s after the SIGKILL; ncclCommAbort took 0.012 s
+ *
+ * hang (Braid only, BRAID_TIMEOUT=3 unless set): the last rank skips an
+ * AllReduce the others call. SIGUSR1 after a second prints a verdict and
+ * leaves the communicator alone (and the process alive); after
+ * BRAID_TIMEOUT the watchdog fails it with ncclRemoteError and the verdict
+ * "rank 0 waits in AllReduce #2 ... for rank 1, whose last op is AllReduce
+ * #1" in ncclGetLastError; ncclCommAbort then returns within a second:
+ *
+ *   hang [rank 0]: verdict 3.05 s after the call: "rank 0 waits in ..."; abort 0.004 s
+ */
+#include <dlfcn.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpu_test.h"
+#include "mp_runner.h"
+
+#define DEAD_COUNT (16 << 20) /* floats per AllReduce: 64 MB, tens of ms over sockets */
+#define DEAD_CALLS 200        /* issued by the survivors without waiting */
+#define DEAD_LIMIT_S 60.0     /* a survivor that sees no error by then fails */
+#define DEAD_ABORT_S 1.0      /* the bar for ncclCommAbort */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts); /* one clock for every process of the machine */
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void suite_deadpeer(struct gpu_world* w) {
+  char name[128];
+  snprintf(name, sizeof name, "Dead peer: the last rank SIGKILLed mid-AllReduce mode=%s",
+           w->opts->mode);
+  if (w->nlocal == w->nranks || w->nranks < 2 || !world_case_begin(w, name)) return;
+  int victim = w->nranks - 1, me = w->rank0;
+  volatile double* killed_at = world_stamp(w, 0);
+  float* buf = NULL;
+  if (world_cuda(w, cudaSetDevice(w->dev[0]), "cudaSetDevice") ||
+      world_cuda(w, cudaMalloc((void**)&buf, DEAD_COUNT * sizeof(float)), "cudaMalloc") ||
+      world_cuda(w, cudaMemset(buf, 0, DEAD_COUNT * sizeof(float)), "cudaMemset"))
+    goto out;
+  /* One that completes everywhere first: the connections are up before anyone dies. */
+  if (world_nccl(w, ncclAllReduce(buf, buf, DEAD_COUNT, ncclFloat, ncclSum, w->comm[0], w->stream[0]),
+                 w->comm[0], "ncclAllReduce (warm-up)") ||
+      world_sync(w))
+    goto out;
+  int calls = me == victim ? 3 : DEAD_CALLS;
+  for (int i = 0; i < calls; i++)
+    if (world_nccl(w, ncclAllReduce(buf, buf, DEAD_COUNT, ncclFloat, ncclSum, w->comm[0],
+                                    w->stream[0]),
+                   w->comm[0], "ncclAllReduce"))
+      goto out;
+  if (me == victim) {
+    mp_sleep(0.2); /* in the middle of the survivors' stream of calls */
+    *killed_at = now_s();
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    raise(SIGKILL);
+  }
+  ncclResult_t async = ncclSuccess;
+  double start = now_s();
+  while (now_s() - start < DEAD_LIMIT_S) {
+    if (world_nccl(w, ncclCommGetAsyncError(w->comm[0], &async), w->comm[0],
+                   "ncclCommGetAsyncError"))
+      goto out;
+    if (async != ncclSuccess && async != ncclInProgress) break;
+    mp_sleep(0.001);
+  }
+  double seen = now_s();
+  if (async == ncclSuccess || async == ncclInProgress) {
+    world_case_fail(w, "no error %.0f s after the peer's death", DEAD_LIMIT_S);
+    goto out;
+  }
+  const char* msg = ncclGetLastError(w->comm[0]);
+  double t0 = *killed_at;
+  double abort_start = now_s();
+  ncclResult_t res = ncclCommAbort(w->comm[0]);
+  double abort_s = now_s() - abort_start;
+  w->comm[0] = NULL; /* gone, whatever the result */
+  printf("deadpeer [rank %d]: %s %.2f s after the SIGKILL (\"%s\"); ncclCommAbort took %.3f s\n", me,
+         ncclGetErrorString(async), t0 > 0 ? seen - t0 : -1.0, msg ? msg : "", abort_s);
+  if (msg == NULL || msg[0] == '\0') world_case_fail(w, "ncclGetLastError says nothing");
+  if (res != ncclSuccess) world_nccl(w, res, NULL, "ncclCommAbort");
+  if (abort_s > DEAD_ABORT_S) world_case_fail(w, "ncclCommAbort took %.3f s", abort_s);
+  /* The stream must drain: the kernels left when the comm aborted. */
+  world_cuda(w, cudaStreamSynchronize(w->stream[0]), "cudaStreamSynchronize after the abort");
+out:
+  if (buf) cudaFree(buf);
+  world_case_end(w);
+}
+
+void suite_hang(struct gpu_world* w) {
+  char name[128];
+  snprintf(name, sizeof name, "Hang verdict: the last rank skips an AllReduce mode=%s",
+           w->opts->mode);
+  if (w->nlocal == w->nranks || w->nranks < 2) return;
+  if (dlsym(RTLD_DEFAULT, "braidGetVersionString") == NULL) {
+    if (w->rank0 == 0) fprintf(stderr, "SKIP %s: Braid's watchdog only\n", name);
+    return;
+  }
+  if (!world_case_begin(w, name)) return;
+  int skipper = w->nranks - 1, me = w->rank0;
+  volatile double* done = world_stamp(w, 1);
+  float* buf = NULL;
+  if (world_cuda(w, cudaSetDevice(w->dev[0]), "cudaSetDevice") ||
+      world_cuda(w, cudaMalloc((void**)&buf, 4096 * sizeof(float)), "cudaMalloc") ||
+      world_nccl(w, ncclAllReduce(buf, buf, 4096, ncclFloat, ncclSum, w->comm[0], w->stream[0]),
+                 w->comm[0], "ncclAllReduce #1") ||
+      world_sync(w))
+    goto out;
+  if (me == skipper) {
+    /* Alive and idle (its watchdog answers), until the others are done. */
+    for (double t0 = now_s(); *done == 0 && now_s() - t0 < DEAD_LIMIT_S;) mp_sleep(0.01);
+  } else {
+    double t0 = now_s();
+    ncclResult_t async = ncclSuccess;
+    if (world_nccl(w, ncclAllReduce(buf, buf, 4096, ncclFloat, ncclSum, w->comm[0], w->stream[0]),
+                   w->comm[0], "ncclAllReduce #2"))
+      goto out;
+    mp_sleep(1.0);
+    if (me == 0) raise(SIGUSR1); /* a report only: the process lives on, the comm too */
+    mp_sleep(0.2);
+    if (world_nccl(w, ncclCommGetAsyncError(w->comm[0], &async), w->comm[0], "ncclCommGetAsyncError"))
+      goto out;
+    if (async != ncclSuccess) {
+      world_case_fail(w, "after SIGUSR1 the communicator reads %s", ncclGetErrorString(async));
+      goto out;
+    }
+    while (now_s() - t0 < DEAD_LIMIT_S && async == ncclSuccess) {
+      mp_sleep(0.005);
+      if (world_nccl(w, ncclCommGetAsyncError(w->comm[0], &async), w->comm[0],
+                     "ncclCommGetAsyncError"))
+        goto out;
+    }
+    double verdict_s = now_s() - t0;
+    const char* msg = ncclGetLastError(w->comm[0]);
+    char want_wait[64], want_blame[96];
+    snprintf(want_wait, sizeof want_wait, "rank %d waits in AllReduce #2", me);
+    snprintf(want_blame, sizeof want_blame, "for rank %d, whose last op is AllReduce #1", skipper);
+    if (async != ncclRemoteError || strstr(msg, want_wait) == NULL || strstr(msg, want_blame) == NULL)
+      world_case_fail(w, "after %.1f s: %s, \"%s\"", verdict_s, ncclGetErrorString(async), msg);
+    double a0 = now_s();
+    ncclResult_t res = ncclCommAbort(w->comm[0]);
+    double abort_s = now_s() - a0;
+    w->comm[0] = NULL;
+    printf("hang [rank %d]: %s %.2f s after the call: \"%s\"; ncclCommAbort took %.3f s\n", me,
+           ncclGetErrorString(async), verdict_s, msg, abort_s);
+    if (res != ncclSuccess) world_nccl(w, res, NULL, "ncclCommAbort");
+    if (abort_s > DEAD_ABORT_S) world_case_fail(w, "ncclCommAbort took %.3f s", abort_s);
+    world_cuda(w, cudaStreamSynchronize(w->stream[0]), "cudaStreamSynchronize after the abort");
+    if (me == 0) *done = 1;
+  }
+  if (w->comm[0]) {
+    world_nccl(w, ncclCommAbort(w->comm[0]), NULL, "ncclCommAbort");
+    w->comm[0] = NULL;
+  }
+out:
+  if (buf) cudaFree(buf);
+  world_case_end(w);
+}
