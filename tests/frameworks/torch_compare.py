@@ -2,8 +2,8 @@
 
   torch_compare.py BRAID_DIR NCCL_DIR BRAID_LIB_DIR
 
-Fails (exit 1) when: ncclAllReduce did not resolve to Braid's libnccl.so.2 (with Braid's
-banner reachable) in the Braid run, or did in the NCCL run;
+Fails (exit 1) when: training did not lower the loss by 2%; ncclAllReduce did not resolve to
+Braid's libnccl.so.2 (with Braid's banner reachable) in the Braid run, or did in the NCCL run;
 a collective was wrong on either; a step's loss differs by more than fp32 rounding allows.
 Prints the step times side by side.
 """
@@ -38,6 +38,11 @@ def main():
             for name, verdict in r["collectives"].items():
                 if verdict != "ok":
                     bad.append("%s rank %d %s: %s" % (label, r["rank"], name, verdict))
+    for label, runs in (("braid", braid), ("nccl", nccl)):
+        for r in runs:  # training must move the loss, or equal losses prove nothing
+            if not r["losses"][-1] < 0.98 * r["losses"][0]:
+                bad.append("%s rank %d: the loss went from %.6f to %.6f only" % (
+                    label, r["rank"], r["losses"][0], r["losses"][-1]))
     worst = 0.0
     for b, n in zip(braid, nccl):
         for step, (lb, ln) in enumerate(zip(b["losses"], n["losses"])):
