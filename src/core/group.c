@@ -92,6 +92,7 @@ ncclResult_t group_run_jobs(struct braid_init_job* jobs) {
     int err = pthread_create(&threads[i], NULL, group_job_main, j);
     if (err != 0) {
       j->result = braid_err(ncclSystemError, "cannot start an init thread: %s", strerror(err));
+      if (j->cancel) j->cancel(j);
       /* The others would wait for this rank forever: make them give up. */
       for (struct braid_init_job* k = jobs; k; k = k->next)
         if (k->comm && k->comm->abort_flag)
@@ -126,6 +127,7 @@ ncclResult_t group_job_dispatch(struct braid_init_job* job, int blocking, const 
     pthread_t thread;
     int err = pthread_create(&thread, NULL, group_job_detached, job);
     if (err != 0) {
+      if (job->cancel) job->cancel(job);
       free(job->arg);
       free(job);
       return braid_err(ncclSystemError, "%s: cannot start the init thread: %s", api, strerror(err));

@@ -51,6 +51,7 @@ struct braid_group_comm {
 struct braid_init_job {
   struct ncclComm* comm;
   ncclResult_t (*run)(struct braid_init_job* job);
+  void (*cancel)(struct braid_init_job* job); /* or NULL: called instead of run if it never runs */
   void* arg;             /* owned by the job: freed with free() after run */
   ncclResult_t result;
   struct braid_init_job* next;

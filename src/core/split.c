@@ -103,6 +103,12 @@ fail:
   return res;
 }
 
+/* The job will not run (no thread for it): the parent stops waiting for it. */
+static void split_job_cancel(struct braid_init_job* job) {
+  struct split_args* a = job->arg;
+  __atomic_fetch_sub(&a->parent->children_pending, 1, __ATOMIC_RELEASE);
+}
+
 /* A parent that can be split: initialized, not failed (a revoked one is fine). */
 static ncclResult_t split_check_parent(struct ncclComm* parent, const char* api) {
   ncclResult_t res = comm_check(parent, api);
@@ -129,6 +135,7 @@ static ncclResult_t split_start(struct ncclComm* parent, struct split_args* args
   BRAID_TRY(BRAID_CALLOC(&job, 1, "split job"));
   job->comm = child;
   job->run = split_job_run;
+  job->cancel = split_job_cancel;
   job->arg = args;
   args = NULL;
   *newcomm = child;
