@@ -5,7 +5,11 @@
  * compares the lists it receives with its own. A difference fails the group
  * with ncclInvalidUsage on every rank, naming the collective and the first
  * rank that differs, instead of launching kernels that would hang or mix
- * data. Send/recv operations are not compared (peers legitimately differ).
+ * data. Send/recv operations are not compared (peers legitimately differ),
+ * and a group without collectives exchanges nothing: send/recv between two
+ * ranks of a larger communicator must not wait for the others. (So a rank
+ * that skips a collective altogether is not caught here; the watchdog's hang
+ * verdict names it.)
  *
  * Two phases across the group's communicators (send to all, then receive
  * from all), so one thread driving several GPUs never waits on itself. The
@@ -144,10 +148,11 @@ ncclResult_t check_group(struct ncclComm* comms) {
   int i = 0;
   for (struct ncclComm* c = comms; c; c = c->group->next, i++) {
     BRAID_TRY(check_collect(c, &sigs[i], &n[i]));
-    BRAID_TRY(check_send_all(c, sigs[i], n[i]));
+    if (n[i]) BRAID_TRY(check_send_all(c, sigs[i], n[i]));
   }
   i = 0;
   for (struct ncclComm* c = comms; c; c = c->group->next, i++) {
+    if (n[i] == 0) continue;
     ncclResult_t r = check_compare_all(c, sigs[i], n[i]);
     if (r != ncclSuccess) {
       comm_error_record(c, r);

@@ -116,6 +116,7 @@ static ncclResult_t comm_peer_info_fill(struct ncclComm* comm, struct braid_peer
   BRAID_CUDA_TRY(cudaDeviceGetPCIBusId(busid, sizeof busid, comm->cuda_dev));
   me->bus_id = braid_busid_to_int(busid);
   me->shm_dev = stat("/dev/shm", &st) == 0 ? (uint64_t)st.st_dev : 0;
+  me->pid_ns = stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
   snprintf(me->hostname, sizeof me->hostname, "%s", braid_log_hostname());
   comm->bus_id = me->bus_id;
   return ncclSuccess;
@@ -156,22 +157,27 @@ static ncclResult_t comm_init_connect(struct ncclComm* comm) {
   BRAID_TRY(dev_state_create(comm));
   BRAID_TRY(watchdog_start(comm));
   BRAID_TRY(bootstrap_barrier(comm->bootstrap));
-  comm->state = BRAID_COMM_READY;
   comm->async_error = ncclSuccess;
   char busid[32];
   braid_busid_to_str(comm->bus_id, busid, sizeof busid);
   INFO(BRAID_LOG_INIT, "comm %p rank %d nranks %d cudaDev %d busId %s commId 0x%llx - Init COMPLETE",
        (void*)comm, comm->rank, comm->nranks, comm->cuda_dev, busid,
        (unsigned long long)comm->comm_hash);
+  /* Last: a teardown waiting for the init may free the comm as soon as it sees this. */
+  __atomic_store_n(&comm->state, BRAID_COMM_READY, __ATOMIC_RELEASE);
   return ncclSuccess;
 fail:
   return res;
 }
 
 void comm_init_failed(struct ncclComm* comm, ncclResult_t res) {
-  comm->state = BRAID_COMM_FAILED;
   comm->async_error = res;
   comm_error_record(comm, res);
+  __atomic_store_n(&comm->state, BRAID_COMM_FAILED, __ATOMIC_RELEASE); /* last, as above */
+}
+
+void comm_wait_splits(struct ncclComm* comm) {
+  while (__atomic_load_n(&comm->children_pending, __ATOMIC_ACQUIRE) > 0) usleep(100);
 }
 
 ncclResult_t comm_init(struct ncclComm* comm, const ncclUniqueId* ids, int nids) {
@@ -218,6 +224,7 @@ ncclResult_t comm_quiesce(struct ncclComm* comm) {
   __atomic_store_n(comm->abort_flag, 1, __ATOMIC_SEQ_CST);
   BRAID_CUDA_TRY(cudaSetDevice(comm->cuda_dev));
   res = dev_state_drain(comm, COMM_DRAIN_TIMEOUT_S);
+  watchdog_forget_pending(comm); /* the stopped launches will never report */
   if (res == ncclSuccess) __atomic_store_n(comm->abort_flag, 0, __ATOMIC_SEQ_CST);
 fail:
   return res;

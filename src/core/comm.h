@@ -31,6 +31,7 @@ struct braid_peer_info {
   int pid;
   int cuda_arch;         /* major*100 + minor*10, e.g. 900 */
   uint64_t shm_dev;      /* st_dev of /dev/shm: equal means shared memory is shared */
+  uint64_t pid_ns;       /* inode of /proc/self/ns/pid: equal means pids compare */
   uint8_t gpu_uuid[16];
   char hostname[64];
 };
@@ -72,6 +73,7 @@ struct ncclComm {
   struct braid_redop_table* redops;  /* user-defined reduction operators */
   struct braid_reg* regs;            /* ncclCommRegister'ed buffers (register.c), under `lock` */
   volatile int children_pending;     /* split/shrink jobs still reading this comm (atomic) */
+  uint32_t split_next, split_turn;   /* split jobs of this parent run one at a time, in call order */
   struct braid_watchdog* watchdog;   /* op ledger and hang verdicts (watchdog.c) */
 
   volatile braid_comm_state_t state;
@@ -100,6 +102,12 @@ ncclResult_t comm_init(struct ncclComm* comm, const ncclUniqueId* ids, int nids)
  */
 ncclResult_t comm_init_split(struct ncclComm* comm, struct ncclComm* parent, const int* members,
                              int nmembers, int new_rank);
+/*
+ * Waits for the split/shrink jobs still using this comm's bootstrap: the
+ * caller's own use of it must not interleave with theirs, or ranks that
+ * took the two in different orders would wait on each other.
+ */
+void comm_wait_splits(struct ncclComm* comm);
 /* Marks a communicator whose init failed with `res`: FAILED, async error, last error kept. */
 void comm_init_failed(struct ncclComm* comm, ncclResult_t res);
 /*

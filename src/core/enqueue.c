@@ -315,7 +315,11 @@ ncclResult_t enqueue_launch(struct ncclComm* comm) {
     plan->args.ledger_seq = watchdog_launch_seq(comm, capture != cudaStreamCaptureStatusNone);
   else
     watchdog_nothing_launched(comm);
-  BRAID_TRY(enq_launch(comm, plan, stream));
+  res = enq_launch(comm, plan, stream);
+  if (res != ncclSuccess) {
+    watchdog_forget_pending(comm); /* it will never report: no false hang verdict later */
+    goto fail;
+  }
   for (int i = 1; i < g->nops; i++) enq_launch_stream_sync(stream, g->ops[i].stream);
   /* Staging copies (in-place all-to-all) are released behind the kernel that reads them. */
   for (int i = 0; i < g->nops; i++)

@@ -70,9 +70,20 @@ ncclResult_t group_init_add(struct braid_init_job* job) {
   return ncclSuccess;
 }
 
+/*
+ * Runs a job on its own thread. Inits allocate memory, which CUDA refuses on
+ * any thread while a user captures a stream in global mode (PyTorch's
+ * default): this thread's capture mode is relaxed first.
+ */
+static ncclResult_t group_job_run(struct braid_init_job* job) {
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) (void)cudaGetLastError();
+  return job->run(job);
+}
+
 static void* group_job_main(void* arg) {
   struct braid_init_job* job = arg;
-  job->result = job->run(job);
+  job->result = group_job_run(job);
   return NULL;
 }
 
@@ -93,6 +104,7 @@ ncclResult_t group_run_jobs(struct braid_init_job* jobs) {
     if (err != 0) {
       j->result = braid_err(ncclSystemError, "cannot start an init thread: %s", strerror(err));
       if (j->cancel) j->cancel(j);
+      if (j->comm) comm_init_failed(j->comm, j->result); /* or its destroy waits forever */
       /* The others would wait for this rank forever: make them give up. */
       for (struct braid_init_job* k = jobs; k; k = k->next)
         if (k->comm && k->comm->abort_flag)
@@ -113,7 +125,7 @@ ncclResult_t group_run_jobs(struct braid_init_job* jobs) {
 
 static void* group_job_detached(void* arg) {
   struct braid_init_job* job = arg;
-  job->result = job->run(job);
+  job->result = group_job_run(job);
   if (job->result != ncclSuccess && job->comm == NULL)
     WARN("a nonblocking split this rank takes no part in failed: %s", braid_err_last());
   free(job->arg);
@@ -166,6 +178,7 @@ static ncclResult_t group_connect_p2p_all(struct ncclComm* comms) {
   ncclResult_t res = ncclSuccess;
   for (struct ncclComm* c = comms; c; c = c->group->next) {
     BRAID_CUDA_TRY(cudaSetDevice(c->cuda_dev));
+    comm_wait_splits(c);
     enqueue_p2p_needs(c);
     BRAID_TRY(transport_p2p_setup(c));
   }

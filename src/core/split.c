@@ -16,6 +16,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/bootstrap.h"
 #include "core/comm.h"
@@ -29,6 +30,7 @@
 
 struct split_args {
   struct ncclComm* parent;
+  uint32_t ticket;  /* this job's turn among the parent's split jobs */
   int color, key;   /* split */
   int shrink;       /* 1: the members are the parent's ranks not in exclude[] */
   int nexclude;
@@ -71,6 +73,24 @@ static int split_excluded(const struct split_args* a, int rank) {
   return 0;
 }
 
+/* The parent's split jobs take turns in call order, the same order on every rank. */
+static ncclResult_t split_wait_turn(const struct split_args* a) {
+  struct ncclComm* parent = a->parent;
+  while (__atomic_load_n(&parent->split_turn, __ATOMIC_ACQUIRE) != a->ticket) {
+    if (parent->abort_flag && __atomic_load_n(parent->abort_flag, __ATOMIC_RELAXED))
+      return braid_err(ncclRemoteError, "rank %d: the parent communicator aborted while a split "
+                       "waited for an earlier one", parent->rank);
+    usleep(100);
+  }
+  return ncclSuccess;
+}
+
+/* This job is over (done, failed or cancelled): the next split may go, teardown may too. */
+static void split_job_done(const struct split_args* a) {
+  __atomic_fetch_add(&a->parent->split_turn, 1, __ATOMIC_RELEASE);
+  __atomic_fetch_sub(&a->parent->children_pending, 1, __ATOMIC_RELEASE);
+}
+
 static ncclResult_t split_job_run(struct braid_init_job* job) {
   ncclResult_t res = ncclSuccess;
   struct split_args* a = job->arg;
@@ -78,6 +98,7 @@ static ncclResult_t split_job_run(struct braid_init_job* job) {
   int* members = NULL;
   int n = 0, me = -1;
   braid_log_context_set(parent->rank, parent->cuda_dev);
+  BRAID_TRY(split_wait_turn(a));
   BRAID_TRY(BRAID_CALLOC(&members, parent->nranks, "the split's member list"));
   if (a->shrink) {
     for (int r = 0; r < parent->nranks; r++)
@@ -94,20 +115,17 @@ static ncclResult_t split_job_run(struct braid_init_job* job) {
        parent->rank, parent->nranks, a->shrink ? "shrink" : "split", me, n);
   res = comm_init_split(job->comm, parent, members, n, me);
   free(members);
-  __atomic_fetch_sub(&parent->children_pending, 1, __ATOMIC_RELEASE);
+  split_job_done(a);
   return res;
 fail:
   if (res != ncclSuccess && job->comm) comm_init_failed(job->comm, res);
   free(members);
-  __atomic_fetch_sub(&parent->children_pending, 1, __ATOMIC_RELEASE);
+  split_job_done(a);
   return res;
 }
 
 /* The job will not run (no thread for it): the parent stops waiting for it. */
-static void split_job_cancel(struct braid_init_job* job) {
-  struct split_args* a = job->arg;
-  __atomic_fetch_sub(&a->parent->children_pending, 1, __ATOMIC_RELEASE);
-}
+static void split_job_cancel(struct braid_init_job* job) { split_job_done(job->arg); }
 
 /* A parent that can be split: initialized, not failed (a revoked one is fine). */
 static ncclResult_t split_check_parent(struct ncclComm* parent, const char* api) {
@@ -136,6 +154,7 @@ static ncclResult_t split_start(struct ncclComm* parent, struct split_args* args
   job->comm = child;
   job->run = split_job_run;
   job->cancel = split_job_cancel;
+  args->ticket = __atomic_fetch_add(&parent->split_next, 1, __ATOMIC_ACQ_REL);
   job->arg = args;
   args = NULL;
   *newcomm = child;

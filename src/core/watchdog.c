@@ -138,6 +138,15 @@ uint64_t watchdog_launch_seq(struct ncclComm* comm, int captured) {
   return seq;
 }
 
+void watchdog_forget_pending(struct ncclComm* comm) {
+  struct braid_watchdog* wd = comm->watchdog;
+  if (wd == NULL) return;
+  pthread_mutex_lock(&wd->lock);
+  wd->launched = wd->issued;
+  wd->count = 0;
+  pthread_mutex_unlock(&wd->lock);
+}
+
 void watchdog_nothing_launched(struct ncclComm* comm) {
   struct braid_watchdog* wd = comm->watchdog;
   if (wd == NULL) return;
@@ -389,7 +398,10 @@ static void wd_check_local_peers(struct braid_watchdog* wd) {
   const struct braid_peer_info* me = &comm->peers[comm->rank];
   for (int r = 0; r < comm->nranks; r++) {
     const struct braid_peer_info* p = &comm->peers[r];
-    if (r == comm->rank || p->host_hash != me->host_hash || p->pid == me->pid) continue;
+    /* Only pids of this pid namespace mean anything here (containers may share a host hash). */
+    if (r == comm->rank || p->host_hash != me->host_hash || p->pid == me->pid ||
+        p->pid_ns == 0 || p->pid_ns != me->pid_ns)
+      continue;
     if (kill(p->pid, 0) == 0 || errno != ESRCH) continue;
     char why[96];
     snprintf(why, sizeof why, "rank %d's process (pid %d) is gone", r, p->pid);
@@ -419,7 +431,8 @@ static void* wd_main(void* arg) {
     }
     double now = braid_time_sec();
     pthread_mutex_lock(&wd->lock);
-    int pending = wd->count > 0;
+    /* A revoked communicator runs nothing more: nothing of it can hang. */
+    int pending = wd->count > 0 && comm->state != BRAID_COMM_REVOKED;
     double idle = now - wd->progress_t;
     pthread_mutex_unlock(&wd->lock);
     if (!wd->failed && pending && wd->timeout_s > 0 && idle > wd->timeout_s) {

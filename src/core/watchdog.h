@@ -77,6 +77,8 @@ void watchdog_issue(struct ncclComm* comm, const struct braid_op* op);
  * is captured into a graph (whose replays the ledger does not follow).
  */
 uint64_t watchdog_launch_seq(struct ncclComm* comm, int captured);
+/* Launches that will never report (stopped by revoke or shrink-abort, or never started). */
+void watchdog_forget_pending(struct ncclComm* comm);
 /* The operations issued so far needed no launch (all empty). */
 void watchdog_nothing_launched(struct ncclComm* comm);
 
