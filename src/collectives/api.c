@@ -4,9 +4,11 @@
  * outside ncclGroupStart/End is a group of one). AlltoAll, Gather and
  * Scatter are groups of sends and receives.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include "core/comm.h"
@@ -33,6 +35,77 @@ struct api_call {
   void* stage_copy; /* AlltoAll in place: the copy the sends read, freed after launch */
 };
 
+/*
+ * How much device memory a buffer has behind it. The driver knows each
+ * cudaMalloc allocation's extent; a buffer that ends past it would make the
+ * kernels read or write someone else's memory (or fault), so the call is
+ * refused instead. Memory mapped with cuMemMap (PyTorch's expandable
+ * segments) and stream-ordered pool memory are mapped piecewise, back to
+ * back, so a short range there proves nothing and is accepted. The driver
+ * functions come from the runtime's entry-point query; without them the
+ * check is skipped.
+ */
+typedef CUresult (*api_range_fn)(CUdeviceptr* base, size_t* size, CUdeviceptr ptr);
+typedef CUresult (*api_attr_fn)(void* data, CUpointer_attribute attr, CUdeviceptr ptr);
+typedef CUresult (*api_retain_fn)(CUmemGenericAllocationHandle* handle, void* addr);
+typedef CUresult (*api_release_fn)(CUmemGenericAllocationHandle handle);
+
+static struct {
+  pthread_once_t once;
+  api_range_fn range;
+  api_attr_fn attr;
+  api_retain_fn retain;
+  api_release_fn release;
+} api_drv = {.once = PTHREAD_ONCE_INIT};
+
+static void* api_drv_fn(const char* name) {
+  void* fn = NULL;
+  enum cudaDriverEntryPointQueryResult found;
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  return fn;
+}
+
+static void api_drv_load(void) {
+  api_drv.range = (api_range_fn)api_drv_fn("cuMemGetAddressRange");
+  api_drv.attr = (api_attr_fn)api_drv_fn("cuPointerGetAttribute");
+  api_drv.retain = (api_retain_fn)api_drv_fn("cuMemRetainAllocationHandle");
+  api_drv.release = (api_release_fn)api_drv_fn("cuMemRelease");
+}
+
+/* Whether device memory at ptr may continue past its driver range: cuMemMap or pool memory. */
+static int api_mapped_piecewise(CUdeviceptr ptr) {
+  void* pool = NULL;
+  CUmemGenericAllocationHandle handle;
+  if (api_drv.attr == NULL || api_drv.retain == NULL || api_drv.release == NULL) return 1;
+  if (api_drv.attr(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, ptr) == CUDA_SUCCESS && pool != NULL)
+    return 1;
+  if (api_drv.retain(&handle, (void*)(uintptr_t)ptr) == CUDA_SUCCESS) {
+    (void)api_drv.release(handle);
+    return 1;
+  }
+  return 0;
+}
+
+/* Device memory of this GPU at ptr: refuses a buffer that ends past its allocation. */
+static ncclResult_t api_check_extent(const struct api_call* c, const void* ptr, const char* name,
+                                     size_t bytes) {
+  CUdeviceptr base = 0, p = (CUdeviceptr)(uintptr_t)ptr;
+  size_t size = 0;
+  pthread_once(&api_drv.once, api_drv_load);
+  if (api_drv.range == NULL || api_drv.range(&base, &size, p) != CUDA_SUCCESS) return ncclSuccess;
+  size_t have = (size_t)(base + size - p);
+  if (have >= bytes || api_mapped_piecewise(p)) return ncclSuccess;
+  return braid_err(ncclInvalidArgument,
+                   "%s: %s %p has %zu bytes of its cudaMalloc allocation behind it (the allocation "
+                   "is %zu bytes at %p), but %zu bytes are to be %s: count or buffer is wrong",
+                   c->api, name, ptr, have, size, (void*)(uintptr_t)base, bytes,
+                   strcmp(name, "recvbuff") == 0 ? "written" : "read");
+}
+
 /* A buffer the GPU of `comm` must be able to use: device memory of that GPU, managed or pinned
  * host. */
 static ncclResult_t api_check_pointer(const struct api_call* c, const void* ptr, const char* name,
@@ -55,7 +128,7 @@ static ncclResult_t api_check_pointer(const struct api_call* c, const void* ptr,
                          "%s: %s %p is memory of CUDA device %d, but rank %d's communicator uses "
                          "device %d",
                          c->api, name, ptr, attr.device, c->comm->rank, c->comm->cuda_dev);
-      return ncclSuccess;
+      return api_check_extent(c, ptr, name, bytes);
     case cudaMemoryTypeManaged:
     case cudaMemoryTypeHost:
       return ncclSuccess;
@@ -151,7 +224,7 @@ static ncclResult_t api_submit(struct ncclComm* comm, const struct braid_op* ops
 
 static ncclResult_t api_fail(const struct api_call* c, ncclResult_t res) {
   if (group_depth() > 0) group_fail(res);
-  if (c->comm && c->comm->magic == BRAID_COMM_MAGIC) comm_error_record(c->comm, res);
+  comm_error_record(c->comm, res);
   return res;
 }
 
@@ -416,7 +489,7 @@ fail:
 
 /* Whether the caller is `root` of a valid communicator (a bad comm is reported later). */
 static int api_is_root(ncclComm_t comm, int root) {
-  return comm && comm->magic == BRAID_COMM_MAGIC && comm->rank == root;
+  return comm_is_live(comm) && comm->rank == root;
 }
 
 NCCL_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,

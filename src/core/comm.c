@@ -5,6 +5,7 @@
  */
 #include "core/comm.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -22,10 +23,86 @@
 #include "graph/graph.h"
 #include "transport/transport.h"
 
+/*
+ * The live communicators: an open-addressing set of their addresses (linear
+ * probing, deletion by backward shift). A handle the user destroyed, or never
+ * had, is refused by looking it up here, never by reading through it: its
+ * memory may be freed or reused.
+ */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static uintptr_t* live_slots; /* 0 = empty */
+static size_t live_cap;       /* a power of two, or 0 */
+static size_t live_count;
+
+static size_t live_home(uintptr_t p, size_t cap) {
+  return (size_t)(((uint64_t)p >> 4) * 0x9E3779B97F4A7C15ULL >> 20) & (cap - 1);
+}
+
+/* The slot holding p, or the empty slot where it would go. Caller holds live_lock; live_cap > 0. */
+static size_t live_find(uintptr_t p) {
+  size_t i = live_home(p, live_cap);
+  while (live_slots[i] != 0 && live_slots[i] != p) i = (i + 1) & (live_cap - 1);
+  return i;
+}
+
+static int live_grow(void) {
+  size_t cap = live_cap ? live_cap * 2 : 64;
+  uintptr_t* old = live_slots;
+  size_t old_cap = live_cap;
+  uintptr_t* slots = calloc(cap, sizeof *slots);
+  if (slots == NULL) return -1;
+  live_slots = slots;
+  live_cap = cap;
+  for (size_t i = 0; i < old_cap; i++)
+    if (old[i] != 0) live_slots[live_find(old[i])] = old[i];
+  free(old);
+  return 0;
+}
+
+static ncclResult_t live_add(const struct ncclComm* comm) {
+  ncclResult_t res = ncclSuccess;
+  pthread_mutex_lock(&live_lock);
+  if ((live_count + 1) * 2 > live_cap && live_grow() != 0)
+    res = braid_err(ncclSystemError, "out of host memory for the table of live communicators");
+  else {
+    live_slots[live_find((uintptr_t)comm)] = (uintptr_t)comm;
+    live_count++;
+  }
+  pthread_mutex_unlock(&live_lock);
+  return res;
+}
+
+static void live_remove(const struct ncclComm* comm) {
+  pthread_mutex_lock(&live_lock);
+  size_t i = live_cap ? live_find((uintptr_t)comm) : 0;
+  if (live_cap && live_slots[i] != 0) {
+    live_slots[i] = 0;
+    live_count--;
+    /* Backward shift: move up each later entry of the run whose home is not in (i, j]. */
+    for (size_t j = (i + 1) & (live_cap - 1); live_slots[j] != 0; j = (j + 1) & (live_cap - 1)) {
+      size_t home = live_home(live_slots[j], live_cap);
+      int stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+      if (stays) continue;
+      live_slots[i] = live_slots[j];
+      live_slots[j] = 0;
+      i = j;
+    }
+  }
+  pthread_mutex_unlock(&live_lock);
+}
+
+int comm_is_live(const struct ncclComm* comm) {
+  if (comm == NULL) return 0;
+  pthread_mutex_lock(&live_lock);
+  int live = live_cap && live_slots[live_find((uintptr_t)comm)] != 0;
+  pthread_mutex_unlock(&live_lock);
+  return live;
+}
+
 ncclResult_t comm_check(const struct ncclComm* comm, const char* api) {
   if (comm == NULL)
     return braid_err(ncclInvalidArgument, "%s: comm is NULL", api);
-  if (comm->magic != BRAID_COMM_MAGIC)
+  if (!comm_is_live(comm) || comm->magic != BRAID_COMM_MAGIC)
     return braid_err(ncclInvalidArgument,
                      "%s: comm %p is not a live communicator (destroyed, or never created)", api,
                      (const void*)comm);
@@ -53,15 +130,15 @@ ncclResult_t comm_check_ready(const struct ncclComm* comm, const char* api) {
                        api, comm->rank);
     default:
       return braid_err(ncclInvalidUsage,
-                       "%s: rank %d's communicator failed (%s) and can only be destroyed or "
-                       "aborted",
-                       api, comm->rank, braid_result_str(comm->async_error));
+                       "%s: rank %d's communicator failed to initialize (result %d: %s); it can "
+                       "only be destroyed or aborted",
+                       api, comm->rank, (int)comm->async_error,
+                       comm->init_error[0] ? comm->init_error : "no reason was recorded");
   }
 }
 
 void comm_error_record(struct ncclComm* comm, ncclResult_t res) {
-  if (res == ncclSuccess || res == ncclInProgress || comm == NULL) return;
-  if (comm->magic != BRAID_COMM_MAGIC) return;
+  if (res == ncclSuccess || res == ncclInProgress || !comm_is_live(comm)) return;
   pthread_mutex_lock(&comm->lock);
   snprintf(comm->last_error, sizeof comm->last_error, "%s", braid_err_last());
   pthread_mutex_unlock(&comm->lock);
@@ -80,9 +157,15 @@ ncclResult_t comm_alloc(struct ncclComm** out, int rank, int nranks, int cuda_de
   comm->state = BRAID_COMM_INITIALIZING;
   comm->async_error = ncclInProgress;
   pthread_mutex_init(&comm->lock, NULL);
+  res = live_add(comm);
+  if (res != ncclSuccess) {
+    pthread_mutex_destroy(&comm->lock);
+    goto fail;
+  }
   *out = comm;
   return ncclSuccess;
 fail:
+  free(comm);
   return res;
 }
 
@@ -173,6 +256,7 @@ fail:
 void comm_init_failed(struct ncclComm* comm, ncclResult_t res) {
   comm->async_error = res;
   comm_error_record(comm, res);
+  snprintf(comm->init_error, sizeof comm->init_error, "%s", braid_err_last());
   __atomic_store_n(&comm->state, BRAID_COMM_FAILED, __ATOMIC_RELEASE); /* last, as above */
 }
 
@@ -232,6 +316,7 @@ fail:
 
 void comm_free(struct ncclComm* comm) {
   if (comm == NULL) return;
+  live_remove(comm); /* first: from here on the handle is refused */
   if (comm->cuda_dev >= 0) (void)cudaSetDevice(comm->cuda_dev);
   watchdog_stop(comm); /* first: its thread reads the connections */
   dev_state_free(comm);

@@ -84,8 +84,11 @@ struct ncclComm {
 
   pthread_mutex_t lock;
   char last_error[BRAID_ERROR_MAX];  /* this comm's last error, for ncclGetLastError */
+  char init_error[BRAID_ERROR_MAX];  /* why init failed (state FAILED), for later refusals */
 };
 
+/* Whether `comm` is a communicator that exists now (allocated, not yet freed); never reads *comm. */
+int comm_is_live(const struct ncclComm* comm);
 /* Validates a handle from the user: not NULL, not destroyed. Sets the log context. */
 ncclResult_t comm_check(const struct ncclComm* comm, const char* api);
 /* comm_check, and the communicator finished init successfully and was not finalized. */

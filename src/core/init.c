@@ -348,7 +348,7 @@ NCCL_API const char* ncclGetErrorString(ncclResult_t result) { return braid_resu
 NCCL_ALIAS(const char*, ncclGetErrorString, (ncclResult_t result))
 
 NCCL_API const char* ncclGetLastError(ncclComm_t comm) {
-  if (comm != NULL && comm->magic == BRAID_COMM_MAGIC && comm->last_error[0] != '\0')
+  if (comm_is_live(comm) && comm->last_error[0] != '\0')
     return comm->last_error;
   return braid_err_last();
 }

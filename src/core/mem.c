@@ -18,6 +18,7 @@ NCCL_API ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
   if (size == 0) return braid_err(ncclInvalidArgument, "ncclMemAlloc: size is 0");
   cudaError_t err = cudaMalloc(ptr, size);
   if (err != cudaSuccess) {
+    (void)cudaGetLastError(); /* not left for the caller's next error check */
     *ptr = NULL;
     return braid_err(ncclUnhandledCudaError, "ncclMemAlloc: cudaMalloc of %zu bytes failed: %s",
                      size, cudaGetErrorString(err));
@@ -30,8 +31,10 @@ NCCL_API ncclResult_t ncclMemFree(void* ptr) {
   braid_err_clear();
   if (ptr == NULL) return ncclSuccess;
   cudaError_t err = cudaFree(ptr);
-  if (err != cudaSuccess)
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
     return braid_err(ncclUnhandledCudaError, "ncclMemFree(%p) failed: %s", ptr, cudaGetErrorString(err));
+  }
   return ncclSuccess;
 }
 NCCL_API ncclResult_t pncclMemFree(void* ptr) __attribute__((alias("ncclMemFree")));

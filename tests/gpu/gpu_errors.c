@@ -9,8 +9,10 @@
  * allocated on the next visible device. At the end, a valid call on the same
  * communicator must still work.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu_test.h"
 
@@ -146,6 +148,116 @@ static ncclResult_t call_send_other_gpu(struct err_env* e) {
 static ncclResult_t call_recv_other_gpu(struct err_env* e) {
   return ncclAllReduce(e->send, e->other, ERR_COUNT, ncclFloat32, ncclSum, e->comm, e->stream);
 }
+/* Buffers too small for the count: the second half of a buffer, asked for a whole buffer's worth. */
+static ncclResult_t call_send_past_end(struct err_env* e) {
+  return ncclAllReduce(e->send + ERR_COUNT / 2, e->recv, ERR_COUNT, ncclFloat32, ncclSum, e->comm,
+                       e->stream);
+}
+static ncclResult_t call_recv_past_end(struct err_env* e) {
+  return ncclAllGather(e->send, e->recv + ERR_COUNT / 2, ERR_COUNT, ncclFloat32, e->comm,
+                       e->stream);
+}
+static ncclResult_t call_sendp2p_past_end(struct err_env* e) {
+  return ncclSend(e->send + 1, ERR_COUNT, ncclFloat32, 0, e->comm, e->stream);
+}
+static ncclResult_t call_alltoall_past_end(struct err_env* e) {
+  return ncclAlltoAll(e->send, e->recv + 1, ERR_COUNT, ncclFloat32, e->comm, e->stream);
+}
+/* Counts whose byte size overflows size_t. */
+static ncclResult_t call_count_overflow(struct err_env* e) {
+  return ncclAllReduce(e->send, e->recv, SIZE_MAX, ncclFloat32, ncclSum, e->comm, e->stream);
+}
+static ncclResult_t call_count_overflow_bytes(struct err_env* e) {
+  return ncclReduceScatter(e->send, e->recv, SIZE_MAX / 4 + 1, ncclFloat32, ncclSum, e->comm,
+                           e->stream);
+}
+static ncclResult_t call_gather_count_overflow(struct err_env* e) {
+  return ncclGather(e->send, e->recv, SIZE_MAX / 2, ncclFloat64, 0, e->comm, e->stream);
+}
+static ncclResult_t call_bcast_null(struct err_env* e) {
+  return ncclBcast(NULL, ERR_COUNT, ncclFloat32, 0, e->comm, e->stream);
+}
+static ncclResult_t call_scatter_recv_null(struct err_env* e) {
+  return ncclScatter(e->send, NULL, ERR_COUNT, ncclFloat32, 0, e->comm, e->stream);
+}
+static ncclResult_t call_reduce_op_negative(struct err_env* e) {
+  return ncclReduce(e->send, e->recv, ERR_COUNT, ncclFloat32, (ncclRedOp_t)-1, 0, e->comm,
+                    e->stream);
+}
+static ncclResult_t call_premul_null_scalar(struct err_env* e) {
+  ncclRedOp_t op;
+  return ncclRedOpCreatePreMulSum(&op, NULL, ncclFloat32, ncclScalarHostImmediate, e->comm);
+}
+static ncclResult_t call_premul_bad_type(struct err_env* e) {
+  ncclRedOp_t op;
+  float scalar = 1.0f;
+  return ncclRedOpCreatePreMulSum(&op, &scalar, (ncclDataType_t)ncclNumTypes,
+                                  ncclScalarHostImmediate, e->comm);
+}
+static ncclResult_t call_register_null_handle(struct err_env* e) {
+  return ncclCommRegister(e->comm, e->send, sizeof(float) * ERR_COUNT, NULL);
+}
+static ncclResult_t call_register_zero_size(struct err_env* e) {
+  void* handle;
+  return ncclCommRegister(e->comm, e->send, 0, &handle);
+}
+static ncclResult_t call_register_other_gpu(struct err_env* e) {
+  void* handle;
+  return ncclCommRegister(e->comm, e->other, sizeof(float) * ERR_COUNT, &handle);
+}
+static ncclResult_t call_deregister_unknown(struct err_env* e) {
+  int not_a_handle;
+  return ncclCommDeregister(e->comm, &not_a_handle);
+}
+static ncclResult_t call_window_bad_flags(struct err_env* e) {
+  ncclWindow_t win;
+  return ncclCommWindowRegister(e->comm, e->send, sizeof(float) * ERR_COUNT, &win, 0x100);
+}
+static ncclResult_t call_split_null_newcomm(struct err_env* e) {
+  return ncclCommSplit(e->comm, 0, 0, NULL, NULL);
+}
+static ncclResult_t call_shrink_rank_out_of_range(struct err_env* e) {
+  int excluded = 5;
+  ncclComm_t child;
+  return ncclCommShrink(e->comm, &excluded, 1, &child, NULL, NCCL_SHRINK_DEFAULT);
+}
+static ncclResult_t call_revoke_bad_flags(struct err_env* e) { return ncclCommRevoke(e->comm, 7); }
+static ncclResult_t call_query_null(struct err_env* e) { return ncclCommUserRank(e->comm, NULL); }
+static ncclResult_t call_memfree_host(struct err_env* e) {
+  static float host_memory[16];
+  (void)e;
+  return ncclMemFree(host_memory);
+}
+static ncclResult_t call_initall_no_such_device(struct err_env* e) {
+  int count = 0, devs[1];
+  ncclComm_t comms[1];
+  if (cudaGetDeviceCount(&count) != cudaSuccess) return ncclInternalError;
+  devs[0] = count; /* one past the last */
+  (void)e;
+  return ncclCommInitAll(comms, 1, devs);
+}
+static ncclResult_t call_initall_device_twice(struct err_env* e) {
+  int devs[2] = {e->dev, e->dev};
+  ncclComm_t comms[2];
+  return ncclCommInitAll(comms, 2, devs);
+}
+static ncclResult_t call_init_bad_config(struct err_env* e) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  ncclUniqueId id;
+  ncclComm_t comm;
+  (void)e;
+  if (ncclGetUniqueId(&id) != ncclSuccess) return ncclInternalError;
+  config.blocking = 2;
+  return ncclCommInitRankConfig(&comm, 1, id, 0, &config);
+}
+static ncclResult_t call_init_id_not_braid(struct err_env* e) {
+  ncclUniqueId id;
+  ncclComm_t comm;
+  (void)e;
+  memset(&id, 0x5a, sizeof id);
+  return ncclCommInitRank(&comm, 1, id, 0);
+}
+
 static ncclResult_t call_group_end_unmatched(struct err_env* e) {
   (void)e;
   return ncclGroupEnd();
@@ -207,6 +319,45 @@ static const struct err_case err_cases[] = {
     {"AllReduce on a NULL communicator", ncclInvalidArgument, call_null_comm, 0},
     {"AllReduce with sendbuff on the other GPU", ncclInvalidArgument, call_send_other_gpu, 1},
     {"AllReduce with recvbuff on the other GPU", ncclInvalidArgument, call_recv_other_gpu, 1},
+    {"AllReduce reading past the end of sendbuff's allocation", ncclInvalidArgument,
+     call_send_past_end, 0},
+    {"AllGather writing past the end of recvbuff's allocation", ncclInvalidArgument,
+     call_recv_past_end, 0},
+    {"Send reading past the end of its buffer's allocation", ncclInvalidArgument,
+     call_sendp2p_past_end, 0},
+    {"AlltoAll writing past the end of recvbuff's allocation", ncclInvalidArgument,
+     call_alltoall_past_end, 0},
+    {"AllReduce with count SIZE_MAX", ncclInvalidArgument, call_count_overflow, 0},
+    {"ReduceScatter whose byte count overflows size_t", ncclInvalidArgument,
+     call_count_overflow_bytes, 0},
+    {"Gather whose byte count overflows size_t", ncclInvalidArgument, call_gather_count_overflow,
+     0},
+    {"Bcast with a NULL buffer", ncclInvalidArgument, call_bcast_null, 0},
+    {"Scatter with a NULL recvbuff", ncclInvalidArgument, call_scatter_recv_null, 0},
+    {"Reduce with operator -1", ncclInvalidArgument, call_reduce_op_negative, 0},
+    {"ncclRedOpCreatePreMulSum with a NULL scalar", ncclInvalidArgument, call_premul_null_scalar,
+     0},
+    {"ncclRedOpCreatePreMulSum with datatype ncclNumTypes", ncclInvalidArgument,
+     call_premul_bad_type, 0},
+    {"ncclCommRegister with a NULL handle", ncclInvalidArgument, call_register_null_handle, 0},
+    {"ncclCommRegister of 0 bytes", ncclInvalidArgument, call_register_zero_size, 0},
+    {"ncclCommRegister of the other GPU's buffer", ncclInvalidArgument, call_register_other_gpu,
+     1},
+    {"ncclCommDeregister of a handle it never gave", ncclInvalidArgument, call_deregister_unknown,
+     0},
+    {"ncclCommWindowRegister with unknown flags", ncclInvalidArgument, call_window_bad_flags, 0},
+    {"ncclCommSplit with a NULL newcomm", ncclInvalidArgument, call_split_null_newcomm, 0},
+    {"ncclCommShrink excluding rank 5 of 1", ncclInvalidArgument, call_shrink_rank_out_of_range,
+     0},
+    {"ncclCommRevoke with unknown flags", ncclInvalidArgument, call_revoke_bad_flags, 0},
+    {"ncclCommUserRank with a NULL rank", ncclInvalidArgument, call_query_null, 0},
+    {"ncclMemFree of host memory", ncclUnhandledCudaError, call_memfree_host, 0},
+    {"ncclCommInitAll on a device that does not exist", ncclInvalidArgument,
+     call_initall_no_such_device, 0},
+    {"ncclCommInitAll with one device twice", ncclInvalidArgument, call_initall_device_twice, 0},
+    {"ncclCommInitRankConfig with blocking = 2", ncclInvalidArgument, call_init_bad_config, 0},
+    {"ncclCommInitRank with an id not made by Braid", ncclInvalidArgument, call_init_id_not_braid,
+     0},
     {"ncclGroupEnd without ncclGroupStart", ncclInvalidUsage, call_group_end_unmatched, 0},
     {"ncclRedOpDestroy of ncclSum", ncclInvalidArgument, call_destroy_builtin_op, 0},
     {"ncclRedOpDestroy twice", ncclInvalidArgument, call_destroy_op_twice, 0},
@@ -288,6 +439,130 @@ static void err_destroy_in_group(struct gpu_world* w, struct err_env* env) {
   world_case_end(w);
 }
 
+/* err_expect, and the message names the problem with `text`. */
+static void err_expect_text(struct gpu_world* w, ncclResult_t got, ncclResult_t want,
+                            ncclComm_t comm, const char* what, const char* text) {
+  const char* last = ncclGetLastError(comm);
+  if (got != want)
+    world_case_fail(w, "%s returned %s, expected %s; ncclGetLastError: %s", what,
+                    ncclGetErrorString(got), ncclGetErrorString(want), last ? last : "(NULL)");
+  else if (text != NULL && (last == NULL || strstr(last, text) == NULL))
+    world_case_fail(w, "%s: the message does not say '%s': %s", what, text,
+                    last ? last : "(NULL)");
+}
+
+/* A one-rank communicator of its own on the environment's GPU; NULL after a failure. */
+static ncclComm_t err_new_comm(struct gpu_world* w, struct err_env* e) {
+  ncclComm_t c = NULL;
+  if (world_nccl(w, ncclCommInitAll(&c, 1, &e->dev), NULL, "ncclCommInitAll (one rank)") != 0)
+    return NULL;
+  return c;
+}
+
+#define STALE "not a live communicator"
+
+/* Calls on a destroyed communicator, and destroying it twice, are refused without a crash. */
+static void err_use_after_destroy(struct gpu_world* w, struct err_env* env) {
+  struct err_env* e = err_begin(w, env, "use after ncclCommDestroy, and a second destroy");
+  ncclComm_t c;
+  int x;
+  if (e == NULL) return;
+  if ((c = err_new_comm(w, e)) != NULL) {
+    err_expect_text(w, ncclCommDestroy(c), ncclSuccess, NULL, "ncclCommDestroy", NULL);
+    err_expect_text(w,
+                    ncclAllReduce(e->send, e->recv, ERR_COUNT, ncclFloat32, ncclSum, c, e->stream),
+                    ncclInvalidArgument, c, "ncclAllReduce after destroy", STALE);
+    err_expect_text(w, ncclSend(e->send, ERR_COUNT, ncclFloat32, 0, c, e->stream),
+                    ncclInvalidArgument, c, "ncclSend after destroy", STALE);
+    err_expect_text(w, ncclCommCount(c, &x), ncclInvalidArgument, c, "ncclCommCount after destroy",
+                    STALE);
+    err_expect_text(w, ncclCommDestroy(c), ncclInvalidArgument, c, "a second ncclCommDestroy",
+                    STALE);
+    err_expect_text(w, ncclCommAbort(c), ncclInvalidArgument, c, "ncclCommAbort after destroy",
+                    STALE);
+  }
+  world_case_end(w);
+}
+
+/* Abort frees the communicator as destroy does: a destroy after it is refused. */
+static void err_destroy_after_abort(struct gpu_world* w, struct err_env* env) {
+  struct err_env* e = err_begin(w, env, "ncclCommDestroy after ncclCommAbort");
+  ncclComm_t c;
+  if (e == NULL) return;
+  if ((c = err_new_comm(w, e)) != NULL) {
+    err_expect_text(w, ncclCommAbort(c), ncclSuccess, NULL, "ncclCommAbort", NULL);
+    err_expect_text(w, ncclCommDestroy(c), ncclInvalidArgument, c, "ncclCommDestroy after abort",
+                    STALE);
+  }
+  world_case_end(w);
+}
+
+/* A finalized communicator takes no more work; it can still be queried and destroyed. */
+static void err_after_finalize(struct gpu_world* w, struct err_env* env) {
+  struct err_env* e = err_begin(w, env, "collectives after ncclCommFinalize");
+  ncclComm_t c;
+  int n = 0;
+  if (e == NULL) return;
+  if ((c = err_new_comm(w, e)) != NULL) {
+    err_expect_text(w, ncclCommFinalize(c), ncclSuccess, NULL, "ncclCommFinalize", NULL);
+    err_expect_text(w,
+                    ncclAllReduce(e->send, e->recv, ERR_COUNT, ncclFloat32, ncclSum, c, e->stream),
+                    ncclInvalidUsage, c, "ncclAllReduce after finalize", "finalized");
+    err_expect_text(w, ncclCommCount(c, &n), ncclSuccess, c, "ncclCommCount after finalize", NULL);
+    err_expect_text(w, ncclCommDestroy(c), ncclSuccess, NULL, "ncclCommDestroy after finalize",
+                    NULL);
+  }
+  world_case_end(w);
+}
+
+/*
+ * A communicator whose init failed: two nonblocking inits that disagree
+ * about nranks fail at the bootstrap root. Each handle then reports the
+ * error, refuses work and splits naming the failure, and is destroyed.
+ */
+static void err_init_failed(struct gpu_world* w, struct err_env* env) {
+  struct err_env* e = err_begin(w, env, "calls on a communicator whose nonblocking init failed");
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  ncclComm_t c[2] = {NULL, NULL}, child = NULL;
+  ncclUniqueId id;
+  if (e == NULL) return;
+  config.blocking = 0;
+  if (world_nccl(w, ncclGetUniqueId(&id), NULL, "ncclGetUniqueId") != 0) goto done;
+  for (int i = 0; i < 2; i++) {
+    ncclResult_t r = ncclCommInitRankConfig(&c[i], 2 + i, id, i, &config);
+    if (r != ncclInProgress && r != ncclSuccess) /* a nonblocking init reports at the handle */
+      world_case_fail(w, "nonblocking init %d returned %s; expected ncclInProgress", i,
+                      ncclGetErrorString(r));
+  }
+  for (int i = 0; i < 2 && c[i] != NULL; i++) {
+    ncclResult_t async = ncclInProgress;
+    double start = world_now();
+    while (ncclCommGetAsyncError(c[i], &async) == ncclSuccess && async == ncclInProgress &&
+           world_now() - start < 30.0)
+      usleep(1000);
+    if (async != ncclInvalidArgument) {
+      world_case_fail(w, "rank %d's async error is %s, expected ncclInvalidArgument (%s)", i,
+                      ncclGetErrorString(async), ncclGetLastError(c[i]));
+      continue;
+    }
+    if (strstr(ncclGetLastError(c[i]), "disagree") == NULL)
+      world_case_fail(w, "rank %d's last error does not say the ranks disagree: %s", i,
+                      ncclGetLastError(c[i]));
+    err_expect_text(w,
+                    ncclAllReduce(e->send, e->recv, ERR_COUNT, ncclFloat32, ncclSum, c[i],
+                                  e->stream),
+                    ncclInvalidUsage, c[i], "ncclAllReduce after a failed init", "disagree");
+    err_expect_text(w, ncclCommSplit(c[i], 0, 0, &child, NULL), ncclInvalidUsage, c[i],
+                    "ncclCommSplit after a failed init", "failed");
+    if (child != NULL) world_case_fail(w, "a refused split gave a communicator");
+  }
+done:
+  for (int i = 0; i < 2; i++)
+    if (c[i] != NULL) err_expect_text(w, ncclCommDestroy(c[i]), ncclSuccess, NULL,
+                                      "ncclCommDestroy after a failed init", NULL);
+  world_case_end(w);
+}
+
 static void err_still_works(struct gpu_world* w, struct err_env* env) {
   struct err_env* e = err_begin(w, env, "the communicator still works after the refused calls");
   if (e == NULL) return;
@@ -301,6 +576,10 @@ void suite_errors(struct gpu_world* w) {
   for (size_t i = 0; i < ARRAY_LEN(err_cases); i++) err_simple(w, &env, &err_cases[i]);
   err_in_group(w, &env);
   err_destroy_in_group(w, &env);
+  err_use_after_destroy(w, &env);
+  err_destroy_after_abort(w, &env);
+  err_after_finalize(w, &env);
+  err_init_failed(w, &env);
   err_still_works(w, &env);
   err_env_teardown(w, &env);
 }

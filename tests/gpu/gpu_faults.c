@@ -35,12 +35,6 @@
 #define DEAD_LIMIT_S 60.0     /* a survivor that sees no error by then fails */
 #define DEAD_ABORT_S 1.0      /* the bar for ncclCommAbort */
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts); /* one clock for every process of the machine */
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 void suite_deadpeer(struct gpu_world* w) {
   char name[128];
   snprintf(name, sizeof name, "Dead peer: the last rank SIGKILLed mid-AllReduce mode=%s",
@@ -66,29 +60,29 @@ void suite_deadpeer(struct gpu_world* w) {
       goto out;
   if (me == victim) {
     mp_sleep(0.2); /* in the middle of the survivors' stream of calls */
-    *killed_at = now_s();
+    *killed_at = world_now();
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     raise(SIGKILL);
   }
   ncclResult_t async = ncclSuccess;
-  double start = now_s();
-  while (now_s() - start < DEAD_LIMIT_S) {
+  double start = world_now();
+  while (world_now() - start < DEAD_LIMIT_S) {
     if (world_nccl(w, ncclCommGetAsyncError(w->comm[0], &async), w->comm[0],
                    "ncclCommGetAsyncError"))
       goto out;
     if (async != ncclSuccess && async != ncclInProgress) break;
     mp_sleep(0.001);
   }
-  double seen = now_s();
+  double seen = world_now();
   if (async == ncclSuccess || async == ncclInProgress) {
     world_case_fail(w, "no error %.0f s after the peer's death", DEAD_LIMIT_S);
     goto out;
   }
   const char* msg = ncclGetLastError(w->comm[0]);
   double t0 = *killed_at;
-  double abort_start = now_s();
+  double abort_start = world_now();
   ncclResult_t res = ncclCommAbort(w->comm[0]);
-  double abort_s = now_s() - abort_start;
+  double abort_s = world_now() - abort_start;
   w->comm[0] = NULL; /* gone, whatever the result */
   printf("deadpeer [rank %d]: %s %.2f s after the SIGKILL (\"%s\"); ncclCommAbort took %.3f s\n", me,
          ncclGetErrorString(async), t0 > 0 ? seen - t0 : -1.0, msg ? msg : "", abort_s);
@@ -123,9 +117,9 @@ void suite_hang(struct gpu_world* w) {
     goto out;
   if (me == skipper) {
     /* Alive and idle (its watchdog answers), until the others are done. */
-    for (double t0 = now_s(); *done == 0 && now_s() - t0 < DEAD_LIMIT_S;) mp_sleep(0.01);
+    for (double t0 = world_now(); *done == 0 && world_now() - t0 < DEAD_LIMIT_S;) mp_sleep(0.01);
   } else {
-    double t0 = now_s();
+    double t0 = world_now();
     ncclResult_t async = ncclSuccess;
     if (world_nccl(w, ncclAllReduce(buf, buf, 4096, ncclFloat, ncclSum, w->comm[0], w->stream[0]),
                    w->comm[0], "ncclAllReduce #2"))
@@ -139,22 +133,22 @@ void suite_hang(struct gpu_world* w) {
       world_case_fail(w, "after SIGUSR1 the communicator reads %s", ncclGetErrorString(async));
       goto out;
     }
-    while (now_s() - t0 < DEAD_LIMIT_S && async == ncclSuccess) {
+    while (world_now() - t0 < DEAD_LIMIT_S && async == ncclSuccess) {
       mp_sleep(0.005);
       if (world_nccl(w, ncclCommGetAsyncError(w->comm[0], &async), w->comm[0],
                      "ncclCommGetAsyncError"))
         goto out;
     }
-    double verdict_s = now_s() - t0;
+    double verdict_s = world_now() - t0;
     const char* msg = ncclGetLastError(w->comm[0]);
     char want_wait[64], want_blame[96];
     snprintf(want_wait, sizeof want_wait, "rank %d waits in AllReduce #2", me);
     snprintf(want_blame, sizeof want_blame, "for rank %d, whose last op is AllReduce #1", skipper);
     if (async != ncclRemoteError || strstr(msg, want_wait) == NULL || strstr(msg, want_blame) == NULL)
       world_case_fail(w, "after %.1f s: %s, \"%s\"", verdict_s, ncclGetErrorString(async), msg);
-    double a0 = now_s();
+    double a0 = world_now();
     ncclResult_t res = ncclCommAbort(w->comm[0]);
-    double abort_s = now_s() - a0;
+    double abort_s = world_now() - a0;
     w->comm[0] = NULL;
     printf("hang [rank %d]: %s %.2f s after the call: \"%s\"; ncclCommAbort took %.3f s\n", me,
            ncclGetErrorString(async), verdict_s, msg, abort_s);

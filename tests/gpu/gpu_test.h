@@ -142,6 +142,9 @@ void world_case_end(struct gpu_world* w);
 void world_case_fail(struct gpu_world* w, const char* fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Seconds on CLOCK_MONOTONIC: one clock for every process of the machine. */
+double world_now(void);
+
 /* Check helpers: 0 on success; otherwise report (CUDA or NCCL error text) and return -1. */
 int world_cuda(struct gpu_world* w, cudaError_t err, const char* what);
 int world_nccl(struct gpu_world* w, ncclResult_t res, ncclComm_t comm, const char* what);

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gpu_test.h"
@@ -373,4 +374,10 @@ int world_main(const struct gpu_opts* o, void (*suites)(struct gpu_world* w)) {
   }
   mp_shared_free(sh, sizeof *sh);
   return rc;
+}
+
+double world_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

@@ -23,6 +23,14 @@ static void test_version_and_strings(void) {
     TEST_CHECK(ncclGetErrorString((ncclResult_t)r) != NULL && strlen(ncclGetErrorString((ncclResult_t)r)) > 0,
                "string for %d", r);
   TEST_CHECK(strcmp(ncclGetErrorString(ncclSuccess), "no error") == 0, "success string");
+  TEST_CHECK(strcmp(ncclGetErrorString((ncclResult_t)-1), "unknown result code") == 0 &&
+                 strcmp(ncclGetErrorString((ncclResult_t)1000), "unknown result code") == 0,
+             "codes out of range have a string");
+  /* Deprecated in nccl.h, still exported (PyTorch links it); no arguments to get wrong. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  ncclResetDebugInit();
+#pragma GCC diagnostic pop
   TEST_CHECK(strstr(braidGetVersionString(), "Braid") != NULL, "version string");
 }
 
@@ -57,6 +65,15 @@ static void test_null_comm(void) {
   float s = 1;
   TEST_EXPECT_RES(ncclRedOpCreatePreMulSum(&op, &s, ncclFloat, ncclScalarHostImmediate, NULL),
                   ncclInvalidArgument);
+}
+
+static void test_mem(void) {
+  void* p = (void*)0x1;
+  TEST_EXPECT_RES(ncclMemAlloc(NULL, 16), ncclInvalidArgument);
+  TEST_CHECK(last_error_has("ptr is NULL"), "message: %s", ncclGetLastError(NULL));
+  TEST_EXPECT_RES(ncclMemAlloc(&p, 0), ncclInvalidArgument);
+  TEST_CHECK(p == NULL && last_error_has("size is 0"), "message: %s", ncclGetLastError(NULL));
+  TEST_EXPECT_RES(ncclMemFree(NULL), ncclSuccess);
 }
 
 static void test_groups(void) {
@@ -95,13 +112,20 @@ static void test_comm_api_args(void) {
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   TEST_EXPECT_RES(ncclGroupSimulateEnd(&sim), ncclInvalidUsage);
   TEST_CHECK(last_error_has("without a matching ncclGroupStart"), "message: %s", ncclGetLastError(NULL));
+  /* A bad simInfo fails the group and ends it, as NCCL's does. */
   TEST_EXPECT_RES(ncclGroupStart(), ncclSuccess);
   TEST_EXPECT_RES(ncclGroupSimulateEnd(NULL), ncclInvalidArgument);
+  TEST_CHECK(last_error_has("simInfo is NULL"), "message: %s", ncclGetLastError(NULL));
+  TEST_EXPECT_RES(ncclGroupEnd(), ncclInvalidUsage);
   ncclSimInfo_t bad = sim;
   bad.magic = 0;
-  TEST_EXPECT_RES(ncclGroupSimulateEnd(&bad), ncclInvalidArgument);
+  TEST_EXPECT_RES(ncclGroupStart(), ncclSuccess);
+  TEST_EXPECT_RES(ncclGroupStart(), ncclSuccess);
+  TEST_EXPECT_RES(ncclGroupSimulateEnd(&bad), ncclInvalidArgument); /* the inner group */
   TEST_CHECK(last_error_has("NCCL_SIM_INFO_INITIALIZER"), "names the initializer: %s",
              ncclGetLastError(NULL));
+  TEST_EXPECT_RES(ncclGroupEnd(), ncclInvalidArgument); /* the outer group carries the failure */
+  TEST_EXPECT_RES(ncclGroupStart(), ncclSuccess);
   TEST_EXPECT_RES(ncclGroupSimulateEnd(&sim), ncclSuccess); /* closes the group */
   TEST_CHECK(sim.estimatedTime == 0.0f, "an empty group is estimated at %g", (double)sim.estimatedTime);
   TEST_EXPECT_RES(ncclGroupEnd(), ncclInvalidUsage);
@@ -111,6 +135,7 @@ int main(void) {
   test_version_and_strings();
   test_init_args();
   test_null_comm();
+  test_mem();
   test_groups();
   test_comm_api_args();
   return test_summary();
