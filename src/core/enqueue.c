@@ -322,8 +322,12 @@ ncclResult_t enqueue_launch(struct ncclComm* comm) {
   }
   for (int i = 1; i < g->nops; i++) enq_launch_stream_sync(stream, g->ops[i].stream);
   /* Staging copies (in-place all-to-all) are released behind the kernel that reads them. */
-  for (int i = 0; i < g->nops; i++)
-    if (g->ops[i].scratch) BRAID_CUDA_TRY(cudaFreeAsync(g->ops[i].scratch, stream));
+  for (int i = 0; i < g->nops; i++) {
+    if (g->ops[i].scratch == NULL) continue;
+    void* scratch = g->ops[i].scratch;
+    g->ops[i].scratch = NULL; /* freed here, not again when the group lets go of its operations */
+    BRAID_CUDA_TRY(cudaFreeAsync(scratch, stream));
+  }
   free(plan);
   return ncclSuccess;
 fail:

@@ -96,7 +96,13 @@ ncclResult_t group_run_jobs(struct braid_init_job* jobs) {
   if (threads == NULL || started == NULL) {
     free(threads);
     free(started);
-    return braid_err(ncclSystemError, "out of host memory starting %d init threads", n);
+    res = braid_err(ncclSystemError, "out of host memory starting %d init threads", n);
+    for (struct braid_init_job* j = jobs; j; j = j->next) { /* none runs: each is failed */
+      j->result = res;
+      if (j->cancel) j->cancel(j);
+      if (j->comm) comm_init_failed(j->comm, res);
+    }
+    return res;
   }
   int i = 0;
   for (struct braid_init_job* j = jobs; j; j = j->next, i++) {
@@ -170,6 +176,15 @@ static ncclResult_t group_run_inits(void) {
 static void group_comm_release(struct ncclComm* comm) {
   struct braid_group_comm* g = comm->group;
   comm->group = NULL;
+  /* Staging copies of operations never launched (a failed or simulated group) go too. */
+  for (int i = 0; i < g->nops; i++) {
+    if (g->ops[i].scratch == NULL) continue;
+    if (cudaSetDevice(comm->cuda_dev) != cudaSuccess ||
+        cudaFreeAsync(g->ops[i].scratch, g->ops[i].stream) != cudaSuccess) {
+      WARN("rank %d: cannot free the staging copy of an operation that did not run", comm->rank);
+      (void)cudaGetLastError();
+    }
+  }
   free(g->ops);
   free(g);
 }
@@ -302,10 +317,14 @@ static ncclResult_t group_sim_check(const ncclSimInfo_t* sim) {
 __attribute__((visibility("default"))) ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   ncclResult_t res = ncclSuccess;
   braid_err_clear();
-  res = group_sim_check(simInfo);
-  if (res != ncclSuccess) return res;
   if (depth == 0)
     return braid_err(ncclInvalidUsage, "ncclGroupSimulateEnd called without a matching ncclGroupStart");
+  res = group_sim_check(simInfo);
+  if (res != ncclSuccess) { /* the group ends all the same, as a failed one: nothing runs */
+    group_fail(res);
+    (void)group_end(); /* returns the group's first error, this one, and keeps its message */
+    return res;
+  }
   if (--depth > 0) return ncclSuccess; /* an inner group: the outermost end estimates */
   struct ncclComm* comms = NULL;
   int saved_dev = -1;
