@@ -5,7 +5,7 @@
 # time-slice it (each waits ~2 ms per turn), which hides the network entirely, so the
 # CUDA MPS daemon is started for the run (a user-level server that lets both processes'
 # kernels run at once; it changes no setting of the GPU) and stopped at the end.
-#   bash tools/gpu-hosts.sh [suite|quick] [api] [leaks] [deadpeer] [hang] [torch] [perf] [perfwd] [sweep] [chan] [colls] [ofi] [info]
+#   bash tools/gpu-hosts.sh [suite|quick] [api] [leaks] [deadpeer] [hang] [det] [perfdet] [torch] [perf] [perfwd] [sweep] [chan] [colls] [ofi] [info]
 # (default: perf)
 # Logs under $OUT (device tool) or ./gpu-hosts-out. BUILD_DIR as in tools/gpu-check.sh;
 # NP=4 runs four ranks (four hosts) instead of two.
@@ -104,6 +104,15 @@ for step in ${*:-perf}; do
     torch)  # PyTorch on Braid (LD_PRELOAD) and on its own NCCL, compared
       TORCH_OUT=$OUT/l/torch run torch 900 bash tests/frameworks/run_torch.sh $B $NP
       grep -E "^  |^PyTorch|FAIL|== torchrun|^rank" "$OUT/l/torch.log" | head -30 | tee -a "$OUT/summary.txt"
+      ;;
+    det)  # BRAID_DETERMINISTIC=1: identical bits across settings, and the quick suite passes
+      run det 400 sh tests/gpu/determinism_check.sh "$B/tests/gpu/gpu_coll" hosts $NP "$OUT/l/det"
+      grep -E "^BRAID_DET|distinct|determinism OK|FAIL" "$OUT/l/det.log" | tee -a "$OUT/summary.txt"
+      BRAID_DETERMINISTIC=1 run suite_quick_det 300 "$B/tests/gpu/gpu_coll" --mode hosts --nranks $NP --suite all --quick --timeout 290
+      ;;
+    perfdet)  # what BRAID_DETERMINISTIC=1 costs: all-reduce with the mode off, then on
+      run ar_braid_det0 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 256M -f 4 -w 3 -n 10 -g 1
+      BRAID_DETERMINISTIC=1 run ar_braid_det1 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 256M -f 4 -w 3 -n 10 -g 1
       ;;
     info) BRAID_DEBUG=INFO run ar_braid_info 60 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 8M -f 1024 -w 1 -n 2 -g 1 ;;
     *) echo "unknown step $step"; status=2 ;;

@@ -13,6 +13,7 @@
 
 #include "core/comm.h"
 #include "core/debug.h"
+#include "core/enqueue.h"
 #include "core/group.h"
 #include "core/redop.h"
 
@@ -229,10 +230,10 @@ static ncclResult_t api_fail(const struct api_call* c, ncclResult_t res) {
 }
 
 static ncclResult_t api_enqueue(const struct api_call* c) {
-  struct braid_op op;
+  struct braid_op op, ops[2];
   braid_err_clear();
   ncclResult_t res = api_check(c, &op);
-  if (res == ncclSuccess) res = api_submit(c->comm, &op, 1);
+  if (res == ncclSuccess) res = api_submit(c->comm, ops, enqueue_expand(c->comm, &op, ops));
   return res == ncclSuccess ? ncclSuccess : api_fail(c, res);
 }
 

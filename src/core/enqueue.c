@@ -111,6 +111,59 @@ static int enq_pair_ok(const struct ncclComm* comm, const struct braid_op* op, i
          comm->channels->ring_send[0].transport == &braid_transport_net;
 }
 
+static int enq_is_reduction(int coll) {
+  return coll == BRAID_COLL_ALLREDUCE || coll == BRAID_COLL_REDUCESCATTER || coll == BRAID_COLL_REDUCE;
+}
+
+/*
+ * BRAID_DETERMINISTIC=1. Two ranks reduce a+b whatever the path (IEEE
+ * addition and multiplication are commutative), so nothing changes there.
+ * From three ranks on, the order in which a ring adds up an element depends
+ * on where the element falls: on the channel that carries it (channels may
+ * have rings of their own) and, in all-reduce, on the segment of the
+ * channel's share, which moves with the channel count and the chunk size.
+ * In deterministic mode:
+ *  - reductions run only on the leading channels whose ring is channel 0's;
+ *  - an all-reduce becomes a reduce to the rank before rank 0 on that ring
+ *    (every element adds up in ring order from rank 0: in rank order when
+ *    the ring is 0, 1, 2, ...) and a broadcast from that rank.
+ * Reduce-scatter and reduce then add in an order set by the ring and the
+ * element's output rank (or the root) alone. The cost is measured in
+ * perf/NOTES.md.
+ */
+static int enq_deterministic(const struct ncclComm* comm) {
+  return comm->nranks >= 3 && braid_param_int(BRAID_P_DETERMINISTIC) == 1;
+}
+
+/* How many leading channels have channel 0's ring (each rank sees the same rings, so agrees). */
+static int enq_det_channels(const struct ncclComm* comm) {
+  const int n = comm->nranks, *rr = comm->channels->ring_ranks_host;
+  int c = 1;
+  while (c < comm->channels->nchannels && memcmp(rr + (size_t)c * n, rr, n * sizeof *rr) == 0) c++;
+  return c;
+}
+
+int enqueue_expand(const struct ncclComm* comm, const struct braid_op* op, struct braid_op out[2]) {
+  out[0] = *op;
+  if (op->coll != BRAID_COLL_ALLREDUCE || !enq_deterministic(comm) || op->count == 0) return 1;
+  const int n = comm->nranks, *rr = comm->channels->ring_ranks_host; /* rr[i]: i ahead of me */
+  int at0 = 0;
+  while (rr[at0] != 0) at0++;
+  int root = rr[(at0 + n - 1) % n]; /* rank 0's predecessor: the chain starts at rank 0 */
+  out[0].coll = BRAID_COLL_REDUCE;
+  out[0].root = root;
+  out[1] = *op;
+  out[1].coll = BRAID_COLL_BROADCAST;
+  out[1].root = root;
+  out[1].sendbuff = op->recvbuff; /* the root sends the reduced result; the others receive */
+  out[1].devop = 0;
+  out[1].scalar = 0;
+  out[1].work_flags = 0;
+  out[1].scratch = NULL;
+  out[1].after_prev = 1; /* its blocks read what other blocks of the reduce wrote */
+  return 2;
+}
+
 static ncclResult_t enq_coll_work(struct ncclComm* comm, const struct braid_op* op,
                                   struct braid_work* w) {
   ncclResult_t res = ncclSuccess;
@@ -118,6 +171,7 @@ static ncclResult_t enq_coll_work(struct ncclComm* comm, const struct braid_op* 
   BRAID_TRY(tune_choose(comm, op->coll, enq_tune_bytes(comm, op), 1u << BRAID_ALGO_RING,
                         enq_ring_protos(comm), &choice));
   int nch = BRAID_MAX(1, BRAID_MIN(choice.nchannels, comm->channels->nchannels));
+  if (enq_is_reduction(op->coll) && enq_deterministic(comm)) nch = BRAID_MIN(nch, enq_det_channels(comm));
   memset(w, 0, sizeof *w);
   w->coll = (uint8_t)op->coll;
   w->devop = (uint8_t)op->devop;
@@ -145,10 +199,6 @@ static ncclResult_t enq_coll_work(struct ncclComm* comm, const struct braid_op* 
   return ncclSuccess;
 fail:
   return res;
-}
-
-static int enq_is_reduction(int coll) {
-  return coll == BRAID_COLL_ALLREDUCE || coll == BRAID_COLL_REDUCESCATTER || coll == BRAID_COLL_REDUCE;
 }
 
 static void enq_launch_stream_sync(cudaStream_t from, cudaStream_t to) {
@@ -305,6 +355,7 @@ ncclResult_t enqueue_launch(struct ncclComm* comm) {
   for (int i = 0; i < g->nops; i++) {
     const struct braid_op* op = &g->ops[i];
     if (op->coll == BRAID_COLL_SENDRECV || op->count == 0) continue;
+    if (op->after_prev && plan->args.nwork > 0) BRAID_TRY(enq_launch(comm, plan, stream));
     struct braid_work w;
     BRAID_TRY(enq_coll_work(comm, op, &w));
     BRAID_TRY(enq_add_work(comm, plan, &w, stream));

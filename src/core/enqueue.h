@@ -8,6 +8,7 @@
 #ifndef BRAID_CORE_ENQUEUE_H
 #define BRAID_CORE_ENQUEUE_H
 
+#include "core/group.h"
 #include "nccl.h"
 
 struct ncclComm;
@@ -16,6 +17,12 @@ struct ncclComm;
 void enqueue_p2p_needs(struct ncclComm* comm);
 /* Plans and launches every pending operation of `comm`, then clears the list. */
 ncclResult_t enqueue_launch(struct ncclComm* comm);
+/*
+ * What one checked operation becomes: itself, or with BRAID_DETERMINISTIC=1
+ * on 3+ ranks an all-reduce becomes a reduce and a broadcast (enqueue.c says
+ * why). Fills out[0..n) and returns n (1 or 2).
+ */
+int enqueue_expand(const struct ncclComm* comm, const struct braid_op* op, struct braid_op out[2]);
 
 /*
  * The tuning model's time for `comm`'s pending operations, one after the

@@ -37,6 +37,7 @@ struct braid_op {
   size_t count;          /* as the API counts it */
   cudaStream_t stream;
   void* scratch;         /* stream-ordered allocation to free once the op is launched, or NULL */
+  int after_prev;        /* 1: starts a new launch (it reads what the previous op wrote) */
 };
 
 /* A communicator's pending operations in the current group. */

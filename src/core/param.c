@@ -58,8 +58,8 @@ static const struct param_row rows[BRAID_P_COUNT] = {
   ROW(P2P_DISABLE, "NCCL_P2P_DISABLE", INT, "0",
       "1: never use GPU peer-to-peer (NVLink/PCIe) between GPUs; fall back to shared memory."),
   ROW(P2P_READ, "NCCL_P2P_READ_ENABLE", INT, "-1",
-      "1: the receiver reads from the sender's buffer (read mode); 0: the sender writes (push); "
-      "-1: choose by topology."),
+      "Accepted so job scripts keep working; changes nothing: Braid's P2P transport always has "
+      "the sender write into the receiver's buffer (push)."),
   ROW(SHM_DISABLE, "NCCL_SHM_DISABLE", INT, "0",
       "1: never use host shared memory between GPUs of one host."),
   ROW(NET, "NCCL_NET", STRING, NULL,
@@ -99,9 +99,11 @@ static const struct param_row rows[BRAID_P_COUNT] = {
   ROW(NVLS_ENABLE, "NCCL_NVLS_ENABLE", INT, "0",
       "NVLink SHARP (multicast). Braid never uses it; accepted so job scripts keep working."),
   ROW(DETERMINISTIC, NULL, INT, "0",
-      "1: bitwise-identical reductions for a given input whatever algorithm or channel count."),
+      "1: bitwise-identical reductions for a given input whatever protocol, channel count or "
+      "chunk size (3+ ranks: all-reduce runs as reduce + broadcast, on one ring)."),
   ROW(LAUNCH_MODE, "NCCL_LAUNCH_MODE", STRING, "PARALLEL",
-      "PARALLEL or GROUP: how kernels of several communicators in one thread are launched."),
+      "Accepted so job scripts keep working; changes nothing: the communicators of a group are "
+      "always launched one after another, each on its own stream (NCCL's PARALLEL)."),
 };
 
 struct param_value {

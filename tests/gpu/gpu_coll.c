@@ -159,3 +159,33 @@ void suite_p2pcoll(struct gpu_world* w) {
   unaligned_run(w, unaligned, ARRAY_LEN(unaligned), SUITE_P2P, &index);
   large_run(w, large, ARRAY_LEN(large), SUITE_P2P, &index);
 }
+
+/*
+ * Reductions whose bits must not depend on protocol, channel count or chunk
+ * size under BRAID_DETERMINISTIC=1. Those come from the environment when the
+ * library loads, so one run cannot vary them: each checked output's hash is
+ * printed, and tests/gpu/determinism_check.sh runs this suite under several
+ * settings (same --seed) and compares the hashes. Inputs are floating point
+ * with full mantissas (gpu_ref.c's fill), so a different order of additions
+ * shows in the bits; each output is also checked against the reference, so
+ * identical wrong answers cannot pass.
+ */
+void suite_determinism(struct gpu_world* w) {
+  static const struct gpu_case cases[] = {
+      {.coll = COLL_ALLREDUCE, .type = ncclFloat32, .op = GPU_OP_SUM, .count = 4099},
+      {.coll = COLL_ALLREDUCE, .type = ncclFloat32, .op = GPU_OP_SUM, .count = (1u << 20) + 3},
+      {.coll = COLL_ALLREDUCE, .type = ncclFloat32, .op = GPU_OP_SUM, .count = (1u << 20) + 3,
+       .inplace = 1},
+      {.coll = COLL_ALLREDUCE, .type = ncclFloat64, .op = GPU_OP_SUM, .count = 300007},
+      {.coll = COLL_ALLREDUCE, .type = ncclFloat32, .op = GPU_OP_PROD, .count = 65539},
+      {.coll = COLL_ALLREDUCE, .type = ncclFloat32, .op = GPU_OP_AVG, .count = 65539},
+      {.coll = COLL_REDUCESCATTER, .type = ncclFloat32, .op = GPU_OP_SUM, .count = 262147},
+      {.coll = COLL_REDUCE, .type = ncclFloat32, .op = GPU_OP_SUM, .count = 262147, .root = 1},
+  };
+  for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+    struct gpu_case c = cases[i];
+    if (!coll_has_root(c.coll)) c.root = -1;
+    if (c.root >= w->nranks) c.root = w->nranks - 1;
+    run_case_hashed(w, &c, SUITE_DETERMINISM, i);
+  }
+}

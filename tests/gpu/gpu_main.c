@@ -28,6 +28,7 @@ static void main_usage(FILE* f) {
           "                         NCCL_HOSTID), sharing the visible GPUs: the network path\n"
           "  --suite NAME           all (default), coll, p2p, inflight, errors, api,\n"
           "                         leaks, deadpeer, hang (procs/hosts; these three not in all)\n"
+          "                         determinism (output hashes; tests/gpu/determinism_check.sh)\n"
           "  --nranks N             GPUs to use (default 2); exit 77 when fewer are visible\n"
           "  --quick                a reduced matrix (for compute-sanitizer)\n"
           "  --filter SUBSTR        only the cases whose name contains SUBSTR\n"
@@ -51,6 +52,7 @@ static void main_suites(struct gpu_world* w) {
   if (strcmp(main_suite, "leaks") == 0) suite_leaks(w); /* minutes: only on request */
   if (strcmp(main_suite, "deadpeer") == 0) suite_deadpeer(w); /* kills a rank: alone */
   if (strcmp(main_suite, "hang") == 0) suite_hang(w);         /* aborts the comm: alone */
+  if (strcmp(main_suite, "determinism") == 0) suite_determinism(w);
 }
 
 static int main_parse_int(const char* s, long lo, long hi, long* out) {
@@ -125,7 +127,7 @@ static int main_parse(int argc, char** argv, struct gpu_opts* o) {
        strcmp(o->suite, "p2p") == 0 || strcmp(o->suite, "inflight") == 0 ||
        strcmp(o->suite, "errors") == 0 || strcmp(o->suite, "api") == 0 ||
        strcmp(o->suite, "leaks") == 0 || strcmp(o->suite, "deadpeer") == 0 ||
-       strcmp(o->suite, "hang") == 0))
+       strcmp(o->suite, "hang") == 0 || strcmp(o->suite, "determinism") == 0))
     return 0;
 bad:
   main_usage(stderr);

@@ -234,6 +234,8 @@ void run_release(struct gpu_world* w, struct gpu_run* run);
 
 /* One case from start to end on the world's first communicator: prepare, issue, sync, check. */
 void run_case(struct gpu_world* w, const struct gpu_case* c, unsigned suite, size_t index);
+/* run_case, then a checked output's hash on stdout: "hash <case> rank <r> <hex>". */
+void run_case_hashed(struct gpu_world* w, const struct gpu_case* c, unsigned suite, size_t index);
 
 /* ---- the suites ------------------------------------------------------------------------------ */
 
@@ -244,7 +246,8 @@ enum {
   SUITE_SENDRECV = 3,
   SUITE_INFLIGHT = 4,
   SUITE_ERRORS = 5,
-  SUITE_API = 6
+  SUITE_API = 6,
+  SUITE_DETERMINISM = 7
 };
 
 void suite_coll(struct gpu_world* w);     /* gpu_coll.c */
@@ -256,6 +259,8 @@ void suite_api(struct gpu_world* w);      /* gpu_api.c: split, shrink, nonblocki
 void suite_leaks(struct gpu_world* w);    /* gpu_leaks.c: 1000 communicators made and destroyed */
 void suite_deadpeer(struct gpu_world* w); /* gpu_faults.c: a rank SIGKILLed mid-collective */
 void suite_hang(struct gpu_world* w);     /* gpu_faults.c: a rank skips a collective */
+/* gpu_coll.c: reductions whose output hashes determinism_check.sh compares across settings */
+void suite_determinism(struct gpu_world* w);
 
 /* Send/receive patterns, also used inside groups by the in-flight suite (gpu_p2p.c). */
 struct p2p_run;
