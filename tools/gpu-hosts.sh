@@ -5,7 +5,7 @@
 # time-slice it (each waits ~2 ms per turn), which hides the network entirely, so the
 # CUDA MPS daemon is started for the run (a user-level server that lets both processes'
 # kernels run at once; it changes no setting of the GPU) and stopped at the end.
-#   bash tools/gpu-hosts.sh [suite|quick] [api] [leaks] [deadpeer] [hang] [det] [perfdet] [torch] [perf] [perfwd] [sweep] [chan] [colls] [ofi] [info]
+#   bash tools/gpu-hosts.sh [suite|quick] [api] [leaks] [deadpeer] [hang] [det] [perfdet] [tree] [torch] [perf] [perfwd] [sweep] [chan] [colls] [ofi] [info]
 # (default: perf)
 # Logs under $OUT (device tool) or ./gpu-hosts-out. BUILD_DIR as in tools/gpu-check.sh;
 # NP=4 runs four ranks (four hosts) instead of two.
@@ -109,6 +109,16 @@ for step in ${*:-perf}; do
       run det 400 sh tests/gpu/determinism_check.sh "$B/tests/gpu/gpu_coll" hosts $NP "$OUT/l/det"
       grep -E "^BRAID_DET|distinct|determinism OK|FAIL" "$OUT/l/det.log" | tee -a "$OUT/summary.txt"
       BRAID_DETERMINISTIC=1 run suite_quick_det 300 "$B/tests/gpu/gpu_coll" --mode hosts --nranks $NP --suite all --quick --timeout 290
+      ;;
+    tree)  # tree all-reduce: the quick suite forced onto trees; all-reduce as ring, tree, the model's choice, NCCL
+      BRAID_ALGO=Tree run suite_quick_tree 300 "$B/tests/gpu/gpu_coll" --mode hosts --nranks $NP --suite all --quick --timeout 290
+      for a in Ring Tree; do
+        BRAID_ALGO=$a run ar_braid_$a 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 64M -f 4 -w 3 -n 20 -g 1
+      done
+      run ar_braid_model 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 64M -f 4 -w 3 -n 20 -g 1
+      for a in Ring Tree; do
+        NCCL_ALGO=$a LD_LIBRARY_PATH=$NCCL_LIB_DIR run ar_nccl_$a 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 64M -f 4 -w 3 -n 20 -g 1
+      done
       ;;
     perfdet)  # what BRAID_DETERMINISTIC=1 costs: all-reduce with the mode off, then on
       run ar_braid_det0 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 256M -f 4 -w 3 -n 10 -g 1

@@ -14,6 +14,7 @@
 #include "core/debug.h"
 #include "core/param.h"
 #include "core/utils.h"
+#include "graph/graph.h"
 #include "transport/transport.h"
 
 /*
@@ -31,6 +32,7 @@ static ncclResult_t dev_kernels_load(void) {
     for (int op = 0; op < BRAID_DEVOP_COUNT; op++) {
       struct cudaFuncAttributes attr;
       BRAID_CUDA_TRY(cudaFuncGetAttributes(&attr, braid_kernel_table[t][op]));
+      BRAID_CUDA_TRY(cudaFuncGetAttributes(&attr, braid_tree_kernel_table[t][op]));
     }
   }
   return ncclSuccess;
@@ -60,11 +62,17 @@ fail:
 static void dev_fill_channels(struct ncclComm* comm) {
   struct braid_dev_state* d = comm->dev;
   struct braid_channels* ch = comm->channels;
+  const struct braid_trees* trees = topo_comm_trees(comm);
   int n = comm->nranks;
   for (int c = 0; c < BRAID_MAX_CHANNELS; c++) {
     struct braid_dev_channel* dc = &d->host.channels[c];
     dc->p2p_send = d->p2p_send + (size_t)c * n;
     dc->p2p_recv = d->p2p_recv + (size_t)c * n;
+    struct braid_tree_node none = {.up = -1, .down = {-1, -1, -1}};
+    const struct braid_tree_node* node =
+        trees && c < trees->nchannels && n > 1 ? &trees->nodes[(size_t)c * n + comm->rank] : &none;
+    dc->tree_up = node->up;
+    for (int i = 0; i < 3; i++) dc->tree_down[i] = node->down[i];
     if (c >= ch->nchannels) continue;
     dc->ring_ranks = d->ring_ranks + (size_t)c * n;
     dc->ring_index = 0;

@@ -56,15 +56,6 @@ struct launch_plan {
   int grid;
 };
 
-void enqueue_p2p_needs(struct ncclComm* comm) {
-  struct braid_group_comm* g = comm->group;
-  for (int i = 0; i < g->nops; i++) {
-    const struct braid_op* op = &g->ops[i];
-    if (op->coll == BRAID_COLL_SENDRECV)
-      transport_p2p_need(comm, op->peer, op->is_send, comm->channels->p2p_nchannels);
-  }
-}
-
 static int enq_p2p_nchannels(const struct ncclComm* comm, size_t bytes, int self) {
   size_t per = self ? ENQ_SELF_BYTES_PER_CHANNEL : ENQ_P2P_BYTES_PER_CHANNEL;
   int max = self ? ENQ_SELF_MAX_CHANNELS : comm->channels->p2p_nchannels;
@@ -164,27 +155,89 @@ int enqueue_expand(const struct ncclComm* comm, const struct braid_op* op, struc
   return 2;
 }
 
+/*
+ * The algorithms a collective may use: trees for all-reduce where the
+ * topology has them (the model itself keeps them to several hosts unless
+ * BRAID_ALGO asks), except in deterministic mode, where even and odd
+ * channels' trees would add in different orders.
+ */
+static unsigned enq_algos(const struct ncclComm* comm, int coll) {
+  const struct braid_trees* trees = topo_comm_trees(comm);
+  unsigned mask = 1u << BRAID_ALGO_RING;
+  if (coll == BRAID_COLL_ALLREDUCE && comm->nranks > 1 && trees && trees->nchannels > 0 &&
+      !enq_deterministic(comm))
+    mask |= 1u << BRAID_ALGO_TREE;
+  return mask;
+}
+
+/*
+ * What a collective runs as: the model's choice, on as many channels as the
+ * connections allow. Every rank computes the same from the same call.
+ * Both protocols of a tree go over the same links as the ring's (LL only
+ * where every ring link has LL buffers, i.e. within a host).
+ */
+static ncclResult_t enq_coll_choose(struct ncclComm* comm, const struct braid_op* op,
+                                    struct braid_tune_choice* choice) {
+  ncclResult_t res = ncclSuccess;
+  BRAID_TRY(tune_choose(comm, op->coll, enq_tune_bytes(comm, op), enq_algos(comm, op->coll),
+                        enq_ring_protos(comm), choice));
+  int nch = BRAID_MAX(1, BRAID_MIN(choice->nchannels, comm->channels->nchannels));
+  if (choice->algo == BRAID_ALGO_TREE)
+    nch = BRAID_MIN(nch, BRAID_MIN(topo_comm_trees(comm)->nchannels, comm->channels->p2p_nchannels));
+  if (enq_is_reduction(op->coll) && enq_deterministic(comm)) nch = BRAID_MIN(nch, enq_det_channels(comm));
+  choice->nchannels = nch;
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+void enqueue_p2p_needs(struct ncclComm* comm) {
+  struct braid_group_comm* g = comm->group;
+  const int n = comm->nranks;
+  for (int i = 0; i < g->nops; i++) {
+    const struct braid_op* op = &g->ops[i];
+    struct braid_tune_choice choice;
+    if (op->coll == BRAID_COLL_SENDRECV) {
+      transport_p2p_need(comm, op->peer, op->is_send, comm->channels->p2p_nchannels);
+      continue;
+    }
+    /* A tree's edges, both ways, on the channels it will run on (a failed choice fails later). */
+    if (op->count == 0 || enq_coll_choose(comm, op, &choice) != ncclSuccess ||
+        choice.algo != BRAID_ALGO_TREE)
+      continue;
+    const struct braid_trees* trees = topo_comm_trees(comm);
+    for (int c = 0; c < choice.nchannels; c++) {
+      const struct braid_tree_node* node = &trees->nodes[(size_t)c * n + comm->rank];
+      int peers[4] = {node->up, node->down[0], node->down[1], node->down[2]};
+      for (int j = 0; j < 4; j++) {
+        transport_p2p_need_channel(comm, peers[j], 1, c);
+        transport_p2p_need_channel(comm, peers[j], 0, c);
+      }
+    }
+  }
+}
+
 static ncclResult_t enq_coll_work(struct ncclComm* comm, const struct braid_op* op,
                                   struct braid_work* w) {
   ncclResult_t res = ncclSuccess;
   struct braid_tune_choice choice;
-  BRAID_TRY(tune_choose(comm, op->coll, enq_tune_bytes(comm, op), 1u << BRAID_ALGO_RING,
-                        enq_ring_protos(comm), &choice));
-  int nch = BRAID_MAX(1, BRAID_MIN(choice.nchannels, comm->channels->nchannels));
-  if (enq_is_reduction(op->coll) && enq_deterministic(comm)) nch = BRAID_MIN(nch, enq_det_channels(comm));
+  BRAID_TRY(enq_coll_choose(comm, op, &choice));
+  const int nch = choice.nchannels;
   memset(w, 0, sizeof *w);
   w->coll = (uint8_t)op->coll;
   w->devop = (uint8_t)op->devop;
   w->dtype = (uint8_t)op->dtype;
   w->proto = (uint8_t)choice.proto;
-  w->algo = BRAID_ALGO_RING;
+  w->algo = (uint8_t)choice.algo;
   w->channel_lo = 0;
   w->nchannels = (uint8_t)nch;
   w->flags = op->work_flags;
-  if (enq_pair_ok(comm, op, choice.proto)) w->flags |= BRAID_WORK_PAIR;
+  if (choice.algo == BRAID_ALGO_RING && enq_pair_ok(comm, op, choice.proto)) w->flags |= BRAID_WORK_PAIR;
   w->root = op->root;
   w->peer_send = w->peer_recv = -1;
-  w->chunk_bytes = choice.proto == BRAID_PROTO_LL ? BRAID_LL_SLOT_BYTES / 2 : enq_chunk_bytes(comm);
+  w->chunk_bytes = choice.proto == BRAID_PROTO_LL ? BRAID_LL_SLOT_BYTES / 2
+                   : choice.algo == BRAID_ALGO_TREE ? BRAID_MIN(enq_chunk_bytes(comm), transport_p2p_slot_bytes())
+                                                    : enq_chunk_bytes(comm);
   w->sendbuff = op->sendbuff;
   w->recvbuff = op->recvbuff;
   w->count = op->count;
@@ -239,7 +292,9 @@ fail:
 static ncclResult_t enq_add_work(struct ncclComm* comm, struct launch_plan* plan,
                                  const struct braid_work* w, cudaStream_t stream) {
   ncclResult_t res = ncclSuccess;
-  const void* kernel = enq_is_reduction(w->coll) ? braid_kernel_table[w->dtype][w->devop] : NULL;
+  const void* const* const* table =
+      w->algo == BRAID_ALGO_TREE ? braid_tree_kernel_table : braid_kernel_table;
+  const void* kernel = enq_is_reduction(w->coll) ? table[w->dtype][w->devop] : NULL;
   if (plan->args.nwork == BRAID_MAX_WORK || (kernel && plan->kernel && kernel != plan->kernel))
     BRAID_TRY(enq_launch(comm, plan, stream));
   if (kernel) plan->kernel = kernel;

@@ -165,14 +165,19 @@ static struct braid_connector* p2p_conn(struct braid_channels* ch, int n, int c,
   return (is_send ? ch->p2p_send : ch->p2p_recv) + (size_t)c * n + peer;
 }
 
+void transport_p2p_need_channel(struct ncclComm* comm, int peer, int is_send, int c) {
+  if (peer == comm->rank || peer < 0) return; /* self-exchange is a local copy */
+  struct braid_connector* conn = p2p_conn(comm->channels, comm->nranks, c, peer, is_send);
+  if (conn->transport == NULL && conn->buff_bytes == 0)
+    conn_init(conn, peer, c, is_send, transport_buff_bytes(BRAID_P_P2P_BUFFSIZE));
+}
+
 void transport_p2p_need(struct ncclComm* comm, int peer, int is_send, int nchannels) {
-  struct braid_channels* ch = comm->channels;
-  if (peer == comm->rank) return; /* self-exchange is a local copy */
-  for (int c = 0; c < nchannels; c++) {
-    struct braid_connector* conn = p2p_conn(ch, comm->nranks, c, peer, is_send);
-    if (conn->transport == NULL && conn->buff_bytes == 0)
-      conn_init(conn, peer, c, is_send, transport_buff_bytes(BRAID_P_P2P_BUFFSIZE));
-  }
+  for (int c = 0; c < nchannels; c++) transport_p2p_need_channel(comm, peer, is_send, c);
+}
+
+uint32_t transport_p2p_slot_bytes(void) {
+  return (uint32_t)(transport_buff_bytes(BRAID_P_P2P_BUFFSIZE) / BRAID_STEPS);
 }
 
 /* Marked (buff_bytes set) but not yet set up (no transport). */

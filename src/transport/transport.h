@@ -106,6 +106,10 @@ ncclResult_t transport_rings_connect(struct ncclComm* comm);
 
 /* Marks the send/recv connections a group needs. Connected later by transport_p2p_connect. */
 void transport_p2p_need(struct ncclComm* comm, int peer, int is_send, int nchannels);
+/* The same for one channel `c` only (tree edges differ from channel to channel). */
+void transport_p2p_need_channel(struct ncclComm* comm, int peer, int is_send, int c);
+/* Bytes per slot of every send/recv connection (BRAID_P2P_BUFFSIZE / BRAID_STEPS). */
+uint32_t transport_p2p_slot_bytes(void);
 /* Phase 1 of connecting what was marked: set up local ends and send infos to peers. */
 ncclResult_t transport_p2p_setup(struct ncclComm* comm);
 /* Phase 2: receive the peers' infos and connect. */

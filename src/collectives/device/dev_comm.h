@@ -68,6 +68,9 @@ struct braid_dev_channel {
   struct braid_dev_conn ring_recv;  /* from ring_prev */
   struct braid_dev_conn* p2p_send;  /* [nranks] per destination peer */
   struct braid_dev_conn* p2p_recv;  /* [nranks] per source peer */
+  /* This rank in the channel's tree (-1 = none); its edges use the p2p connections above. */
+  int tree_up;
+  int tree_down[3];
 };
 
 struct braid_dev_comm {

@@ -15,6 +15,7 @@
 
 #include "collectives/device/pair.h"
 #include "collectives/device/sendrecv.h"
+#include "collectives/device/tree.h"
 
 namespace braid {
 
@@ -59,7 +60,7 @@ __device__ __forceinline__ void reduce_coll_ring(P& p, const struct braid_work& 
   p.save();
 }
 
-template <typename T, typename Op>
+template <typename T, typename Op, bool TREE>
 __device__ void reduce_coll_run(const struct braid_work& w, struct braid_dev_comm* comm,
                                 struct braid_dev_channel* chan, int ch, volatile int* aborted) {
   uint64_t scalar = w.scalar;
@@ -69,7 +70,12 @@ __device__ void reduce_coll_run(const struct braid_work& w, struct braid_dev_com
     memcpy(&scalar, &v, sizeof(T));
   }
   Op op(scalar, comm->nranks);
-  if (w.proto == BRAID_PROTO_LL) {
+  if (TREE && w.algo == BRAID_ALGO_TREE) {
+    if (w.proto == BRAID_PROTO_LL)
+      tree_allreduce<T, Op, prims_ll>(op, w, comm, chan, ch, aborted);
+    else
+      tree_allreduce<T, Op, prims_simple>(op, w, comm, chan, ch, aborted);
+  } else if (w.proto == BRAID_PROTO_LL) {
     prims_ll<T, Op> p(threadIdx.x, blockDim.x, BRAID_BARRIER_BLOCK, op, &chan->ring_recv,
                       &chan->ring_send, comm->abort_flag, aborted);
     if (w.coll == BRAID_COLL_ALLREDUCE && comm->nranks == 2) {
@@ -87,7 +93,7 @@ __device__ void reduce_coll_run(const struct braid_work& w, struct braid_dev_com
   }
 }
 
-template <typename T, typename Op>
+template <typename T, typename Op, bool TREE>
 __device__ __forceinline__ void work_run(const struct braid_work& w, struct braid_dev_comm* comm,
                                          volatile int* aborted) {
   const int ch = blockIdx.x - w.channel_lo;
@@ -97,7 +103,7 @@ __device__ __forceinline__ void work_run(const struct braid_work& w, struct brai
   switch (w.coll) {
     case BRAID_COLL_ALLREDUCE:
     case BRAID_COLL_REDUCESCATTER:
-    case BRAID_COLL_REDUCE: reduce_coll_run<T, Op>(w, comm, chan, ch, aborted); break;
+    case BRAID_COLL_REDUCE: reduce_coll_run<T, Op, TREE>(w, comm, chan, ch, aborted); break;
     case BRAID_COLL_ALLGATHER:
     case BRAID_COLL_BROADCAST: copy_coll_run(w, comm, chan, ch, aborted); break;
     case BRAID_COLL_SENDRECV: sendrecv_run(w, comm, chan, ch, aborted); break;
@@ -120,7 +126,12 @@ __device__ __forceinline__ void ledger_report(struct braid_dev_comm* comm, uint6
   *(volatile uint64_t*)comm->ledger_done = seq;
 }
 
-template <typename T, typename Op>
+/*
+ * TREE: whether the kernel can run tree all-reduce. Launches with a tree
+ * work use the TREE kernels; the others keep kernels without the tree code,
+ * whose registers and local memory stay as small as the ring needs.
+ */
+template <typename T, typename Op, bool TREE>
 __global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
     braid_kernel(const __grid_constant__ struct braid_kernel_args args) {
   __shared__ volatile int aborted[2];
@@ -129,7 +140,7 @@ __global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
     if ((int)blockIdx.x < w.channel_lo || (int)blockIdx.x >= w.channel_lo + w.nchannels) continue;
     if (threadIdx.x < 2) aborted[threadIdx.x] = 0;
     __syncthreads();
-    work_run<T, Op>(w, args.comm, aborted);
+    work_run<T, Op, TREE>(w, args.comm, aborted);
     __syncthreads();
     if (aborted[0] || aborted[1]) return;
   }
@@ -138,15 +149,16 @@ __global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
 
 }  // namespace braid
 
-/* The kernels of one element type, indexed by braid_devop_t. */
-#define BRAID_DEFINE_KERNELS(NAME, T)                                        \
-  extern "C" const void* const braid_kernels_##NAME[BRAID_DEVOP_COUNT] = {   \
-      (const void*)braid::braid_kernel<T, braid::op_sum<T>>,                 \
-      (const void*)braid::braid_kernel<T, braid::op_prod<T>>,                \
-      (const void*)braid::braid_kernel<T, braid::op_max<T>>,                 \
-      (const void*)braid::braid_kernel<T, braid::op_min<T>>,                 \
-      (const void*)braid::braid_kernel<T, braid::op_premulsum<T>>,           \
-      (const void*)braid::braid_kernel<T, braid::op_sumpostdiv<T>>,          \
-  };
+/* The kernels of one element type, indexed by braid_devop_t: without and with trees. */
+#define BRAID_KERNEL_ROW(T, TREE)                                  \
+  {(const void*)braid::braid_kernel<T, braid::op_sum<T>, TREE>,           \
+   (const void*)braid::braid_kernel<T, braid::op_prod<T>, TREE>,          \
+   (const void*)braid::braid_kernel<T, braid::op_max<T>, TREE>,           \
+   (const void*)braid::braid_kernel<T, braid::op_min<T>, TREE>,           \
+   (const void*)braid::braid_kernel<T, braid::op_premulsum<T>, TREE>,     \
+   (const void*)braid::braid_kernel<T, braid::op_sumpostdiv<T>, TREE>}
+#define BRAID_DEFINE_KERNELS(NAME, T)                                                           \
+  extern "C" const void* const braid_kernels_##NAME[BRAID_DEVOP_COUNT] = BRAID_KERNEL_ROW(T, false); \
+  extern "C" const void* const braid_tree_kernels_##NAME[BRAID_DEVOP_COUNT] = BRAID_KERNEL_ROW(T, true);
 
 #endif

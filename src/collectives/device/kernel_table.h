@@ -10,5 +10,7 @@
 #include "nccl.h"
 
 extern const void* const* const braid_kernel_table[ncclNumTypes];
+/* The same kernels able to run tree all-reduce (a launch holding a tree work uses these). */
+extern const void* const* const braid_tree_kernel_table[ncclNumTypes];
 
 #endif

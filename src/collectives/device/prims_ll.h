@@ -221,6 +221,14 @@ struct prims_ll {
     return true;
   }
 
+  /* Points the primitives at other connections (after save() of the previous ones). */
+  __device__ void bind(struct braid_dev_conn* recv_conn, struct braid_dev_conn* send_conn) {
+    has_recv = recv_conn != nullptr;
+    has_send = send_conn != nullptr;
+    if (has_recv) conn_end_load(&recv, recv_conn);
+    if (has_send) conn_end_load(&send, send_conn);
+  }
+
   __device__ void save() {
     if (tid != 0) return;
     if (has_recv) conn_end_save(recv, false);
@@ -248,6 +256,19 @@ struct prims_ll {
   }
   __device__ bool recv_reduce_copy_send(const T* src, T* dst, int64_t n) {
     return step<true, true, true, true, Op::has_pre, Op::has_post>(src, dst, n);
+  }
+
+  /* For trees, where a partial result is combined again: pre/post chosen by the caller. */
+  __device__ bool send_copy(const T* src, int64_t n) {
+    return step<false, true, true, false, false, false>(src, nullptr, n);
+  }
+  template <bool PRE, bool POST>
+  __device__ bool recv_combine_to(const T* src, T* dst, int64_t n) {
+    return step<true, false, true, true, PRE, POST>(src, dst, n);
+  }
+  template <bool PRE>
+  __device__ bool recv_combine_send(const T* src, int64_t n) {
+    return step<true, true, true, false, PRE, false>(src, nullptr, n);
   }
 };
 

@@ -111,6 +111,14 @@ struct prims_simple {
     return true;
   }
 
+  /* Points the primitives at other connections (after save() of the previous ones). */
+  __device__ void bind(struct braid_dev_conn* recv_conn, struct braid_dev_conn* send_conn) {
+    has_recv = recv_conn != nullptr;
+    has_send = send_conn != nullptr;
+    if (has_recv) conn_end_load(&recv, recv_conn);
+    if (has_send) conn_end_load(&send, send_conn);
+  }
+
   /* Saves the steps for the next kernel. Call once, after the last step. */
   __device__ void save() {
     if (tid != 0) return;
@@ -126,6 +134,13 @@ struct prims_simple {
   __device__ bool recv_reduce_send(const T* src, int64_t n) { return step<true, true, Op::has_pre, false>(src, nullptr, n); }
   __device__ bool recv_reduce_copy(const T* src, T* dst, int64_t n) { return step<true, false, Op::has_pre, Op::has_post>(src, dst, n); }
   __device__ bool recv_reduce_copy_send(const T* src, T* dst, int64_t n) { return step<true, true, Op::has_pre, Op::has_post>(src, dst, n); }
+
+  /* For trees, where a partial result is combined again: pre/post chosen by the caller. */
+  __device__ bool send_copy(const T* src, int64_t n) { return step<false, true, false, false>(src, nullptr, n); }
+  template <bool PRE, bool POST>
+  __device__ bool recv_combine_to(const T* src, T* dst, int64_t n) { return step<true, false, PRE, POST>(src, dst, n); }
+  template <bool PRE>
+  __device__ bool recv_combine_send(const T* src, int64_t n) { return step<true, true, PRE, false>(src, nullptr, n); }
 };
 
 }  // namespace braid
