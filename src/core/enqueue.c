@@ -195,16 +195,24 @@ void enqueue_p2p_needs(struct ncclComm* comm) {
   struct braid_group_comm* g = comm->group;
   const int n = comm->nranks;
   for (int i = 0; i < g->nops; i++) {
-    const struct braid_op* op = &g->ops[i];
+    struct braid_op* op = &g->ops[i];
     struct braid_tune_choice choice;
     if (op->coll == BRAID_COLL_SENDRECV) {
       transport_p2p_need(comm, op->peer, op->is_send, comm->channels->p2p_nchannels);
       continue;
     }
-    /* A tree's edges, both ways, on the channels it will run on (a failed choice fails later). */
-    if (op->count == 0 || enq_coll_choose(comm, op, &choice) != ncclSuccess ||
-        choice.algo != BRAID_ALGO_TREE)
+    /*
+     * A tree's edges, both ways, on the channels it will run on. The choice
+     * is kept for the launch (made once per call); a failed one fails later.
+     */
+    if (op->count == 0 || !(enq_algos(comm, op->coll) >> BRAID_ALGO_TREE & 1) ||
+        enq_coll_choose(comm, op, &choice) != ncclSuccess)
       continue;
+    op->chosen.valid = 1;
+    op->chosen.algo = choice.algo;
+    op->chosen.proto = choice.proto;
+    op->chosen.nchannels = choice.nchannels;
+    if (choice.algo != BRAID_ALGO_TREE) continue;
     const struct braid_trees* trees = topo_comm_trees(comm);
     for (int c = 0; c < choice.nchannels; c++) {
       const struct braid_tree_node* node = &trees->nodes[(size_t)c * n + comm->rank];
@@ -221,7 +229,13 @@ static ncclResult_t enq_coll_work(struct ncclComm* comm, const struct braid_op* 
                                   struct braid_work* w) {
   ncclResult_t res = ncclSuccess;
   struct braid_tune_choice choice;
-  BRAID_TRY(enq_coll_choose(comm, op, &choice));
+  if (op->chosen.valid) {
+    choice.algo = (braid_algo_t)op->chosen.algo;
+    choice.proto = (braid_proto_t)op->chosen.proto;
+    choice.nchannels = op->chosen.nchannels;
+  } else {
+    BRAID_TRY(enq_coll_choose(comm, op, &choice));
+  }
   const int nch = choice.nchannels;
   memset(w, 0, sizeof *w);
   w->coll = (uint8_t)op->coll;

@@ -38,6 +38,10 @@ struct braid_op {
   cudaStream_t stream;
   void* scratch;         /* stream-ordered allocation to free once the op is launched, or NULL */
   int after_prev;        /* 1: starts a new launch (it reads what the previous op wrote) */
+  /* The choice made at connect time (trees need their connections), kept for the launch. */
+  struct {
+    int valid, algo, proto, nchannels;
+  } chosen;
 };
 
 /* A communicator's pending operations in the current group. */
