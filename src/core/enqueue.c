@@ -54,6 +54,7 @@ struct launch_plan {
   struct braid_kernel_args args;
   const void* kernel; /* NULL while only byte-moving works are in */
   int grid;
+  int tree; /* 1: tree all-reduces only (braid_tree_kernel runs nothing else) */
 };
 
 static int enq_p2p_nchannels(const struct ncclComm* comm, size_t bytes, int self) {
@@ -297,6 +298,7 @@ static ncclResult_t enq_launch(struct ncclComm* comm, struct launch_plan* plan, 
   plan->args.nwork = 0;
   plan->kernel = NULL;
   plan->grid = 0;
+  plan->tree = 0;
   return ncclSuccess;
 fail:
   return res;
@@ -306,12 +308,14 @@ fail:
 static ncclResult_t enq_add_work(struct ncclComm* comm, struct launch_plan* plan,
                                  const struct braid_work* w, cudaStream_t stream) {
   ncclResult_t res = ncclSuccess;
-  const void* const* const* table =
-      w->algo == BRAID_ALGO_TREE ? braid_tree_kernel_table : braid_kernel_table;
+  const int tree = w->algo == BRAID_ALGO_TREE;
+  const void* const* const* table = tree ? braid_tree_kernel_table : braid_kernel_table;
   const void* kernel = enq_is_reduction(w->coll) ? table[w->dtype][w->devop] : NULL;
-  if (plan->args.nwork == BRAID_MAX_WORK || (kernel && plan->kernel && kernel != plan->kernel))
+  if (plan->args.nwork == BRAID_MAX_WORK || (kernel && plan->kernel && kernel != plan->kernel) ||
+      (plan->args.nwork > 0 && tree != plan->tree))
     BRAID_TRY(enq_launch(comm, plan, stream));
   if (kernel) plan->kernel = kernel;
+  plan->tree = tree;
   plan->args.work[plan->args.nwork++] = *w;
   plan->grid = BRAID_MAX(plan->grid, w->channel_lo + w->nchannels);
   return ncclSuccess;

@@ -60,22 +60,23 @@ __device__ __forceinline__ void reduce_coll_ring(P& p, const struct braid_work& 
   p.save();
 }
 
-template <typename T, typename Op, bool TREE>
-__device__ void reduce_coll_run(const struct braid_work& w, struct braid_dev_comm* comm,
-                                struct braid_dev_channel* chan, int ch, volatile int* aborted) {
+/* The work's operator, with a PreMulSum scalar read from device memory where it lives there. */
+template <typename T, typename Op>
+__device__ __forceinline__ Op work_op(const struct braid_work& w, struct braid_dev_comm* comm) {
   uint64_t scalar = w.scalar;
   if (w.flags & BRAID_WORK_SCALAR_DEVICE) {
     T v = *(const T*)(uintptr_t)w.scalar;
     scalar = 0;
     memcpy(&scalar, &v, sizeof(T));
   }
-  Op op(scalar, comm->nranks);
-  if (TREE && w.algo == BRAID_ALGO_TREE) {
-    if (w.proto == BRAID_PROTO_LL)
-      tree_allreduce<T, Op, prims_ll>(op, w, comm, chan, ch, aborted);
-    else
-      tree_allreduce<T, Op, prims_simple>(op, w, comm, chan, ch, aborted);
-  } else if (w.proto == BRAID_PROTO_LL) {
+  return Op(scalar, comm->nranks);
+}
+
+template <typename T, typename Op>
+__device__ void reduce_coll_run(const struct braid_work& w, struct braid_dev_comm* comm,
+                                struct braid_dev_channel* chan, int ch, volatile int* aborted) {
+  Op op = work_op<T, Op>(w, comm);
+  if (w.proto == BRAID_PROTO_LL) {
     prims_ll<T, Op> p(threadIdx.x, blockDim.x, BRAID_BARRIER_BLOCK, op, &chan->ring_recv,
                       &chan->ring_send, comm->abort_flag, aborted);
     if (w.coll == BRAID_COLL_ALLREDUCE && comm->nranks == 2) {
@@ -93,7 +94,7 @@ __device__ void reduce_coll_run(const struct braid_work& w, struct braid_dev_com
   }
 }
 
-template <typename T, typename Op, bool TREE>
+template <typename T, typename Op>
 __device__ __forceinline__ void work_run(const struct braid_work& w, struct braid_dev_comm* comm,
                                          volatile int* aborted) {
   const int ch = blockIdx.x - w.channel_lo;
@@ -103,7 +104,7 @@ __device__ __forceinline__ void work_run(const struct braid_work& w, struct brai
   switch (w.coll) {
     case BRAID_COLL_ALLREDUCE:
     case BRAID_COLL_REDUCESCATTER:
-    case BRAID_COLL_REDUCE: reduce_coll_run<T, Op, TREE>(w, comm, chan, ch, aborted); break;
+    case BRAID_COLL_REDUCE: reduce_coll_run<T, Op>(w, comm, chan, ch, aborted); break;
     case BRAID_COLL_ALLGATHER:
     case BRAID_COLL_BROADCAST: copy_coll_run(w, comm, chan, ch, aborted); break;
     case BRAID_COLL_SENDRECV: sendrecv_run(w, comm, chan, ch, aborted); break;
@@ -126,12 +127,7 @@ __device__ __forceinline__ void ledger_report(struct braid_dev_comm* comm, uint6
   *(volatile uint64_t*)comm->ledger_done = seq;
 }
 
-/*
- * TREE: whether the kernel can run tree all-reduce. Launches with a tree
- * work use the TREE kernels; the others keep kernels without the tree code,
- * whose registers and local memory stay as small as the ring needs.
- */
-template <typename T, typename Op, bool TREE>
+template <typename T, typename Op>
 __global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
     braid_kernel(const __grid_constant__ struct braid_kernel_args args) {
   __shared__ volatile int aborted[2];
@@ -140,7 +136,35 @@ __global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
     if ((int)blockIdx.x < w.channel_lo || (int)blockIdx.x >= w.channel_lo + w.nchannels) continue;
     if (threadIdx.x < 2) aborted[threadIdx.x] = 0;
     __syncthreads();
-    work_run<T, Op, TREE>(w, args.comm, aborted);
+    work_run<T, Op>(w, args.comm, aborted);
+    __syncthreads();
+    if (aborted[0] || aborted[1]) return;
+  }
+  if (args.ledger_seq != 0) ledger_report(args.comm, args.ledger_seq);
+}
+
+/*
+ * Launches of tree all-reduces only (the host never mixes them with other
+ * works). Kept apart from braid_kernel so that the ring kernels compile as
+ * if trees did not exist (their registers and local memory), and the tree
+ * code is compiled once per type and operator, not with every collective.
+ */
+template <typename T, typename Op>
+__global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
+    braid_tree_kernel(const __grid_constant__ struct braid_kernel_args args) {
+  __shared__ volatile int aborted[2];
+  for (int i = 0; i < args.nwork; i++) {
+    const struct braid_work& w = args.work[i];
+    if ((int)blockIdx.x < w.channel_lo || (int)blockIdx.x >= w.channel_lo + w.nchannels) continue;
+    if (threadIdx.x < 2) aborted[threadIdx.x] = 0;
+    __syncthreads();
+    struct braid_dev_channel* chan = &args.comm->channels[blockIdx.x];
+    const int ch = blockIdx.x - w.channel_lo;
+    Op op = work_op<T, Op>(w, args.comm);
+    if (w.proto == BRAID_PROTO_LL)
+      tree_allreduce<T, Op, prims_ll>(op, w, args.comm, chan, ch, aborted);
+    else
+      tree_allreduce<T, Op, prims_simple>(op, w, args.comm, chan, ch, aborted);
     __syncthreads();
     if (aborted[0] || aborted[1]) return;
   }
@@ -150,15 +174,17 @@ __global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
 }  // namespace braid
 
 /* The kernels of one element type, indexed by braid_devop_t: without and with trees. */
-#define BRAID_KERNEL_ROW(T, TREE)                                  \
-  {(const void*)braid::braid_kernel<T, braid::op_sum<T>, TREE>,           \
-   (const void*)braid::braid_kernel<T, braid::op_prod<T>, TREE>,          \
-   (const void*)braid::braid_kernel<T, braid::op_max<T>, TREE>,           \
-   (const void*)braid::braid_kernel<T, braid::op_min<T>, TREE>,           \
-   (const void*)braid::braid_kernel<T, braid::op_premulsum<T>, TREE>,     \
-   (const void*)braid::braid_kernel<T, braid::op_sumpostdiv<T>, TREE>}
-#define BRAID_DEFINE_KERNELS(NAME, T)                                                           \
-  extern "C" const void* const braid_kernels_##NAME[BRAID_DEVOP_COUNT] = BRAID_KERNEL_ROW(T, false); \
-  extern "C" const void* const braid_tree_kernels_##NAME[BRAID_DEVOP_COUNT] = BRAID_KERNEL_ROW(T, true);
+#define BRAID_KERNEL_ROW(K, T)                                    \
+  {(const void*)braid::K<T, braid::op_sum<T>>,                    \
+   (const void*)braid::K<T, braid::op_prod<T>>,                   \
+   (const void*)braid::K<T, braid::op_max<T>>,                    \
+   (const void*)braid::K<T, braid::op_min<T>>,                    \
+   (const void*)braid::K<T, braid::op_premulsum<T>>,              \
+   (const void*)braid::K<T, braid::op_sumpostdiv<T>>}
+#define BRAID_DEFINE_KERNELS(NAME, T)                                                      \
+  extern "C" const void* const braid_kernels_##NAME[BRAID_DEVOP_COUNT] =                   \
+      BRAID_KERNEL_ROW(braid_kernel, T);                                                   \
+  extern "C" const void* const braid_tree_kernels_##NAME[BRAID_DEVOP_COUNT] =              \
+      BRAID_KERNEL_ROW(braid_tree_kernel, T);
 
 #endif
