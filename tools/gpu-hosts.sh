@@ -5,7 +5,7 @@
 # time-slice it (each waits ~2 ms per turn), which hides the network entirely, so the
 # CUDA MPS daemon is started for the run (a user-level server that lets both processes'
 # kernels run at once; it changes no setting of the GPU) and stopped at the end.
-#   bash tools/gpu-hosts.sh [suite|quick] [api] [leaks] [deadpeer] [hang] [det] [perfdet] [tree] [torch] [perf] [perfwd] [sweep] [chan] [colls] [ofi] [info]
+#   bash tools/gpu-hosts.sh [suite|quick] [api] [leaks] [deadpeer] [hang] [det] [perfdet] [tree] [lat] [torch] [perf] [perfwd] [sweep] [chan] [colls] [ofi] [info]
 # (default: perf)
 # Logs under $OUT (device tool) or ./gpu-hosts-out. BUILD_DIR as in tools/gpu-check.sh;
 # NP=4 runs four ranks (four hosts) instead of two.
@@ -123,6 +123,13 @@ for step in ${*:-perf}; do
     perfdet)  # what BRAID_DETERMINISTIC=1 costs: all-reduce with the mode off, then on
       run ar_braid_det0 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 256M -f 4 -w 3 -n 10 -g 1
       BRAID_DETERMINISTIC=1 run ar_braid_det1 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 256M -f 4 -w 3 -n 10 -g 1
+      ;;
+    lat)  # small all-reduces (one hop, or a few): Braid, AB_LIB_DIR (another Braid build) and NCCL, alternated
+      for i in 1 2; do
+        run ar_lat_braid$i 120 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 128K -f 4 -w 50 -n 500 -g 1
+        [ -n "${AB_LIB_DIR:-}" ] && LD_LIBRARY_PATH=$AB_LIB_DIR run ar_lat_ab$i 120 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 128K -f 4 -w 50 -n 500 -g 1
+        LD_LIBRARY_PATH=$NCCL_LIB_DIR run ar_lat_nccl$i 120 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 128K -f 4 -w 50 -n 500 -g 1
+      done
       ;;
     info) BRAID_DEBUG=INFO run ar_braid_info 60 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 8M -f 1024 -w 1 -n 2 -g 1 ;;
     *) echo "unknown step $step"; status=2 ;;

@@ -115,6 +115,21 @@ struct braid_net_ops {
   ncclResult_t (*close_send)(void* send_comm);
   ncclResult_t (*close_recv)(void* recv_comm);
   ncclResult_t (*close_listen)(void* listen_comm);
+  /*
+   * Optional, both or neither (NULL: the proxy tests every receive comm on
+   * every pass). recv_fd: a descriptor that polls readable when bytes (or
+   * the end of the connection) arrive for `recv_comm`, -1 when there is
+   * none. recv_busy: nonzero while some request could complete without
+   * such bytes (data moved by the backend's own threads, a request whose
+   * bytes all came but that was not tested yet, an error). While the fd is
+   * quiet and the comm is not busy, test() on any of its requests can only
+   * say "not done", so the proxy skips it: a pass over many idle receive
+   * connections costs one epoll_wait, not one recv() each. Called from the
+   * thread that posts and tests the comm's requests; recv_busy must not
+   * make a system call.
+   */
+  int (*recv_fd)(void* recv_comm);
+  int (*recv_busy)(void* recv_comm);
 };
 
 extern const struct braid_net_ops braid_net_socket;

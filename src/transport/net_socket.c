@@ -446,4 +446,6 @@ const struct braid_net_ops braid_net_socket = {
   .close_send = sock_close_comm,
   .close_recv = sock_close_comm,
   .close_listen = sock_close_listen,
+  .recv_fd = net_socket_recv_fd,
+  .recv_busy = net_socket_recv_busy,
 };

@@ -111,6 +111,7 @@ struct sock_comm {
   struct sock_req reqs[SOCK_MAX_REQS];
   uint64_t posted;              /* requests posted so far */
   uint64_t ctrl_seq;            /* request whose header/inline payload is on the control stream */
+  uint64_t freed;               /* requests test() found done (every one below ctrl_seq, in any order) */
   size_t ctrl_moved;            /* its bytes moved so far (header, then payload) */
   struct sock_header ctrl_hdr;  /* its header */
   atomic_int closing;
@@ -133,6 +134,9 @@ void net_socket_comm_fail(struct sock_comm* c, ncclResult_t code, const char* fm
 ncclResult_t net_socket_isend(void* send_comm, void* data, size_t size, void* mhandle, void** request);
 ncclResult_t net_socket_irecv(void* recv_comm, void* data, size_t size, void* mhandle, void** request);
 ncclResult_t net_socket_test(void* request, int* done, size_t* size);
+/* The control stream's fd, and whether requests are under way past it (see braid_net_ops). */
+int net_socket_recv_fd(void* recv_comm);
+int net_socket_recv_busy(void* recv_comm);
 
 /* Streams and helper threads a new connection gets (BRAID_SOCKET_NTHREADS x BRAID_NSOCKS_PERTHREAD). */
 void net_socket_stream_counts(int* nstreams, int* nthreads);

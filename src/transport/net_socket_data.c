@@ -397,5 +397,18 @@ ncclResult_t net_socket_test(void* request, int* done, size_t* size) {
   *done = 1;
   if (size) *size = r->nbytes;
   r->used = 0;
+  c->freed++;
   return ncclSuccess;
+}
+
+int net_socket_recv_fd(void* recv_comm) { return ((struct sock_comm*)recv_comm)->ctrl_fd; }
+
+/*
+ * Past the control stream, a request whose header (and inline payload) came
+ * waits only on the helpers, or on nothing at all if it was not tested yet:
+ * the comm is busy from the header of a request until test() frees it.
+ */
+int net_socket_recv_busy(void* recv_comm) {
+  struct sock_comm* c = recv_comm;
+  return c->ctrl_seq != c->freed || c->ctrl_moved != 0 || atomic_load_explicit(&c->failed, memory_order_relaxed);
 }
