@@ -10,22 +10,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 old=$1; shift
-targets="nccl all_reduce_perf gpu_coll proxy_latency $*"
 B=.device/b
-cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 > /dev/null
-build() { cmake --build $B -j "$(nproc)" --target $targets > "$B/../build-$1.log" 2>&1 ||
-          { tail -30 "$B/../build-$1.log"; exit 1; }; }
+bash tools/gpu-build.sh proxy_latency "$@"
+build() {
+  local name=$1; shift
+  cmake --build $B -j "$(nproc)" --target nccl proxy_latency "$@" > .device/build-$name.log 2>&1 ||
+    { tail -30 .device/build-$name.log; exit 1; }
+}
 keep() {
   rm -rf .device/ab/$1 && mkdir -p .device/ab/$1
   cp -a $B/src/libnccl.so* $B/tests/mp/proxy_latency .device/ab/$1/
 }
-build new && keep new
-mkdir -p .device/build/src .device/build/perf .device/build/tests/gpu
-cp -a $B/src/libnccl.so* .device/build/src/ && cp -a $B/perf/*_perf .device/build/perf/ &&
-  cp -a $B/tests/gpu/gpu_coll .device/build/tests/gpu/
+keep new
 files=$(cd "$old" && find . -type f | sed 's|^\./||')
 mkdir -p .device/ab/keep
 for f in $files; do mkdir -p ".device/ab/keep/$(dirname "$f")"; cp -a "$f" ".device/ab/keep/$f"; cp "$old/$f" "$f"; done
-build old && keep old
+build old "$@" && keep old
 for f in $files; do cp -a ".device/ab/keep/$f" "$f"; touch "$f"; done
 echo "gpu-ab: built new and old ($(echo $files | wc -w) files differ)"

@@ -5,7 +5,7 @@
 # time-slice it (each waits ~2 ms per turn), which hides the network entirely, so the
 # CUDA MPS daemon is started for the run (a user-level server that lets both processes'
 # kernels run at once; it changes no setting of the GPU) and stopped at the end.
-#   bash tools/gpu-hosts.sh [suite|quick] [api] [leaks] [deadpeer] [hang] [det] [perfdet] [tree] [lat] [torch] [perf] [perfwd] [sweep] [chan] [colls] [ofi] [info]
+#   bash tools/gpu-hosts.sh [suite|quick] [api] [leaks] [deadpeer] [hang] [det] [perfdet] [tree] [direct] [lat] [torch] [perf] [perfwd] [sweep] [chan] [colls] [ofi] [info]
 # (default: perf)
 # Logs under $OUT (device tool) or ./gpu-hosts-out. BUILD_DIR as in tools/gpu-check.sh;
 # NP=4 runs four ranks (four hosts) instead of two.
@@ -120,6 +120,14 @@ for step in ${*:-perf}; do
         NCCL_ALGO=$a LD_LIBRARY_PATH=$NCCL_LIB_DIR run ar_nccl_$a 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 64M -f 4 -w 3 -n 20 -g 1
       done
       ;;
+    direct)  # direct all-reduce: the quick suite forced onto it; all-reduce as direct, tree, ring, the model's choice, NCCL
+      BRAID_ALGO=Direct run suite_quick_direct 300 "$B/tests/gpu/gpu_coll" --mode hosts --nranks $NP --suite all --quick --timeout 290
+      for a in Direct Tree Ring; do
+        BRAID_ALGO=$a run ar_braid_$a 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 16M -f 4 -w 20 -n 100 -g 1
+      done
+      run ar_braid_model 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 16M -f 4 -w 20 -n 100 -g 1
+      LD_LIBRARY_PATH=$NCCL_LIB_DIR run ar_nccl 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 16M -f 4 -w 20 -n 100 -g 1
+      ;;
     perfdet)  # what BRAID_DETERMINISTIC=1 costs: all-reduce with the mode off, then on
       run ar_braid_det0 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 256M -f 4 -w 3 -n 10 -g 1
       BRAID_DETERMINISTIC=1 run ar_braid_det1 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 256M -f 4 -w 3 -n 10 -g 1
@@ -131,7 +139,7 @@ for step in ${*:-perf}; do
         LD_LIBRARY_PATH=$NCCL_LIB_DIR run ar_lat_nccl$i 120 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 128K -f 4 -w 50 -n 500 -g 1
       done
       ;;
-    info) BRAID_DEBUG=INFO run ar_braid_info 60 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 8M -f 1024 -w 1 -n 2 -g 1 ;;
+    info) BRAID_DEBUG=INFO run ar_braid_info 60 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 8M -f 4 -w 1 -n 2 -g 1 ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
 done

@@ -19,7 +19,8 @@ typedef enum {
 typedef enum {
   BRAID_ALGO_RING = 0,
   BRAID_ALGO_TREE = 1,
-  BRAID_ALGO_COUNT = 2
+  BRAID_ALGO_DIRECT = 2, /* all-reduce: every rank sends to every other (device/direct.h) */
+  BRAID_ALGO_COUNT = 3
 } braid_algo_t;
 
 typedef enum {
@@ -33,6 +34,7 @@ typedef enum {
 #define BRAID_MAX_CHANNELS 32
 #define BRAID_MAX_NTHREADS 512
 #define BRAID_STEPS 8 /* slots in every connection FIFO */
+#define BRAID_DIRECT_MAX_RANKS 32 /* the direct all-reduce's largest communicator */
 
 static inline const char* braid_coll_name(int coll) {
   static const char* names[] = {"Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce",
@@ -40,7 +42,7 @@ static inline const char* braid_coll_name(int coll) {
   return coll >= 0 && coll < BRAID_COLL_COUNT ? names[coll] : "Unknown";
 }
 static inline const char* braid_algo_name(int algo) {
-  static const char* names[] = {"Ring", "Tree"};
+  static const char* names[] = {"Ring", "Tree", "Direct"};
   return algo >= 0 && algo < BRAID_ALGO_COUNT ? names[algo] : "Unknown";
 }
 static inline const char* braid_proto_name(int proto) {

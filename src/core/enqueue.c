@@ -54,7 +54,7 @@ struct launch_plan {
   struct braid_kernel_args args;
   const void* kernel; /* NULL while only byte-moving works are in */
   int grid;
-  int tree; /* 1: tree all-reduces only (braid_tree_kernel runs nothing else) */
+  int tree; /* 1: tree and direct all-reduces only (braid_tree_kernel runs nothing else) */
 };
 
 static int enq_p2p_nchannels(const struct ncclComm* comm, size_t bytes, int self) {
@@ -157,17 +157,19 @@ int enqueue_expand(const struct ncclComm* comm, const struct braid_op* op, struc
 }
 
 /*
- * The algorithms a collective may use: trees for all-reduce where the
- * topology has them (the model itself keeps them to several hosts unless
- * BRAID_ALGO asks), except in deterministic mode, where even and odd
- * channels' trees would add in different orders.
+ * The algorithms a collective may use: for all-reduce, trees where the
+ * topology has them and the direct exchange up to BRAID_DIRECT_MAX_RANKS
+ * (the model itself keeps both to several hosts unless BRAID_ALGO asks),
+ * except in deterministic mode, where even and odd channels' trees would
+ * add in different orders, and the direct exchange's rank order is not the
+ * ring's.
  */
 static unsigned enq_algos(const struct ncclComm* comm, int coll) {
   const struct braid_trees* trees = topo_comm_trees(comm);
   unsigned mask = 1u << BRAID_ALGO_RING;
-  if (coll == BRAID_COLL_ALLREDUCE && comm->nranks > 1 && trees && trees->nchannels > 0 &&
-      !enq_deterministic(comm))
-    mask |= 1u << BRAID_ALGO_TREE;
+  if (coll != BRAID_COLL_ALLREDUCE || comm->nranks < 2 || enq_deterministic(comm)) return mask;
+  if (trees && trees->nchannels > 0) mask |= 1u << BRAID_ALGO_TREE;
+  if (comm->nranks <= BRAID_DIRECT_MAX_RANKS) mask |= 1u << BRAID_ALGO_DIRECT;
   return mask;
 }
 
@@ -185,6 +187,10 @@ static ncclResult_t enq_coll_choose(struct ncclComm* comm, const struct braid_op
   int nch = BRAID_MAX(1, BRAID_MIN(choice->nchannels, comm->channels->nchannels));
   if (choice->algo == BRAID_ALGO_TREE)
     nch = BRAID_MIN(nch, BRAID_MIN(topo_comm_trees(comm)->nchannels, comm->channels->p2p_nchannels));
+  if (choice->algo == BRAID_ALGO_DIRECT) {
+    nch = BRAID_MIN(nch, comm->channels->p2p_nchannels);
+    choice->proto = BRAID_PROTO_SIMPLE; /* its steps are Simple's, on any link */
+  }
   if (enq_is_reduction(op->coll) && enq_deterministic(comm)) nch = BRAID_MIN(nch, enq_det_channels(comm));
   choice->nchannels = nch;
   return ncclSuccess;
@@ -203,16 +209,26 @@ void enqueue_p2p_needs(struct ncclComm* comm) {
       continue;
     }
     /*
-     * A tree's edges, both ways, on the channels it will run on. The choice
-     * is kept for the launch (made once per call); a failed one fails later.
+     * A tree's edges, or the direct exchange's connections to every peer,
+     * both ways, on the channels it will run on. The choice is kept for the
+     * launch (made once per call); a failed one fails later.
      */
-    if (op->count == 0 || !(enq_algos(comm, op->coll) >> BRAID_ALGO_TREE & 1) ||
+    if (op->count == 0 || enq_algos(comm, op->coll) == 1u << BRAID_ALGO_RING ||
         enq_coll_choose(comm, op, &choice) != ncclSuccess)
       continue;
     op->chosen.valid = 1;
     op->chosen.algo = choice.algo;
     op->chosen.proto = choice.proto;
     op->chosen.nchannels = choice.nchannels;
+    if (choice.algo == BRAID_ALGO_DIRECT) {
+      for (int c = 0; c < choice.nchannels; c++) {
+        for (int peer = 0; peer < n; peer++) {
+          transport_p2p_need_channel(comm, peer, 1, c);
+          transport_p2p_need_channel(comm, peer, 0, c);
+        }
+      }
+      continue;
+    }
     if (choice.algo != BRAID_ALGO_TREE) continue;
     const struct braid_trees* trees = topo_comm_trees(comm);
     for (int c = 0; c < choice.nchannels; c++) {
@@ -251,7 +267,7 @@ static ncclResult_t enq_coll_work(struct ncclComm* comm, const struct braid_op* 
   w->root = op->root;
   w->peer_send = w->peer_recv = -1;
   w->chunk_bytes = choice.proto == BRAID_PROTO_LL ? BRAID_LL_SLOT_BYTES / 2
-                   : choice.algo == BRAID_ALGO_TREE ? BRAID_MIN(enq_chunk_bytes(comm), transport_p2p_slot_bytes())
+                   : choice.algo != BRAID_ALGO_RING ? BRAID_MIN(enq_chunk_bytes(comm), transport_p2p_slot_bytes())
                                                     : enq_chunk_bytes(comm);
   w->sendbuff = op->sendbuff;
   w->recvbuff = op->recvbuff;
@@ -308,7 +324,7 @@ fail:
 static ncclResult_t enq_add_work(struct ncclComm* comm, struct launch_plan* plan,
                                  const struct braid_work* w, cudaStream_t stream) {
   ncclResult_t res = ncclSuccess;
-  const int tree = w->algo == BRAID_ALGO_TREE;
+  const int tree = w->algo == BRAID_ALGO_TREE || w->algo == BRAID_ALGO_DIRECT;
   const void* const* const* table = tree ? braid_tree_kernel_table : braid_kernel_table;
   const void* kernel = enq_is_reduction(w->coll) ? table[w->dtype][w->devop] : NULL;
   if (plan->args.nwork == BRAID_MAX_WORK || (kernel && plan->kernel && kernel != plan->kernel) ||

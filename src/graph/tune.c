@@ -94,6 +94,24 @@ static void tune_model_tree(struct braid_topo* topo, struct tune_model* m) {
   m->ratio[BRAID_COLL_ALLREDUCE][BRAID_ALGO_TREE] = 0.5f;
 }
 
+/*
+ * The direct all-reduce (all-reduce only): one hop, with every peer at
+ * once; each rank sends (n-1) times its bytes, so algbw = busbw / (n-1)
+ * per channel's share. Simple only (its steps are Simple's on any link).
+ */
+static void tune_model_direct(struct braid_topo* topo, struct tune_model* m) {
+  int n = topo->nranks;
+  if (n < 2) return;
+  int link = topo->nhosts > 1 ? TUNE_LINK_NET : tune_link_class(topo->ring_intra_type);
+  const int p = BRAID_PROTO_SIMPLE;
+  m->lat[BRAID_COLL_ALLREDUCE][BRAID_ALGO_DIRECT][p] = tune_table.base_lat[BRAID_ALGO_DIRECT][p] +
+                                                      tune_table.hop_lat[link][p] +
+                                                      (float)(n - 2) * tune_table.direct_peer_lat;
+  m->busbw_ch[BRAID_COLL_ALLREDUCE][BRAID_ALGO_DIRECT][p] =
+      topo->rings.bw_per_channel * tune_table.proto_eff[link][p];
+  m->ratio[BRAID_COLL_ALLREDUCE][BRAID_ALGO_DIRECT] = 1.0f / (float)(n - 1);
+}
+
 ncclResult_t tune_model_init(struct braid_topo* topo) {
   ncclResult_t res = ncclSuccess;
   struct tune_model* m = &topo->tune;
@@ -102,8 +120,10 @@ ncclResult_t tune_model_init(struct braid_topo* topo) {
   m->nhosts = topo->nhosts;
   m->nchannels[BRAID_ALGO_RING] = topo->rings.nchannels;
   m->nchannels[BRAID_ALGO_TREE] = topo->trees.nchannels;
+  m->nchannels[BRAID_ALGO_DIRECT] = topo->rings.nchannels;
   tune_model_ring(topo, m);
   tune_model_tree(topo, m);
+  tune_model_direct(topo, m);
   /* LL128 relies on 128-byte store atomicity: NVLink only, Volta and later (as NCCL). */
   int intra = tune_link_class(topo->ring_intra_type);
   m->proto_topo_mask = (1u << BRAID_PROTO_SIMPLE) | (1u << BRAID_PROTO_LL);
@@ -135,11 +155,19 @@ static float tune_time(const struct tune_model* m, int coll, int algo, int p, si
   return m->lat[coll][algo][p] + (float)bytes / (busbw * m->ratio[coll][algo] * 1e3f);
 }
 
-/* What the model can run for `coll` (trees: all-reduce across hosts, unless forced). */
+/*
+ * What the model can run for `coll`: trees and the direct exchange for
+ * all-reduce across hosts (direct from three ranks: two have the one-hop
+ * exchange of the ring already, pair.h), unless forced.
+ */
 static unsigned tune_algo_available(const struct tune_model* m, int coll) {
   unsigned mask = 1u << BRAID_ALGO_RING;
-  int asked = m->algo_override[coll] != ~0u && (m->algo_override[coll] >> BRAID_ALGO_TREE & 1);
-  if (coll == BRAID_COLL_ALLREDUCE && (m->nhosts > 1 || asked)) mask |= 1u << BRAID_ALGO_TREE;
+  if (coll != BRAID_COLL_ALLREDUCE) return mask;
+  unsigned asked = m->algo_override[coll] != ~0u ? m->algo_override[coll] : 0u;
+  if (m->nhosts > 1 || (asked >> BRAID_ALGO_TREE & 1)) mask |= 1u << BRAID_ALGO_TREE;
+  if (m->nranks >= 2 && m->nranks <= BRAID_DIRECT_MAX_RANKS &&
+      ((m->nhosts > 1 && m->nranks >= 3) || (asked >> BRAID_ALGO_DIRECT & 1)))
+    mask |= 1u << BRAID_ALGO_DIRECT;
   return mask;
 }
 
@@ -219,7 +247,8 @@ ncclResult_t tune_choose_topo(const struct braid_topo* topo, braid_coll_t coll, 
     for (int p = 0; p < BRAID_PROTO_COUNT; p++) {
       if (!((amask >> a) & 1) || !((pmask >> p) & 1)) continue;
       int nch = tune_channels(m, a, p, bytes);
-      float t = tune_time(m, coll, a, p, bytes, nch);
+      /* Not modelled (e.g. Direct with LL): never better than a modelled one. */
+      float t = m->busbw_ch[coll][a][p] > 0.0f ? tune_time(m, coll, a, p, bytes, nch) : INFINITY;
       if (found && !(t < best)) continue;
       found = 1;
       best = t;

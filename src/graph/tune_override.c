@@ -20,7 +20,7 @@ struct override_names {
   const char* expected;       /* for messages */
 };
 
-static const char* const algo_names[] = {"ring", "tree"};
+static const char* const algo_names[] = {"ring", "tree", "direct"};
 static const char* const algo_ignored[] = {"collnetdirect", "collnetchain", "collnet", "nvls",
                                            "nvlstree",      "pat",          NULL};
 static const char* const proto_names[] = {"simple", "ll", "ll128"};
@@ -103,8 +103,8 @@ fail:
 ncclResult_t tune_override_parse(struct tune_model* m) {
   ncclResult_t res = ncclSuccess;
   const struct override_names algo = {
-      "BRAID_ALGO", algo_names, 2, algo_ignored,
-      "Ring, Tree (NCCL's CollNet*, NVLS*, PAT are accepted and ignored)"};
+      "BRAID_ALGO", algo_names, 3, algo_ignored,
+      "Ring, Tree, Direct (NCCL's CollNet*, NVLS*, PAT are accepted and ignored)"};
   const struct override_names proto = {"BRAID_PROTO", proto_names, 3, proto_ignored,
                                        "Simple, LL, LL128"};
   BRAID_TRY(override_parse(&algo, braid_param_str(BRAID_P_ALGO), m->algo_override));

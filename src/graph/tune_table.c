@@ -56,19 +56,21 @@ const struct tune_table tune_table = {
     /* Simple  LL    LL128 */
     {  7.0f,   5.0f, 5.5f },  /* Ring */
     {  8.0f,   5.5f, 6.0f },  /* Tree */
+    {  7.0f,   5.0f, 5.5f },  /* Direct (Simple only: the others never run) */
   },
   /*
    * Per pipeline step over one hop. NVLink LL: half of the 1.25 µs flag
    * ping-pong round trip (measured). Simple waits for a fence and a tail
-   * update (~3x, NCCL's ratio). PCIe: NCCL's figures. Network: the socket
-   * backend over loopback all-reduces 8 bytes in 26 µs (measured), ~10 µs per
-   * step; InfiniBand should be lower: measure it.
+   * update (~3x, NCCL's ratio). PCIe: NCCL's figures. Network: four
+   * processes posing as hosts on one GPU, socket backend (2026-11-24): an
+   * 8-byte all-reduce took 107-122 µs as a ring (6 steps) and 81-92 µs as a
+   * tree (4 steps), ~18 µs a step; InfiniBand should be lower: measure it.
    */
   .hop_lat = {
     /* Simple  LL     LL128 */
     {  2.0f,   0.6f,  1.0f },  /* NVLink */
     {  3.0f,   1.0f,  2.0f },  /* PCIe / host */
-    { 10.0f,   5.0f,  7.0f },  /* network */
+    { 18.0f,   5.0f,  7.0f },  /* network */
   },
   /*
    * Achieved / modelled bandwidth. NVLink, measured at 1 GB on the H200 pair
@@ -86,6 +88,14 @@ const struct tune_table tune_table = {
   },
   /* NCCL scales tree all-reduce by 0.92 against the link; keep that until measured. */
   .tree_eff = 0.92f,
+  /*
+   * A direct all-reduce sends to and receives from every peer at once, but
+   * each proxy posts its sends and receives one after another (a syscall
+   * each on sockets). Measured on the same set-up: 8 bytes across 4 hosts in
+   * 55-64 µs = base + one step + 2 peers x ~15 µs. Hosts that do not share
+   * one machine's cores and TCP stack should do better: measure there.
+   */
+  .direct_peer_lat = 15.0f,
   /* NCCL's defaults: 512 threads for Simple and LL, 640 for LL128. */
   .nthreads = {512, 512, 640},
   /* NCCL's thread thresholds: a channel needs 64 B per thread (Simple), 8 B (LL, LL128). */

@@ -29,6 +29,7 @@ struct tune_table {
   float hop_lat[TUNE_LINK_CLASSES][BRAID_PROTO_COUNT];   /* µs per pipeline step over a hop */
   float proto_eff[TUNE_LINK_CLASSES][BRAID_PROTO_COUNT]; /* achieved / modelled link bw */
   float tree_eff;                                        /* tree all-reduce vs its bw */
+  float direct_peer_lat; /* µs each peer past the first adds to a direct all-reduce */
   int nthreads[BRAID_PROTO_COUNT];                       /* threads per CTA */
   int thread_bytes[BRAID_PROTO_COUNT]; /* bytes per thread below which a channel is not worth it */
 };

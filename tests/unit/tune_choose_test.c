@@ -154,6 +154,49 @@ static struct braid_topo* build_with(const char* var, const char* value, const c
   return topo;
 }
 
+/*
+ * The direct all-reduce (one hop to every peer): small all-reduces across
+ * hosts (Simple, the one protocol there) from three ranks on, never large ones, never two ranks (the ring's
+ * one-hop exchange serves them), never another collective; BRAID_ALGO=Direct
+ * forces it even on one host.
+ */
+static void test_direct(void) {
+  const unsigned direct = 1u << BRAID_ALGO_DIRECT;
+  struct braid_topo* topo = build("ib_nic_node.xml", 4, 1);
+  if (topo) {
+    for (size_t bytes = 8; bytes <= 4096; bytes *= 8) {
+      expect(topo, BRAID_COLL_ALLREDUCE, bytes, ALL_ALGOS, SIMPLE, BRAID_ALGO_DIRECT,
+             BRAID_PROTO_SIMPLE, "4 hosts x 1 GPU");
+    }
+    expect(topo, BRAID_COLL_ALLREDUCE, 1u << 30, ALL_ALGOS, SIMPLE, BRAID_ALGO_RING,
+           BRAID_PROTO_SIMPLE, "4 hosts x 1 GPU");
+    struct braid_tune_choice c = choose(topo, BRAID_COLL_ALLGATHER, 8, ALL_ALGOS, ALL_PROTOS);
+    TEST_CHECK(c.algo == BRAID_ALGO_RING, "all-gather chose %s", braid_algo_name(c.algo));
+    topo_free(topo);
+  }
+  topo = build("ib_nic_node.xml", 2, 1);
+  if (topo) {
+    for (size_t bytes = 8; bytes <= (1u << 30); bytes *= 64)
+      TEST_CHECK(choose(topo, BRAID_COLL_ALLREDUCE, bytes, ALL_ALGOS, ALL_PROTOS).algo != BRAID_ALGO_DIRECT,
+                 "2 ranks, %zu B: direct chosen", bytes);
+    topo_free(topo);
+  }
+  topo = build("h200x2_nvswitch.xml", 1, 2);
+  if (topo) {
+    TEST_CHECK(choose(topo, BRAID_COLL_ALLREDUCE, 8, ALL_ALGOS, ALL_PROTOS).algo != BRAID_ALGO_DIRECT,
+               "one host: direct chosen unasked");
+    topo_free(topo);
+  }
+  topo = build_with("BRAID_ALGO", "Direct", "h200x2_nvswitch.xml", 1, 2);
+  expect(topo, BRAID_COLL_ALLREDUCE, 1u << 20, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_DIRECT,
+         BRAID_PROTO_SIMPLE, "BRAID_ALGO=Direct on one host");
+  expect(topo, BRAID_COLL_ALLREDUCE, 1u << 20, RING | direct, ALL_PROTOS, BRAID_ALGO_DIRECT,
+         BRAID_PROTO_SIMPLE, "BRAID_ALGO=Direct on one host");
+  TEST_CHECK(topo && choose(topo, BRAID_COLL_BROADCAST, 8, ALL_ALGOS, ALL_PROTOS).algo == BRAID_ALGO_RING,
+             "BRAID_ALGO=Direct: broadcast has no direct algorithm");
+  topo_free(topo);
+}
+
 static void test_overrides(void) {
   struct braid_topo* topo = build_with("BRAID_PROTO", "LL", "h200x2_nvswitch.xml", 1, 2);
   expect(topo, BRAID_COLL_ALLREDUCE, 1u << 30, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING,
@@ -277,6 +320,7 @@ int main(void) {
   test_ring_simple_only();
   test_sizes();
   test_multi_host();
+  test_direct();
   test_masks();
   test_overrides();
   test_explain();

@@ -13,6 +13,7 @@
 #ifndef BRAID_DEVICE_KERNEL_H
 #define BRAID_DEVICE_KERNEL_H
 
+#include "collectives/device/direct.h"
 #include "collectives/device/pair.h"
 #include "collectives/device/sendrecv.h"
 #include "collectives/device/tree.h"
@@ -144,10 +145,11 @@ __global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
 }
 
 /*
- * Launches of tree all-reduces only (the host never mixes them with other
- * works). Kept apart from braid_kernel so that the ring kernels compile as
- * if trees did not exist (their registers and local memory), and the tree
- * code is compiled once per type and operator, not with every collective.
+ * Launches of tree and direct all-reduces only (the host never mixes them
+ * with ring works). Kept apart from braid_kernel so that the ring kernels
+ * compile as if these did not exist (their registers and local memory), and
+ * their code is compiled once per type and operator, not with every
+ * collective.
  */
 template <typename T, typename Op>
 __global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
@@ -161,7 +163,9 @@ __global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
     struct braid_dev_channel* chan = &args.comm->channels[blockIdx.x];
     const int ch = blockIdx.x - w.channel_lo;
     Op op = work_op<T, Op>(w, args.comm);
-    if (w.proto == BRAID_PROTO_LL)
+    if (w.algo == BRAID_ALGO_DIRECT)
+      direct_allreduce<T, Op>(op, w, args.comm, chan, ch, aborted);
+    else if (w.proto == BRAID_PROTO_LL)
       tree_allreduce<T, Op, prims_ll>(op, w, args.comm, chan, ch, aborted);
     else
       tree_allreduce<T, Op, prims_simple>(op, w, args.comm, chan, ch, aborted);
