@@ -8,6 +8,7 @@
 #ifndef BRAID_TESTS_MP_NET_UTIL_H
 #define BRAID_TESTS_MP_NET_UTIL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -25,6 +26,16 @@ struct net_shared {
   char ns[2][32];   /* netns: the namespaces */
   char addr[2][32]; /* netns: their addresses */
   char ifname[2][16];
+};
+
+/* A proxy FIFO's counters in host memory, where a kernel's would be (proxy_fifo_test, proxy_latency). */
+#define NET_UTIL_FIFO_STEPS 8
+struct net_fifo_mem {
+  _Atomic uint64_t tail;
+  char pad0[120];
+  _Atomic uint64_t head;
+  char pad1[120];
+  _Atomic uint32_t sizes[NET_UTIL_FIFO_STEPS];
 };
 
 /*

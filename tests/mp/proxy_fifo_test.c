@@ -37,18 +37,10 @@
 #include "net_util.h"
 #include "test.h"
 
-#define NSTEPS 8
+#define NSTEPS NET_UTIL_FIFO_STEPS
 #define WAIT_SEC 20.0
 
 static char backend[16];
-
-struct fifo_mem {
-  _Atomic uint64_t tail;
-  char pad0[120];
-  _Atomic uint64_t head;
-  char pad1[120];
-  _Atomic uint32_t sizes[NSTEPS];
-};
 
 struct proxy_case {
   size_t slot_bytes;
@@ -83,7 +75,7 @@ static int wait_counter(_Atomic uint64_t* counter, uint64_t value) {
 }
 
 /* The sending kernel's part, steps [from, to). */
-static int kernel_send(const struct proxy_case* pc, struct fifo_mem* f, char* slots, struct net_shared* sh,
+static int kernel_send(const struct proxy_case* pc, struct net_fifo_mem* f, char* slots, struct net_shared* sh,
                        int from, int to) {
   for (int s = from; s < to; s++) {
     if (pc->die_at && s == pc->die_at) {
@@ -105,7 +97,7 @@ static int kernel_send(const struct proxy_case* pc, struct fifo_mem* f, char* sl
 }
 
 /* The receiving kernel's part, steps [from, to); returns the number of bad steps, -1 when stuck. */
-static int kernel_recv(const struct proxy_case* pc, struct fifo_mem* f, char* slots, int from, int to) {
+static int kernel_recv(const struct proxy_case* pc, struct net_fifo_mem* f, char* slots, int from, int to) {
   int bad = 0;
   for (int s = from; s < to; s++) {
     if (wait_counter(&f->tail, (uint64_t)s + 1) != 0) {
@@ -124,7 +116,7 @@ static int kernel_recv(const struct proxy_case* pc, struct fifo_mem* f, char* sl
 /* A connection's description over FIFO `f` and `slots` (the handle is filled by the caller). */
 static void desc_fill(struct braid_proxy_conn_desc* d, const struct braid_net_ops* ops,
                       const struct net_shared* sh, int is_send, const struct proxy_case* pc,
-                      struct fifo_mem* f, char* slots, int peer) {
+                      struct net_fifo_mem* f, char* slots, int peer) {
   memset(d, 0, sizeof *d);
   d->is_send = is_send;
   d->net = ops;
@@ -147,7 +139,7 @@ static int proxy_child(const struct mp_child* c, const struct proxy_case* pc) {
   test_failures = 0;
   int rc = net_util_open(backend, &ops, &ndev);
   if (rc) return rc;
-  struct fifo_mem* f = page_alloc(sizeof *f);
+  struct net_fifo_mem* f = page_alloc(sizeof *f);
   char* slots = page_alloc(NSTEPS * pc->slot_bytes);
   if (f == NULL || slots == NULL) return 1;
   memset(f, 0, sizeof *f);
@@ -211,7 +203,7 @@ static int remove_child(const struct mp_child* c, int last_first) {
   const struct braid_net_ops* ops;
   struct braid_proxy* proxy = NULL;
   struct braid_proxy_conn* conn[NCONN] = {0};
-  struct fifo_mem* f[NCONN];
+  struct net_fifo_mem* f[NCONN];
   char* slots[NCONN];
   int ndev, is_send = c->index == 1, live[NCONN];
   test_failures = 0;

@@ -30,19 +30,11 @@
 #include "net_util.h"
 #include "test.h"
 
-#define NSTEPS 8
+#define NSTEPS NET_UTIL_FIFO_STEPS
 #define MAX_IDLE 64
 #define NCONN (MAX_IDLE + 1)
 #define WAIT_SEC 20.0
 #define WARMUP 200
-
-struct fifo_mem {
-  _Atomic uint64_t tail;
-  char pad0[120];
-  _Atomic uint64_t head;
-  char pad1[120];
-  _Atomic uint32_t sizes[NSTEPS];
-};
 
 struct lat_shared {
   int ready[2];
@@ -75,7 +67,7 @@ static int wait_counter(_Atomic uint64_t* counter, uint64_t value) {
 }
 
 struct end {
-  struct fifo_mem* f;
+  struct net_fifo_mem* f;
   char* slots;
   struct braid_proxy_conn* conn;
 };
