@@ -485,8 +485,9 @@ ncclResult_t enqueue_estimate(struct ncclComm* comm, float* time_us) {
     if (op->count == 0) continue;
     unsigned protos = enq_ring_protos(comm);
     if (op->coll == BRAID_COLL_SENDRECV) protos |= 1u << BRAID_PROTO_LL;
-    BRAID_TRY(tune_choose(comm, op->coll, enq_tune_bytes(comm, op), 1u << BRAID_ALGO_RING, protos,
-                          &choice));
+    /* The algorithms the launch would choose from (enq_coll_choose): trees and direct too. */
+    unsigned algos = op->coll == BRAID_COLL_SENDRECV ? 1u << BRAID_ALGO_RING : enq_algos(comm, op->coll);
+    BRAID_TRY(tune_choose(comm, op->coll, enq_tune_bytes(comm, op), algos, protos, &choice));
     total += choice.time_us;
   }
   *time_us = total;
