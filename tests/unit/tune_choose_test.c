@@ -27,8 +27,8 @@ static const char* fixture(const char* name) {
 }
 
 static struct braid_topo* build(const char* name, int nhosts, int per_host) {
-  const char* files[8];
-  int ranks[8];
+  const char* files[16];
+  int ranks[16];
   struct braid_topo* topo = NULL;
   for (int h = 0; h < nhosts; h++) files[h] = fixture(name), ranks[h] = per_host;
   TEST_EXPECT_RES(topo_build_from_files(files, nhosts, ranks, &topo), ncclSuccess);
@@ -118,6 +118,31 @@ static void test_multi_host(void) {
            BRAID_PROTO_SIMPLE, what);
     expect(topo, BRAID_COLL_ALLGATHER, 8, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING, BRAID_PROTO_LL,
            what);
+    topo_free(topo);
+  }
+}
+
+/*
+ * Sixteen hosts, as across hosts the data path runs Simple only: trees for
+ * small all-reduces (4 network levels instead of the ring's 2 x 15 steps
+ * across hosts, and Direct's 15 peers), rings for large ones; with one GPU
+ * per host and with eight (128 ranks, past Direct's 32: there the ring's 254
+ * steps cost ~1 ms, and it wins only from ~2 GiB).
+ */
+static void test_sixteen_hosts(void) {
+  const char* names[] = {"ib_nic_node.xml", "dgx_h100_8nic.xml"};
+  const int per_host[] = {1, 8};
+  const size_t ring_from[] = {1ull << 30, 1ull << 32};
+  for (int i = 0; i < 2; i++) {
+    struct braid_topo* topo = build(names[i], 16, per_host[i]);
+    if (topo == NULL) continue;
+    char what[64];
+    snprintf(what, sizeof what, "16 hosts x %d GPU (%s)", per_host[i], names[i]);
+    for (size_t bytes = 8; bytes <= 1024; bytes *= 4)
+      expect(topo, BRAID_COLL_ALLREDUCE, bytes, ALL_ALGOS, SIMPLE, BRAID_ALGO_TREE,
+             BRAID_PROTO_SIMPLE, what);
+    expect(topo, BRAID_COLL_ALLREDUCE, ring_from[i], ALL_ALGOS, SIMPLE, BRAID_ALGO_RING,
+           BRAID_PROTO_SIMPLE, what);
     topo_free(topo);
   }
 }
@@ -321,6 +346,7 @@ int main(void) {
   test_sizes();
   test_multi_host();
   test_direct();
+  test_sixteen_hosts();
   test_masks();
   test_overrides();
   test_explain();
