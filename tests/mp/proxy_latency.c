@@ -13,8 +13,11 @@
  * for them on every hop.
  *
  *   proxy_latency <backend>_pingpong           the CTest case: a short run, data checked
- *   proxy_latency <backend> [idle] [iters] [bytes]
- *                                              the measurement: prints min, median, p90 (µs)
+ *   proxy_latency <backend> [idle] [iters] [bytes] [bare]
+ *                                              the measurement: prints min, median, p90 (µs);
+ *                                              "bare": the same ping-pong straight on the
+ *                                              backend (isend/irecv/test from the test's own
+ *                                              thread, no proxy, no FIFO), for comparison
  */
 #include <sched.h>
 #include <stdatomic.h>
@@ -39,7 +42,7 @@
 struct lat_shared {
   int ready[2];
   int done;
-  int idle, iters;
+  int idle, iters, bare;
   size_t bytes;
   uint8_t key[BRAID_NET_KEY_BYTES];
   /* handle[p][k]: process p's listener for connection k (0: the active one) */
@@ -100,6 +103,82 @@ static int end_open(struct lat_shared* sh, const struct braid_net_ops* ops, stru
 static int cmp_double(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
   return x < y ? -1 : x > y;
+}
+
+/* Tests until done, spinning (yielding on a small machine); 0 when done in time. */
+static int bare_wait(const struct braid_net_ops* ops, void* req) {
+  double end = boot_now() + WAIT_SEC;
+  for (unsigned spin = 0;; spin++) {
+    int done = 0;
+    if (ops->test(req, &done, NULL) != ncclSuccess) return -1;
+    if (done) return 0;
+    if ((spin & 1023) == 0 && boot_now() > end) return -1;
+    if (small_machine) sched_yield();
+  }
+}
+
+/* The ping-pong straight on the backend: one connection each way, the test's thread drives them. */
+static int bare_child(const struct mp_child* c) {
+  struct lat_shared* sh = c->arg;
+  const struct braid_net_ops* ops;
+  void *listen = NULL, *rx = NULL, *tx = NULL, *rmh = NULL, *smh = NULL;
+  int ndev, me = c->index;
+  test_failures = 0;
+  int rc = net_util_open(backend, &ops, &ndev);
+  if (rc) return rc;
+  size_t bytes = BRAID_MAX(sh->bytes, (size_t)8);
+  char* in = page_alloc(bytes);
+  char* out = page_alloc(bytes);
+  double* rtt = calloc((size_t)(WARMUP + sh->iters), sizeof *rtt);
+  if (in == NULL || out == NULL || rtt == NULL) return 1;
+  TEST_EXPECT_RES(ops->listen(0, sh->key, sh->handle[me][0], &listen), ncclSuccess);
+  boot_set_flag(&sh->ready[me], 1);
+  if (boot_wait_flag(&sh->ready[1 - me], 1, WAIT_SEC) != 0) return 1;
+  /* Process 0 connects first, then accepts; process 1 the other way round. */
+  for (int step = 0; step < 2 && !test_failures; step++) {
+    if ((step == 0) == (me == 0))
+      TEST_EXPECT_RES(net_util_connect(ops, 0, sh->key, sh->handle[1 - me][0], &tx, WAIT_SEC), ncclSuccess);
+    else
+      TEST_EXPECT_RES(net_util_accept(ops, listen, &rx, WAIT_SEC), ncclSuccess);
+  }
+  if (test_failures) return 1;
+  TEST_EXPECT_RES(ops->reg_mr(rx, in, bytes, 0, &rmh), ncclSuccess);
+  TEST_EXPECT_RES(ops->reg_mr(tx, out, bytes, 0, &smh), ncclSuccess);
+  int bad = 0;
+  for (int i = 0; i < WARMUP + sh->iters && !test_failures; i++) {
+    void *sreq = NULL, *rreq = NULL;
+    double t0 = boot_now();
+    if (me == 0) net_util_fill(out, sh->bytes, (uint64_t)i);
+    TEST_EXPECT_RES(net_util_post(ops, rx, 0, in, bytes, &rreq, WAIT_SEC), ncclSuccess);
+    if (me == 0) {
+      TEST_EXPECT_RES(net_util_post(ops, tx, 1, out, sh->bytes, &sreq, WAIT_SEC), ncclSuccess);
+      TEST_CHECK(sreq && bare_wait(ops, sreq) == 0, "send %d", i);
+    }
+    TEST_CHECK(rreq && bare_wait(ops, rreq) == 0, "receive %d", i);
+    if (net_util_check(in, sh->bytes, (uint64_t)i) != 0) bad++;
+    if (me == 1) {
+      memcpy(out, in, sh->bytes);
+      TEST_EXPECT_RES(net_util_post(ops, tx, 1, out, sh->bytes, &sreq, WAIT_SEC), ncclSuccess);
+      TEST_CHECK(sreq && bare_wait(ops, sreq) == 0, "send %d", i);
+    }
+    rtt[i] = boot_now() - t0;
+  }
+  TEST_CHECK(bad == 0, "%d echoes arrived wrong", bad);
+  if (me == 0 && !test_failures) {
+    qsort(rtt + WARMUP, (size_t)sh->iters, sizeof *rtt, cmp_double);
+    sh->hop_us[0] = rtt[WARMUP] / 2 * 1e6;
+    sh->hop_us[1] = rtt[WARMUP + sh->iters / 2] / 2 * 1e6;
+    sh->hop_us[2] = rtt[WARMUP + sh->iters * 9 / 10] / 2 * 1e6;
+  }
+  boot_add_flag(&sh->done, 1);
+  boot_wait_flag(&sh->done, 2, WAIT_SEC);
+  if (rmh) ops->dereg_mr(rx, rmh);
+  if (smh) ops->dereg_mr(tx, smh);
+  if (tx) ops->close_send(tx);
+  if (rx) ops->close_recv(rx);
+  if (listen) ops->close_listen(listen);
+  free(rtt), free(in), free(out);
+  return test_failures ? 1 : 0;
 }
 
 static int lat_child(const struct mp_child* c) {
@@ -199,13 +278,17 @@ int main(int argc, char** argv) {
   sh->idle = is_case ? 8 : argc > 2 ? atoi(argv[2]) : 0;
   sh->iters = is_case ? 500 : argc > 3 ? atoi(argv[3]) : 5000;
   sh->bytes = is_case ? 8 : argc > 4 ? (size_t)atoll(argv[4]) : 8;
+  sh->bare = !is_case && argc > 5 && strcmp(argv[5], "bare") == 0;
   if (sh->idle < 0 || sh->idle > MAX_IDLE || sh->iters < 1 || sh->bytes > (64u << 20)) {
     fprintf(stderr, "%s: idle 0-%d, iters >= 1, bytes <= 64 MiB\n", argv[0], MAX_IDLE);
     return 2;
   }
   struct mp_opts opts = {.name = arg, .nprocs = 2, .timeout_sec = 120, .arg = sh};
-  int rc = mp_run(&opts, lat_child);
-  if (rc == 0)
+  int rc = mp_run(&opts, sh->bare ? bare_child : lat_child);
+  if (rc == 0 && sh->bare)
+    printf("%s: straight on the backend, no proxy, %zu bytes: one hop min %.2f  median %.2f  p90 %.2f us\n",
+           backend, sh->bytes, sh->hop_us[0], sh->hop_us[1], sh->hop_us[2]);
+  else if (rc == 0)
     printf("%s: %d idle connections each way, %zu bytes: one hop min %.2f  median %.2f  p90 %.2f us\n",
            backend, sh->idle, sh->bytes, sh->hop_us[0], sh->hop_us[1], sh->hop_us[2]);
   mp_shared_free(sh, sizeof *sh);
