@@ -128,20 +128,47 @@ __device__ __forceinline__ void ledger_report(struct braid_dev_comm* comm, uint6
   *(volatile uint64_t*)comm->ledger_done = seq;
 }
 
-template <typename T, typename Op>
-__global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
-    braid_kernel(const __grid_constant__ struct braid_kernel_args args) {
+/*
+ * What every kernel does around its works: each block runs, in order, the
+ * works that include its channel (RUN), and stops at the first abort; the
+ * launch's last block reports to the ledger.
+ */
+typedef void (*work_fn)(const struct braid_work& w, struct braid_dev_comm* comm, volatile int* aborted);
+
+template <work_fn RUN>
+__device__ __forceinline__ void kernel_works(const struct braid_kernel_args& args) {
   __shared__ volatile int aborted[2];
   for (int i = 0; i < args.nwork; i++) {
     const struct braid_work& w = args.work[i];
     if ((int)blockIdx.x < w.channel_lo || (int)blockIdx.x >= w.channel_lo + w.nchannels) continue;
     if (threadIdx.x < 2) aborted[threadIdx.x] = 0;
     __syncthreads();
-    work_run<T, Op>(w, args.comm, aborted);
+    RUN(w, args.comm, aborted);
     __syncthreads();
     if (aborted[0] || aborted[1]) return;
   }
   if (args.ledger_seq != 0) ledger_report(args.comm, args.ledger_seq);
+}
+
+template <typename T, typename Op>
+__global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
+    braid_kernel(const __grid_constant__ struct braid_kernel_args args) {
+  kernel_works<work_run<T, Op>>(args);
+}
+
+/* A tree or direct all-reduce on this block's channel. */
+template <typename T, typename Op>
+__device__ __forceinline__ void tree_work_run(const struct braid_work& w, struct braid_dev_comm* comm,
+                                              volatile int* aborted) {
+  struct braid_dev_channel* chan = &comm->channels[blockIdx.x];
+  const int ch = blockIdx.x - w.channel_lo;
+  Op op = work_op<T, Op>(w, comm);
+  if (w.algo == BRAID_ALGO_DIRECT)
+    direct_allreduce<T, Op>(op, w, comm, chan, ch, aborted);
+  else if (w.proto == BRAID_PROTO_LL)
+    tree_allreduce<T, Op, prims_ll>(op, w, comm, chan, ch, aborted);
+  else
+    tree_allreduce<T, Op, prims_simple>(op, w, comm, chan, ch, aborted);
 }
 
 /*
@@ -154,25 +181,7 @@ __global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
 template <typename T, typename Op>
 __global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
     braid_tree_kernel(const __grid_constant__ struct braid_kernel_args args) {
-  __shared__ volatile int aborted[2];
-  for (int i = 0; i < args.nwork; i++) {
-    const struct braid_work& w = args.work[i];
-    if ((int)blockIdx.x < w.channel_lo || (int)blockIdx.x >= w.channel_lo + w.nchannels) continue;
-    if (threadIdx.x < 2) aborted[threadIdx.x] = 0;
-    __syncthreads();
-    struct braid_dev_channel* chan = &args.comm->channels[blockIdx.x];
-    const int ch = blockIdx.x - w.channel_lo;
-    Op op = work_op<T, Op>(w, args.comm);
-    if (w.algo == BRAID_ALGO_DIRECT)
-      direct_allreduce<T, Op>(op, w, args.comm, chan, ch, aborted);
-    else if (w.proto == BRAID_PROTO_LL)
-      tree_allreduce<T, Op, prims_ll>(op, w, args.comm, chan, ch, aborted);
-    else
-      tree_allreduce<T, Op, prims_simple>(op, w, args.comm, chan, ch, aborted);
-    __syncthreads();
-    if (aborted[0] || aborted[1]) return;
-  }
-  if (args.ledger_seq != 0) ledger_report(args.comm, args.ledger_seq);
+  kernel_works<tree_work_run<T, Op>>(args);
 }
 
 }  // namespace braid
