@@ -45,15 +45,24 @@ __device__ __forceinline__ bool direct_send_wait(struct braid_dev_channel* chan,
   return true;
 }
 
-/* Thread 0 of the send half: publishes the step on every connection (size first, then tail). */
+/*
+ * Thread 0 of the send half: publishes the step on every connection (sizes
+ * first, then the tails, all behind one fence: a release per connection
+ * would cost a fence each).
+ */
 __device__ __forceinline__ void direct_send_post(struct braid_dev_channel* chan, int rank, int n,
                                                  uint32_t bytes) {
   for (int d = 1; d < n; d++) {
     int peer = rank + d < n ? rank + d : rank + d - n;
     struct braid_dev_conn* c = &chan->p2p_send[peer];
+    if (c->sizes) *(volatile uint32_t*)&c->sizes[c->step % BRAID_STEPS] = bytes;
+  }
+  fence_acq_rel_sys();
+  for (int d = 1; d < n; d++) {
+    int peer = rank + d < n ? rank + d : rank + d - n;
+    struct braid_dev_conn* c = &chan->p2p_send[peer];
     const uint64_t step = c->step;
-    if (c->sizes) *(volatile uint32_t*)&c->sizes[step % BRAID_STEPS] = bytes;
-    st_release_sys(c->tail, step + 1);
+    st_relaxed_sys(c->tail, step + 1);
     c->step = step + 1;
   }
 }
@@ -78,12 +87,13 @@ __device__ __forceinline__ bool direct_recv_wait(struct braid_dev_channel* chan,
   return true;
 }
 
-/* Thread 0 of the receive half: frees every peer's slot. */
+/* Thread 0 of the receive half: frees every peer's slot (one fence for all). */
 __device__ __forceinline__ void direct_recv_done(struct braid_dev_channel* chan, int rank, int n) {
+  fence_acq_rel_sys();
   for (int d = 1; d < n; d++) {
     int peer = rank - d >= 0 ? rank - d : rank - d + n;
     struct braid_dev_conn* c = &chan->p2p_recv[peer];
-    st_release_sys(c->head, c->step + 1);
+    st_relaxed_sys(c->head, c->step + 1);
     c->step = c->step + 1;
   }
 }
