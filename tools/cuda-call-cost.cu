@@ -13,15 +13,9 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "cuda_check.h"
+
 #define N 20000
-#define CHECK(x)                                                                  \
-  do {                                                                            \
-    cudaError_t e_ = (x);                                                         \
-    if (e_ != cudaSuccess) {                                                      \
-      fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e_));              \
-      exit(1);                                                                    \
-    }                                                                             \
-  } while (0)
 
 struct small_args { char b[64]; };
 struct big_args { char b[3968]; };

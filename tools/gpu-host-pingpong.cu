@@ -14,7 +14,7 @@
  * when both sides spin; the hop through sockets adds the proxy and TCP on top.
  * Also printed: the time of one st.release.sys and one ld.acquire.sys to host
  * memory, each in a loop on the GPU (globaltimer).
- *   nvcc -O2 -arch=sm_90 -o /tmp/ghp tools/gpu-host-pingpong.cu -lpthread && /tmp/ghp [iters]
+ *   nvcc -O2 -arch=sm_90 -Iinclude -Isrc -o /tmp/ghp tools/gpu-host-pingpong.cu -lpthread && /tmp/ghp [iters]
  */
 #include <cuda_runtime.h>
 #include <pthread.h>
@@ -24,14 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(x)                                                                  \
-  do {                                                                            \
-    cudaError_t e_ = (x);                                                         \
-    if (e_ != cudaSuccess) {                                                      \
-      fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e_));              \
-      exit(1);                                                                    \
-    }                                                                             \
-  } while (0)
+#include "collectives/device/prims_common.h" /* ld_acquire_sys, st_release_sys: the kernels' own */
+#include "cuda_check.h"
 
 struct shared_mem {
   uint64_t to_host;   /* counter the GPU publishes */
@@ -43,14 +37,6 @@ struct shared_mem {
   uint64_t data_down; /* the host's */
 };
 
-__device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_release_sys(uint64_t* p, uint64_t v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
 __device__ __forceinline__ uint64_t now_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
@@ -62,8 +48,8 @@ __global__ void pingpong(shared_mem* m, int iters, uint64_t* times, int* bad) {
   for (int i = 0; i < iters; i++) {
     uint64_t t0 = now_ns();
     *(volatile uint64_t*)&m->data_up = 0x1000 + i;
-    st_release_sys(&m->to_host, i + 1);
-    while (ld_acquire_sys(&m->to_gpu) < (uint64_t)i + 1) {
+    braid::st_release_sys(&m->to_host, i + 1);
+    while (braid::ld_acquire_sys(&m->to_gpu) < (uint64_t)i + 1) {
     }
     if (*(volatile uint64_t*)&m->data_down != 0x2000 + (uint64_t)i) (*bad)++;
     times[i] = now_ns() - t0;
@@ -73,10 +59,10 @@ __global__ void pingpong(shared_mem* m, int iters, uint64_t* times, int* bad) {
 /* ns per st.release.sys and per ld.acquire.sys to host memory, `n` of each. */
 __global__ void op_costs(shared_mem* m, int n, uint64_t* out) {
   uint64_t t0 = now_ns();
-  for (int i = 0; i < n; i++) st_release_sys(&m->data_up, i);
+  for (int i = 0; i < n; i++) braid::st_release_sys(&m->data_up, i);
   uint64_t t1 = now_ns();
   uint64_t sum = 0;
-  for (int i = 0; i < n; i++) sum += ld_acquire_sys(&m->data_down);
+  for (int i = 0; i < n; i++) sum += braid::ld_acquire_sys(&m->data_down);
   uint64_t t2 = now_ns();
   out[0] = (t1 - t0) / n;
   out[1] = (t2 - t1) / n;

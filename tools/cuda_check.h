@@ -1,0 +1,18 @@
+/* CHECK(cuda call): the hand-built CUDA tools' way to stop at the first failed call. */
+#ifndef BRAID_TOOLS_CUDA_CHECK_H
+#define BRAID_TOOLS_CUDA_CHECK_H
+
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define CHECK(x)                                                                  \
+  do {                                                                            \
+    cudaError_t e_ = (x);                                                         \
+    if (e_ != cudaSuccess) {                                                      \
+      fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e_));              \
+      exit(1);                                                                    \
+    }                                                                             \
+  } while (0)
+
+#endif
