@@ -14,7 +14,8 @@
  * when both sides spin; the hop through sockets adds the proxy and TCP on top.
  * Also printed: the time of one st.release.sys and one ld.acquire.sys to host
  * memory, each in a loop on the GPU (globaltimer).
- *   nvcc -O2 -arch=sm_90 -Iinclude -Isrc -o /tmp/ghp tools/gpu-host-pingpong.cu -lpthread && /tmp/ghp [iters]
+ *   nvcc -O2 -arch=sm_90 -Iinclude -Isrc -o /tmp/ghp tools/gpu-host-pingpong.cu -lpthread &&
+ * /tmp/ghp [iters]
  */
 #include <cuda_runtime.h>
 #include <pthread.h>
@@ -28,11 +29,11 @@
 #include "cuda_check.h"
 
 struct shared_mem {
-  uint64_t to_host;   /* counter the GPU publishes */
+  uint64_t to_host; /* counter the GPU publishes */
   char pad0[120];
-  uint64_t to_gpu;    /* counter the host publishes */
+  uint64_t to_gpu; /* counter the host publishes */
   char pad1[120];
-  uint64_t data_up;   /* the GPU's 8 bytes of data */
+  uint64_t data_up; /* the GPU's 8 bytes of data */
   char pad2[120];
   uint64_t data_down; /* the host's */
 };
@@ -125,9 +126,10 @@ int main(int argc, char** argv) {
   CHECK(cudaMemcpy(t, times, sizeof(uint64_t) * iters, cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(&nbad, bad, sizeof nbad, cudaMemcpyDeviceToHost));
   qsort(t, iters, sizeof *t, cmp_u64);
-  printf("GPU <-> host through mapped host memory, %d round trips: half a round trip "
-         "min %.2f  median %.2f  p90 %.2f us; wrong data %d\n",
-         iters, t[0] / 2e3, t[iters / 2] / 2e3, t[iters * 9 / 10] / 2e3, nbad);
+  printf(
+      "GPU <-> host through mapped host memory, %d round trips: half a round trip "
+      "min %.2f  median %.2f  p90 %.2f us; wrong data %d\n",
+      iters, t[0] / 2e3, t[iters / 2] / 2e3, t[iters * 9 / 10] / 2e3, nbad);
   printf("one st.release.sys to host memory %.2f us, one ld.acquire.sys from it %.2f us\n",
          c[0] / 1e3, c[1] / 1e3);
   free(t);

@@ -267,8 +267,9 @@ static ncclResult_t enq_coll_work(struct ncclComm* comm, const struct braid_op* 
   w->root = op->root;
   w->peer_send = w->peer_recv = -1;
   w->chunk_bytes = choice.proto == BRAID_PROTO_LL ? BRAID_LL_SLOT_BYTES / 2
-                   : choice.algo != BRAID_ALGO_RING ? BRAID_MIN(enq_chunk_bytes(comm), transport_p2p_slot_bytes())
-                                                    : enq_chunk_bytes(comm);
+                   : choice.algo != BRAID_ALGO_RING
+                       ? BRAID_MIN(enq_chunk_bytes(comm), transport_p2p_slot_bytes())
+                       : enq_chunk_bytes(comm);
   w->sendbuff = op->sendbuff;
   w->recvbuff = op->recvbuff;
   w->count = op->count;
@@ -486,7 +487,8 @@ ncclResult_t enqueue_estimate(struct ncclComm* comm, float* time_us) {
     unsigned protos = enq_ring_protos(comm);
     if (op->coll == BRAID_COLL_SENDRECV) protos |= 1u << BRAID_PROTO_LL;
     /* The algorithms the launch would choose from (enq_coll_choose): trees and direct too. */
-    unsigned algos = op->coll == BRAID_COLL_SENDRECV ? 1u << BRAID_ALGO_RING : enq_algos(comm, op->coll);
+    unsigned algos =
+        op->coll == BRAID_COLL_SENDRECV ? 1u << BRAID_ALGO_RING : enq_algos(comm, op->coll);
     BRAID_TRY(tune_choose(comm, op->coll, enq_tune_bytes(comm, op), algos, protos, &choice));
     total += choice.time_us;
   }

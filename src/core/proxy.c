@@ -48,7 +48,7 @@ struct braid_proxy_conn {
   uint64_t done;               /* steps whose send completed / whose data was released */
   void* req[BRAID_PROXY_MAX_STEPS];
   void* flush_req;             /* receive end: the flush of step `done`, when one is running */
-  int fd;                      /* receive end: the backend's event fd in the proxy's epoll set, or -1 */
+  int fd;                      /* receive end: its event fd in the proxy's epoll set, or -1 */
   uint64_t ready_pass;         /* the last pass in which that fd polled readable */
   int removed;                 /* the thread let go (under the proxy's lock) */
   atomic_int state;
@@ -96,7 +96,8 @@ static int proxy_conn_fail(struct braid_proxy_conn* c, ncclResult_t res, const c
 static void proxy_fd_add(struct braid_proxy* p, struct braid_proxy_conn* c) {
   const struct braid_net_ops* net = c->d.net;
   c->fd = -1;
-  if (p->epfd < 0 || net->size < sizeof *net || net->recv_fd == NULL || net->recv_busy == NULL) return;
+  if (p->epfd < 0 || net->size < sizeof *net || net->recv_fd == NULL || net->recv_busy == NULL)
+    return;
   int fd = net->recv_fd(c->comm);
   if (fd < 0) return;
   if (p->nfds == p->events_cap) {
@@ -108,8 +109,9 @@ static void proxy_fd_add(struct braid_proxy* p, struct braid_proxy_conn* c) {
   }
   struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
   if (epoll_ctl(p->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-    INFO(BRAID_LOG_PROXY, "proxy: epoll_ctl(ADD) for %s failed (%s); its end is tested on every pass",
-         c->d.peer, strerror(errno));
+    INFO(BRAID_LOG_PROXY,
+         "proxy: epoll_ctl(ADD) for %s failed (%s); its end is tested on every pass", c->d.peer,
+         strerror(errno));
     return;
   }
   c->fd = fd;
@@ -131,7 +133,8 @@ static void proxy_fd_poll(struct braid_proxy* p) {
   if (p->nfds == 0) return;
   int n = epoll_wait(p->epfd, p->events, p->events_cap, 0);
   if (n < 0) return; /* EINTR: this pass tests every end */
-  for (int i = 0; i < n; i++) ((struct braid_proxy_conn*)p->events[i].data.ptr)->ready_pass = p->pass;
+  for (int i = 0; i < n; i++)
+    ((struct braid_proxy_conn*)p->events[i].data.ptr)->ready_pass = p->pass;
   p->polled = 1;
 }
 
@@ -387,7 +390,8 @@ ncclResult_t proxy_acquire(int cuda_dev, int64_t bus_id, struct braid_proxy** ou
     p->bus_id = bus_id;
     p->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (p->epfd < 0)
-      INFO(BRAID_LOG_PROXY, "proxy: epoll_create1 failed (%s); every receive end is tested on every pass",
+      INFO(BRAID_LOG_PROXY,
+           "proxy: epoll_create1 failed (%s); every receive end is tested on every pass",
            strerror(errno));
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->cond, NULL);

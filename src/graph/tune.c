@@ -105,8 +105,8 @@ static void tune_model_direct(struct braid_topo* topo, struct tune_model* m) {
   int link = topo->nhosts > 1 ? TUNE_LINK_NET : tune_link_class(topo->ring_intra_type);
   const int p = BRAID_PROTO_SIMPLE;
   m->lat[BRAID_COLL_ALLREDUCE][BRAID_ALGO_DIRECT][p] = tune_table.base_lat[BRAID_ALGO_DIRECT][p] +
-                                                      tune_table.hop_lat[link][p] +
-                                                      (float)(n - 2) * tune_table.direct_peer_lat;
+                                                       tune_table.hop_lat[link][p] +
+                                                       (float)(n - 2) * tune_table.direct_peer_lat;
   m->busbw_ch[BRAID_COLL_ALLREDUCE][BRAID_ALGO_DIRECT][p] =
       topo->rings.bw_per_channel * tune_table.proto_eff[link][p];
   m->ratio[BRAID_COLL_ALLREDUCE][BRAID_ALGO_DIRECT] = 1.0f / (float)(n - 1);

@@ -111,7 +111,7 @@ struct sock_comm {
   struct sock_req reqs[SOCK_MAX_REQS];
   uint64_t posted;              /* requests posted so far */
   uint64_t ctrl_seq;            /* request whose header/inline payload is on the control stream */
-  uint64_t freed;               /* requests test() found done (every one below ctrl_seq, in any order) */
+  uint64_t freed;               /* requests test() found done (below ctrl_seq, any order) */
   size_t ctrl_moved;            /* its bytes moved so far (header, then payload) */
   struct sock_header ctrl_hdr;  /* its header */
   atomic_int closing;

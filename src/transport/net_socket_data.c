@@ -410,5 +410,6 @@ int net_socket_recv_fd(void* recv_comm) { return ((struct sock_comm*)recv_comm)-
  */
 int net_socket_recv_busy(void* recv_comm) {
   struct sock_comm* c = recv_comm;
-  return c->ctrl_seq != c->freed || c->ctrl_moved != 0 || atomic_load_explicit(&c->failed, memory_order_relaxed);
+  return c->ctrl_seq != c->freed || c->ctrl_moved != 0 ||
+         atomic_load_explicit(&c->failed, memory_order_relaxed);
 }

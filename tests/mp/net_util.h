@@ -28,7 +28,8 @@ struct net_shared {
   char ifname[2][16];
 };
 
-/* A proxy FIFO's counters in host memory, where a kernel's would be (proxy_fifo_test, proxy_latency). */
+/* A proxy FIFO's counters in host memory, where a kernel's would be (proxy_fifo_test,
+ * proxy_latency). */
 #define NET_UTIL_FIFO_STEPS 8
 struct net_fifo_mem {
   _Atomic uint64_t tail;

@@ -75,8 +75,8 @@ static int wait_counter(_Atomic uint64_t* counter, uint64_t value) {
 }
 
 /* The sending kernel's part, steps [from, to). */
-static int kernel_send(const struct proxy_case* pc, struct net_fifo_mem* f, char* slots, struct net_shared* sh,
-                       int from, int to) {
+static int kernel_send(const struct proxy_case* pc, struct net_fifo_mem* f, char* slots,
+                       struct net_shared* sh, int from, int to) {
   for (int s = from; s < to; s++) {
     if (pc->die_at && s == pc->die_at) {
       sh->result[0] = boot_now();
@@ -97,7 +97,8 @@ static int kernel_send(const struct proxy_case* pc, struct net_fifo_mem* f, char
 }
 
 /* The receiving kernel's part, steps [from, to); returns the number of bad steps, -1 when stuck. */
-static int kernel_recv(const struct proxy_case* pc, struct net_fifo_mem* f, char* slots, int from, int to) {
+static int kernel_recv(const struct proxy_case* pc, struct net_fifo_mem* f, char* slots, int from,
+                       int to) {
   int bad = 0;
   for (int s = from; s < to; s++) {
     if (wait_counter(&f->tail, (uint64_t)s + 1) != 0) {

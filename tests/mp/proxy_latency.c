@@ -75,8 +75,9 @@ struct end {
   struct braid_proxy_conn* conn;
 };
 
-static int end_open(struct lat_shared* sh, const struct braid_net_ops* ops, struct braid_proxy* proxy,
-                    int me, int k, int is_send, size_t slot_bytes, struct end* e) {
+static int end_open(struct lat_shared* sh, const struct braid_net_ops* ops,
+                    struct braid_proxy* proxy, int me, int k, int is_send, size_t slot_bytes,
+                    struct end* e) {
   struct braid_proxy_conn_desc d;
   e->f = page_alloc(sizeof *e->f);
   e->slots = page_alloc(NSTEPS * slot_bytes);
@@ -86,8 +87,12 @@ static int end_open(struct lat_shared* sh, const struct braid_net_ops* ops, stru
   d.is_send = is_send;
   d.net = ops;
   memcpy(d.key, sh->key, sizeof d.key);
-  d.fifo = (struct braid_proxy_fifo){.buff = e->slots, .tail = &e->f->tail, .head = &e->f->head,
-                                     .sizes = e->f->sizes, .slot_bytes = slot_bytes, .nsteps = NSTEPS};
+  d.fifo = (struct braid_proxy_fifo){.buff = e->slots,
+                                     .tail = &e->f->tail,
+                                     .head = &e->f->head,
+                                     .sizes = e->f->sizes,
+                                     .slot_bytes = slot_bytes,
+                                     .nsteps = NSTEPS};
   d.dmabuf_fd = -1;
   d.connect_timeout = WAIT_SEC;
   d.on_error = on_error;
@@ -137,7 +142,8 @@ static int bare_child(const struct mp_child* c) {
   /* Process 0 connects first, then accepts; process 1 the other way round. */
   for (int step = 0; step < 2 && !test_failures; step++) {
     if ((step == 0) == (me == 0))
-      TEST_EXPECT_RES(net_util_connect(ops, 0, sh->key, sh->handle[1 - me][0], &tx, WAIT_SEC), ncclSuccess);
+      TEST_EXPECT_RES(net_util_connect(ops, 0, sh->key, sh->handle[1 - me][0], &tx, WAIT_SEC),
+                      ncclSuccess);
     else
       TEST_EXPECT_RES(net_util_accept(ops, listen, &rx, WAIT_SEC), ncclSuccess);
   }
@@ -219,17 +225,20 @@ static int lat_child(const struct mp_child* c) {
     char* out_slot = out->slots + (s % NSTEPS) * slot_bytes;
     double t0 = boot_now();
     if (me == 0) {
-      TEST_CHECK(wait_counter(&out->f->head, s + 1 > NSTEPS ? s + 1 - NSTEPS : 0) == 0, "slot never freed");
+      TEST_CHECK(wait_counter(&out->f->head, s + 1 > NSTEPS ? s + 1 - NSTEPS : 0) == 0,
+                 "slot never freed");
       net_util_fill(out_slot, sh->bytes, s);
       atomic_store_explicit(&out->f->sizes[s % NSTEPS], (uint32_t)sh->bytes, memory_order_relaxed);
       atomic_store_explicit(&out->f->tail, s + 1, memory_order_release);
     }
     TEST_CHECK(wait_counter(&in->f->tail, s + 1) == 0, "step %d never arrived", i);
     if (test_failures) break;
-    if (atomic_load(&in->f->sizes[s % NSTEPS]) != sh->bytes || net_util_check(in_slot, sh->bytes, s) != 0)
+    if (atomic_load(&in->f->sizes[s % NSTEPS]) != sh->bytes ||
+        net_util_check(in_slot, sh->bytes, s) != 0)
       bad++;
     if (me == 1) {
-      TEST_CHECK(wait_counter(&out->f->head, s + 1 > NSTEPS ? s + 1 - NSTEPS : 0) == 0, "slot never freed");
+      TEST_CHECK(wait_counter(&out->f->head, s + 1 > NSTEPS ? s + 1 - NSTEPS : 0) == 0,
+                 "slot never freed");
       memcpy(out_slot, in_slot, sh->bytes);
       atomic_store_explicit(&out->f->sizes[s % NSTEPS], (uint32_t)sh->bytes, memory_order_relaxed);
       atomic_store_explicit(&out->f->tail, s + 1, memory_order_release);
@@ -286,11 +295,14 @@ int main(int argc, char** argv) {
   struct mp_opts opts = {.name = arg, .nprocs = 2, .timeout_sec = 120, .arg = sh};
   int rc = mp_run(&opts, sh->bare ? bare_child : lat_child);
   if (rc == 0 && sh->bare)
-    printf("%s: straight on the backend, no proxy, %zu bytes: one hop min %.2f  median %.2f  p90 %.2f us\n",
-           backend, sh->bytes, sh->hop_us[0], sh->hop_us[1], sh->hop_us[2]);
+    printf(
+        "%s: straight on the backend, no proxy, %zu bytes: one hop min %.2f  median %.2f  p90 %.2f "
+        "us\n",
+        backend, sh->bytes, sh->hop_us[0], sh->hop_us[1], sh->hop_us[2]);
   else if (rc == 0)
-    printf("%s: %d idle connections each way, %zu bytes: one hop min %.2f  median %.2f  p90 %.2f us\n",
-           backend, sh->idle, sh->bytes, sh->hop_us[0], sh->hop_us[1], sh->hop_us[2]);
+    printf(
+        "%s: %d idle connections each way, %zu bytes: one hop min %.2f  median %.2f  p90 %.2f us\n",
+        backend, sh->idle, sh->bytes, sh->hop_us[0], sh->hop_us[1], sh->hop_us[2]);
   mp_shared_free(sh, sizeof *sh);
   return rc;
 }

@@ -25,15 +25,19 @@ static void test_ops_tables(void) {
   for (int i = 0; i < net_backend_count(); i++) {
     const struct braid_net_ops* ops = net_backend_at(i);
     TEST_CHECK(ops->size == sizeof *ops, "%s: size %zu", ops->name, ops->size);
-    /* Every slot after size and name is a function pointer: none may be NULL up to the optional pair. */
+    /* Every slot after size and name is a function pointer: none may be NULL up to the optional
+     * pair. */
     const void* const* slot = (const void* const*)((const char*)ops + offsetof(struct braid_net_ops, init));
-    size_t nslots = (offsetof(struct braid_net_ops, recv_fd) - offsetof(struct braid_net_ops, init)) / sizeof(void*);
+    size_t nslots =
+        (offsetof(struct braid_net_ops, recv_fd) - offsetof(struct braid_net_ops, init)) /
+        sizeof(void*);
     for (size_t s = 0; s < nslots; s++) TEST_CHECK(slot[s] != NULL, "%s: slot %zu is empty", ops->name, s);
-    TEST_CHECK((ops->recv_fd == NULL) == (ops->recv_busy == NULL), "%s: recv_fd and recv_busy come together",
-               ops->name);
+    TEST_CHECK((ops->recv_fd == NULL) == (ops->recv_busy == NULL),
+               "%s: recv_fd and recv_busy come together", ops->name);
     TEST_CHECK(net_backend_find(ops->name) == ops, "find %s", ops->name);
   }
-  TEST_CHECK(braid_net_socket.recv_fd != NULL, "the socket backend's receive ends are polled by fd");
+  TEST_CHECK(braid_net_socket.recv_fd != NULL,
+             "the socket backend's receive ends are polled by fd");
   TEST_CHECK(net_backend_find("socket") == &braid_net_socket, "names are case-insensitive");
   TEST_CHECK(net_backend_find("tcp") == NULL, "unknown name");
 }

@@ -77,7 +77,8 @@ static void test_ring_simple_only(void) {
   topo_free(topo);
 }
 
-/* Every algorithm and protocol allowed: LL small, LL128 medium, Simple large (one NVSwitch node). */
+/* Every algorithm and protocol allowed: LL small, LL128 medium, Simple large (one NVSwitch node).
+ */
 static void test_sizes(void) {
   struct braid_topo* topo = build("h200x8_nvswitch.xml", 1, 8);
   if (topo == NULL) return;
@@ -181,9 +182,9 @@ static struct braid_topo* build_with(const char* var, const char* value, const c
 
 /*
  * The direct all-reduce (one hop to every peer): small all-reduces across
- * hosts (Simple, the one protocol there) from three ranks on, never large ones, never two ranks (the ring's
- * one-hop exchange serves them), never another collective; BRAID_ALGO=Direct
- * forces it even on one host.
+ * hosts (Simple, the one protocol there) from three ranks on, never large ones, never two ranks
+ * (the ring's one-hop exchange serves them), never another collective; BRAID_ALGO=Direct forces it
+ * even on one host.
  */
 static void test_direct(void) {
   const unsigned direct = 1u << BRAID_ALGO_DIRECT;
@@ -202,14 +203,16 @@ static void test_direct(void) {
   topo = build("ib_nic_node.xml", 2, 1);
   if (topo) {
     for (size_t bytes = 8; bytes <= (1u << 30); bytes *= 64)
-      TEST_CHECK(choose(topo, BRAID_COLL_ALLREDUCE, bytes, ALL_ALGOS, ALL_PROTOS).algo != BRAID_ALGO_DIRECT,
+      TEST_CHECK(choose(topo, BRAID_COLL_ALLREDUCE, bytes, ALL_ALGOS, ALL_PROTOS).algo !=
+                     BRAID_ALGO_DIRECT,
                  "2 ranks, %zu B: direct chosen", bytes);
     topo_free(topo);
   }
   topo = build("h200x2_nvswitch.xml", 1, 2);
   if (topo) {
-    TEST_CHECK(choose(topo, BRAID_COLL_ALLREDUCE, 8, ALL_ALGOS, ALL_PROTOS).algo != BRAID_ALGO_DIRECT,
-               "one host: direct chosen unasked");
+    TEST_CHECK(
+        choose(topo, BRAID_COLL_ALLREDUCE, 8, ALL_ALGOS, ALL_PROTOS).algo != BRAID_ALGO_DIRECT,
+        "one host: direct chosen unasked");
     topo_free(topo);
   }
   topo = build_with("BRAID_ALGO", "Direct", "h200x2_nvswitch.xml", 1, 2);
@@ -217,8 +220,9 @@ static void test_direct(void) {
          BRAID_PROTO_SIMPLE, "BRAID_ALGO=Direct on one host");
   expect(topo, BRAID_COLL_ALLREDUCE, 1u << 20, RING | direct, ALL_PROTOS, BRAID_ALGO_DIRECT,
          BRAID_PROTO_SIMPLE, "BRAID_ALGO=Direct on one host");
-  TEST_CHECK(topo && choose(topo, BRAID_COLL_BROADCAST, 8, ALL_ALGOS, ALL_PROTOS).algo == BRAID_ALGO_RING,
-             "BRAID_ALGO=Direct: broadcast has no direct algorithm");
+  TEST_CHECK(
+      topo && choose(topo, BRAID_COLL_BROADCAST, 8, ALL_ALGOS, ALL_PROTOS).algo == BRAID_ALGO_RING,
+      "BRAID_ALGO=Direct: broadcast has no direct algorithm");
   topo_free(topo);
 }
 

@@ -32,7 +32,8 @@ namespace braid {
 
 /* Thread 0 of the send half: slots to every peer free; their addresses in `dst`. False: abort. */
 __device__ __forceinline__ bool direct_send_wait(struct braid_dev_channel* chan, int rank, int n,
-                                                 void* volatile* dst, volatile uint32_t* abort_flag) {
+                                                 void* volatile* dst,
+                                                 volatile uint32_t* abort_flag) {
   for (int d = 1; d < n; d++) {
     int peer = rank + d < n ? rank + d : rank + d - n;
     struct braid_dev_conn* c = &chan->p2p_send[peer];
@@ -135,15 +136,16 @@ __device__ __forceinline__ void direct_combine(const Op& op, int tid, int nthrea
   for (int64_t j = npacks * 16 / (int64_t)sizeof(T) + tid; j < len; j += nthreads) {
     const T mine = Op::has_pre ? op.pre(load_one(own + j)) : load_one(own + j);
     T acc = rank == 0 ? mine : load_one((const T*)src[0] + j);
-    for (int k = 1; k < n; k++) acc = op.combine(acc, k == rank ? mine : load_one((const T*)src[k] + j));
+    for (int k = 1; k < n; k++)
+      acc = op.combine(acc, k == rank ? mine : load_one((const T*)src[k] + j));
     out[j] = Op::has_post ? op.post(acc) : acc;
   }
 }
 
 /* The send half's copy of one chunk: pre(own) into the slot of every peer (dst[1..n-1]). */
 template <typename T, typename Op>
-__device__ __forceinline__ void direct_scatter(const Op& op, int tid, int nthreads, int n, const T* own,
-                                               void* volatile* dst, int64_t len) {
+__device__ __forceinline__ void direct_scatter(const Op& op, int tid, int nthreads, int n,
+                                               const T* own, void* volatile* dst, int64_t len) {
   const int64_t npacks = ((uintptr_t)own & 15) == 0 ? len * (int64_t)sizeof(T) / 16 : 0;
   for (int64_t i = tid; i < npacks; i += nthreads) {
     uint4 v = load_pack((const uint4*)own + i);
@@ -158,10 +160,11 @@ __device__ __forceinline__ void direct_scatter(const Op& op, int tid, int nthrea
 
 template <typename T, typename Op>
 __device__ __noinline__ void direct_allreduce(const Op& op, const struct braid_work& w,
-                                 struct braid_dev_comm* comm, struct braid_dev_channel* chan, int ch,
-                                 volatile int* aborted) {
-  __shared__ volatile long long sent;               /* chunks the send half has copied out */
-  __shared__ void* volatile dst[BRAID_DIRECT_MAX_RANKS];       /* send slots, by distance */
+                                              struct braid_dev_comm* comm,
+                                              struct braid_dev_channel* chan, int ch,
+                                              volatile int* aborted) {
+  __shared__ volatile long long sent;                    /* chunks the send half has copied out */
+  __shared__ void* volatile dst[BRAID_DIRECT_MAX_RANKS]; /* send slots, by distance */
   __shared__ const void* volatile src[BRAID_DIRECT_MAX_RANKS]; /* received slots, by rank */
   const int n = comm->nranks, rank = comm->rank;
   if (threadIdx.x == 0) sent = 0;
@@ -184,7 +187,8 @@ __device__ __noinline__ void direct_allreduce(const Op& op, const struct braid_w
       group_barrier(bar, half);
       if (*my_abort) return;
       direct_scatter<T, Op>(op, tid, half, n, in + off, dst, len);
-      group_barrier(bar, half); /* then thread 0's release of `tail` publishes every thread's writes */
+      group_barrier(bar,
+                    half); /* then thread 0's release of `tail` publishes every thread's writes */
       if (tid == 0) {
         direct_send_post(chan, rank, n, (uint32_t)(len * (int64_t)sizeof(T)));
         if (inplace) sent = i + 1;

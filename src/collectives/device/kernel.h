@@ -133,7 +133,8 @@ __device__ __forceinline__ void ledger_report(struct braid_dev_comm* comm, uint6
  * works that include its channel (RUN), and stops at the first abort; the
  * launch's last block reports to the ledger.
  */
-typedef void (*work_fn)(const struct braid_work& w, struct braid_dev_comm* comm, volatile int* aborted);
+typedef void (*work_fn)(const struct braid_work& w, struct braid_dev_comm* comm,
+                        volatile int* aborted);
 
 template <work_fn RUN>
 __device__ __forceinline__ void kernel_works(const struct braid_kernel_args& args) {
@@ -158,8 +159,8 @@ __global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
 
 /* A tree or direct all-reduce on this block's channel. */
 template <typename T, typename Op>
-__device__ __forceinline__ void tree_work_run(const struct braid_work& w, struct braid_dev_comm* comm,
-                                              volatile int* aborted) {
+__device__ __forceinline__ void tree_work_run(const struct braid_work& w,
+                                              struct braid_dev_comm* comm, volatile int* aborted) {
   struct braid_dev_channel* chan = &comm->channels[blockIdx.x];
   const int ch = blockIdx.x - w.channel_lo;
   Op op = work_op<T, Op>(w, comm);

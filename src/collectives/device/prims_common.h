@@ -29,7 +29,9 @@ __device__ __forceinline__ void st_release_sys(uint64_t* p, uint64_t v) {
  * stores, each of which publishes everything before the fence, as a
  * st.release.sys would, without a fence per counter.
  */
-__device__ __forceinline__ void fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+__device__ __forceinline__ void fence_acq_rel_sys() {
+  asm volatile("fence.acq_rel.sys;" ::: "memory");
+}
 
 __device__ __forceinline__ void st_relaxed_sys(uint64_t* p, uint64_t v) {
   asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
