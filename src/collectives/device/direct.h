@@ -76,13 +76,7 @@ __device__ __forceinline__ bool direct_recv_wait(struct braid_dev_channel* chan,
     int peer = rank - d >= 0 ? rank - d : rank - d + n;
     struct braid_dev_conn* c = &chan->p2p_recv[peer];
     const uint64_t step = c->step;
-    int spins = 0;
-    while (ld_acquire_sys(c->tail) < step + 1) {
-      if (++spins == BRAID_ABORT_CHECK_SPINS) {
-        spins = 0;
-        if (*abort_flag) return false;
-      }
-    }
+    if (!conn_wait_tail(c->tail, step, abort_flag)) return false;
     src[peer] = c->buff + (size_t)(step % BRAID_STEPS) * c->slot_bytes;
   }
   return true;

@@ -96,6 +96,22 @@ __device__ __forceinline__ bool conn_wait_credit(conn_end* c, volatile uint32_t*
   return true;
 }
 
+/*
+ * Receiver, by one thread: spin until the sender has filled `step` (its
+ * tail passed it). False when the communicator aborted.
+ */
+__device__ __forceinline__ bool conn_wait_tail(const uint64_t* tail, uint64_t step,
+                                               volatile uint32_t* abort_flag) {
+  int spins = 0;
+  while (ld_acquire_sys(tail) < step + 1) {
+    if (++spins == BRAID_ABORT_CHECK_SPINS) {
+      spins = 0;
+      if (*abort_flag) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace braid
 
 #endif

@@ -51,15 +51,7 @@ struct prims_simple {
 
   /* Thread 0 of the group: spin until the needed slots are ready or the comm aborts. */
   __device__ bool wait_ready(bool need_recv, bool need_send) {
-    int spins = 0;
-    if (need_recv) {
-      while (ld_acquire_sys(recv.tail) < recv.step + 1) {
-        if (++spins == BRAID_ABORT_CHECK_SPINS) {
-          spins = 0;
-          if (*abort_flag) return false;
-        }
-      }
-    }
+    if (need_recv && !conn_wait_tail(recv.tail, recv.step, abort_flag)) return false;
     if (need_send && !conn_wait_credit(&send, abort_flag)) return false;
     return true;
   }
