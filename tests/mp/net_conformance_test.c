@@ -41,7 +41,7 @@
 static char backend[16];
 
 /* Flags in net_shared.flags. */
-enum { F_LISTENING = 0, F_STEP = 1, F_DONE = 2 };
+enum { F_LISTENING = 0, F_STEP = 1, F_DONE = 2, F_POSTED = 4 };
 
 static int child_open(const struct braid_net_ops** ops, int* ndev) {
   test_failures = 0;
@@ -294,6 +294,7 @@ static int sender_dies_body(const struct mp_child* c) {
   char* buf = malloc(64 * MIB);
   void *comm = connect_to(sh, ops, 0, sh->key), *req = NULL;
   if (comm == NULL || buf == NULL) return 1;
+  boot_wait_flag(&sh->flags[F_POSTED], 1, WAIT_SEC);
   if (net_util_post(ops, comm, 1, buf, 64 * MIB, &req, WAIT_SEC) != ncclSuccess) return 1;
   double end = boot_now() + 0.001;
   int done = 0;
@@ -315,8 +316,16 @@ static int peerclose_sender_dies(const struct mp_child* c) {
   if (listen_publish(sh, ops, 0, &l) != 0 || buf == NULL) return 1;
   TEST_EXPECT_RES(net_util_accept(ops, l, &comm, WAIT_SEC), ncclSuccess);
   if (comm == NULL) return 1;
-  /* Posted, but not tested until the sender is gone: its data piles up in flight. */
+  /*
+   * Posted before the sender starts (F_POSTED), but not tested until it is
+   * gone: its data piles up in flight. Posted after, the message is an
+   * unexpected rendezvous from a dead peer, and libfabric 1.17's ofi_rxm
+   * (Debian 12) crashes in fi_trecv matching it (SIGSEGV inside the library,
+   * about 1 run in 6 under load); that is libfabric's bug, not the case this
+   * test is about.
+   */
   TEST_EXPECT_RES(net_util_post(ops, comm, 0, buf, 64 * MIB, &req, WAIT_SEC), ncclSuccess);
+  boot_set_flag(&sh->flags[F_POSTED], 1);
   boot_wait_flag(&sh->flags[F_STEP], 1, WAIT_SEC);
   if (req) expect_error(ops, req, 10.0, "receiver, sender died mid-message");
   ops->close_recv(comm);
