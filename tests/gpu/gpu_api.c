@@ -53,7 +53,8 @@ static int buf_alloc(struct gpu_world* w, struct api_buf* b, size_t n) {
   for (int l = 0; l < w->nlocal; l++) {
     if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") != 0 ||
         world_cuda(w, cudaMalloc((void**)&b->d[l], n * sizeof(int64_t)), "cudaMalloc") != 0 ||
-        world_cuda(w, cudaMemset(b->d[l], GPU_POISON, n * sizeof(int64_t)), "cudaMemset") != 0)
+        world_cuda(w, cudaMemset(b->d[l], GPU_POISON, n * sizeof(int64_t)), "cudaMemset") != 0 ||
+        world_cuda(w, cudaDeviceSynchronize(), "cudaDeviceSynchronize after cudaMemset") != 0)
       return -1;
   }
   return 0;
@@ -68,7 +69,12 @@ static void buf_free(struct gpu_world* w, struct api_buf* b) {
   }
 }
 
-/* Writes api_val(rank, i, salt) into local rank l's buffer. */
+/*
+ * Writes api_val(rank, i, salt) into local rank l's buffer, and waits until it
+ * is there: a cudaMemcpy from pageable memory may return before its DMA lands,
+ * and the collectives run on non-blocking streams that do not wait for the
+ * legacy stream (without the wait, a peer sent the poison of its input's tail).
+ */
 static int buf_put(struct gpu_world* w, struct api_buf* b, int l, int rank, int salt) {
   int64_t* h = malloc(b->n * sizeof *h);
   if (h == NULL) {
@@ -78,12 +84,13 @@ static int buf_put(struct gpu_world* w, struct api_buf* b, int l, int rank, int 
   for (size_t i = 0; i < b->n; i++) h[i] = api_val(rank, i, salt);
   int rc = world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
            world_cuda(w, cudaMemcpy(b->d[l], h, b->n * sizeof *h, cudaMemcpyHostToDevice),
-                      "cudaMemcpy to the device");
+                      "cudaMemcpy to the device") ||
+           world_cuda(w, cudaDeviceSynchronize(), "cudaDeviceSynchronize after cudaMemcpy");
   free(h);
   return rc ? -1 : 0;
 }
 
-/* Compares local rank l's buffer with want[]; reports the first difference. */
+/* Compares local rank l's buffer with want[]; reports how many differ, the first and the last. */
 static int buf_expect(struct gpu_world* w, struct api_buf* b, int l, const int64_t* want,
                       const char* what) {
   int64_t* h = malloc(b->n * sizeof *h);
@@ -94,10 +101,22 @@ static int buf_expect(struct gpu_world* w, struct api_buf* b, int l, const int64
   int rc = world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
            world_cuda(w, cudaMemcpy(h, b->d[l], b->n * sizeof *h, cudaMemcpyDeviceToHost),
                       "cudaMemcpy from the device");
+  /* All wrong elements counted; the first and the last named (a pattern tells a cause). */
+  size_t bad = 0, first = 0, last = 0;
   for (size_t i = 0; rc == 0 && i < b->n; i++) {
     if (h[i] == want[i]) continue;
-    world_case_fail(w, "rank %d, %s: element %zu is %lld, expected %lld", api_rank(w, l), what, i,
-                    (long long)h[i], (long long)want[i]);
+    if (bad++ == 0) first = i;
+    last = i;
+  }
+  if (bad) {
+    int64_t poison;
+    memset(&poison, GPU_POISON, sizeof poison);
+    world_case_fail(w, "rank %d, %s: %zu of %zu elements wrong, %zu..%zu; element %zu is %lld "
+                    "(poison %+lld), expected %lld; element %zu is %lld (poison %+lld), "
+                    "expected %lld", api_rank(w, l), what, bad, b->n, first, last, first,
+                    (long long)h[first], (long long)(h[first] - poison), (long long)want[first],
+                    last, (long long)h[last], (long long)(h[last] - poison),
+                    (long long)want[last]);
     rc = -1;
   }
   free(h);
