@@ -16,6 +16,7 @@
 #include "core/bootstrap.h"
 #include "core/debug.h"
 #include "core/dev_state.h"
+#include "core/param.h"
 #include "core/redop.h"
 #include "core/register.h"
 #include "core/utils.h"
@@ -197,7 +198,16 @@ static ncclResult_t comm_peer_info_fill(struct ncclComm* comm, struct braid_peer
   me->cuda_arch = prop.major * 100 + prop.minor * 10;
   memcpy(me->gpu_uuid, prop.uuid.bytes, sizeof me->gpu_uuid);
   BRAID_CUDA_TRY(cudaDeviceGetPCIBusId(busid, sizeof busid, comm->cuda_dev));
-  me->bus_id = braid_busid_to_int(busid);
+  me->dev_bus_id = braid_busid_to_int(busid);
+  me->bus_id = me->dev_bus_id;
+  const char* topo_busid = braid_param_str(BRAID_P_TOPO_BUSID);
+  if (topo_busid && topo_busid[0]) {
+    me->bus_id = braid_busid_to_int(topo_busid);
+    BRAID_CHECK(me->bus_id >= 0, ncclInvalidUsage,
+                "BRAID_TOPO_BUSID=%s is not a PCI bus id (domain:bus:device.function)", topo_busid);
+    INFO(BRAID_LOG_INIT | BRAID_LOG_ENV, "rank %d: GPU %d (%s) takes bus id %s in the topology "
+         "(BRAID_TOPO_BUSID)", comm->rank, comm->cuda_dev, busid, topo_busid);
+  }
   me->shm_dev = stat("/dev/shm", &st) == 0 ? (uint64_t)st.st_dev : 0;
   me->pid_ns = stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
   snprintf(me->hostname, sizeof me->hostname, "%s", braid_log_hostname());

@@ -25,7 +25,8 @@
 struct braid_peer_info {
   int rank;
   int cuda_dev;
-  int64_t bus_id;        /* PCI domain:bus:device.function of the GPU */
+  int64_t bus_id;        /* PCI domain:bus:device.function of the GPU in the topology */
+  int64_t dev_bus_id;    /* ... of the device itself (differs only under BRAID_TOPO_BUSID) */
   uint64_t host_hash;    /* same host <=> same value (BRAID_HOSTID overrides) */
   uint64_t pid_hash;     /* same process <=> same value */
   int pid;

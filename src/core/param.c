@@ -86,6 +86,9 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "Read the node topology from this XML file (NCCL's format) instead of detecting it."),
   ROW(TOPO_DUMP_FILE, "NCCL_TOPO_DUMP_FILE", STRING, NULL,
       "Write the detected node topology to this XML file."),
+  ROW(TOPO_BUSID, NULL, STRING, NULL,
+      "Testing: the PCI bus id this rank's GPU takes in the topology (one of BRAID_TOPO_FILE's "
+      "GPUs), so ranks sharing one GPU pose as GPUs of their own; the device used is unchanged."),
   ROW(GRAPH_DUMP_FILE, "NCCL_GRAPH_DUMP_FILE", STRING, NULL,
       "Write the chosen rings and trees to this XML file."),
   ROW(MIN_NCHANNELS, "NCCL_MIN_NCHANNELS", INT, "0", "Lower bound on channels (CTAs) per collective; 0 = automatic."),

@@ -314,7 +314,7 @@ static ncclResult_t net_proxy_start(struct ncclComm* comm, struct braid_connecto
            comm->peers[conn->peer].hostname, conn->channel);
   d.on_error = net_on_error;
   d.error_arg = comm;
-  BRAID_TRY(proxy_acquire(comm->cuda_dev, comm->bus_id, &st->proxy));
+  BRAID_TRY(proxy_acquire(comm->cuda_dev, comm->peers[comm->rank].dev_bus_id, &st->proxy));
   d.listen_comm = st->listen_comm;
   BRAID_TRY(proxy_conn_add(st->proxy, &d, &st->pconn));
   st->listen_comm = NULL; /* the proxy owns the listener now */

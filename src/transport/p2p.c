@@ -5,6 +5,8 @@
  * Between processes the FIFO is exported with a CUDA IPC handle and opened
  * by the sender; inside one process (ncclCommInitAll, or several GPUs per
  * thread) the sender uses the pointer itself after enabling peer access.
+ * Two ranks on one GPU (only under BRAID_TOPO_BUSID, for testing on one GPU)
+ * connect the same way, without peer access.
  * FIFO layout: transport.h's (counters, Simple slots, LL slots).
  */
 #include <pthread.h>
@@ -38,7 +40,7 @@ struct p2p_state {
 static int p2p_local_device(const struct braid_peer_info* peer) {
   char busid[32];
   int dev = -1;
-  braid_busid_to_str(peer->bus_id, busid, sizeof busid);
+  braid_busid_to_str(peer->dev_bus_id, busid, sizeof busid);
   if (cudaDeviceGetByPCIBusId(&dev, busid) != cudaSuccess) {
     (void)cudaGetLastError();
     return -1;
@@ -53,6 +55,10 @@ static ncclResult_t p2p_can_connect(struct ncclComm* comm, const struct braid_pe
   if (me->host_hash != peer->host_hash) return ncclSuccess;
   int a = p2p_local_device(me), b = p2p_local_device(peer);
   if (a < 0 || b < 0) return ncclSuccess;
+  if (a == b) { /* ranks sharing one GPU (BRAID_TOPO_BUSID): its own memory, no peer access */
+    *ok = 1;
+    return ncclSuccess;
+  }
   int ab = 0, ba = 0;
   if (cudaDeviceCanAccessPeer(&ab, a, b) != cudaSuccess ||
       cudaDeviceCanAccessPeer(&ba, b, a) != cudaSuccess) {
@@ -137,7 +143,7 @@ static ncclResult_t p2p_send_connect(struct ncclComm* comm, struct braid_connect
               "p2p FIFO size mismatch with rank %d: %zu vs %zu bytes", conn->peer, pi->buff_bytes,
               conn->buff_bytes);
   if (pi->pid_hash == comm->peers[comm->rank].pid_hash) {
-    BRAID_TRY(p2p_enable_peer_access(pi->cuda_dev));
+    if (pi->cuda_dev != comm->cuda_dev) BRAID_TRY(p2p_enable_peer_access(pi->cuda_dev));
     base = pi->ptr;
   } else {
     cudaError_t err = cudaIpcOpenMemHandle(&st->opened, pi->handle, cudaIpcMemLazyEnablePeerAccess);

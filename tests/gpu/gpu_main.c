@@ -1,7 +1,7 @@
 /*
  * gpu_coll: the GPU correctness suite's command line.
  *
- *   gpu_coll [--mode threads|procs|hosts] [--suite all|...|api|leaks|deadpeer|hang]
+ *   gpu_coll [--mode threads|procs|hosts|sharegpu] [--suite all|...|api|leaks|deadpeer|hang]
  *            [--nranks N] [--quick] [--filter SUBSTR] [--seed S]
  *            [--case-timeout SEC] [--timeout SEC] [--list] [--verbose]
  *
@@ -22,10 +22,13 @@ static const char* main_suite; /* what the suites callback runs; set once before
 static void main_usage(FILE* f) {
   fprintf(f,
           "usage: gpu_coll [options]\n"
-          "  --mode threads|procs|hosts\n"
+          "  --mode threads|procs|hosts|sharegpu\n"
           "                         one process over all GPUs (default), one process per GPU, or\n"
           "                         one process per rank posing as separate hosts (BRAID_HOSTID,\n"
-          "                         NCCL_HOSTID), sharing the visible GPUs: the network path\n"
+          "                         NCCL_HOSTID), sharing the visible GPUs: the network path;\n"
+          "                         sharegpu: one process per rank on the visible GPUs, rank i\n"
+          "                         posing as GPU i of BRAID_TOPO_FILE (bus ids in GPU_COLL_BUSIDS,\n"
+          "                         comma-separated; Braid only): the intra-node path on one GPU\n"
           "  --suite NAME           all (default), coll, p2p, inflight, errors, api,\n"
           "                         leaks, deadpeer, hang (procs/hosts; these three not in all)\n"
           "                         determinism (output hashes; tests/gpu/determinism_check.sh)\n"
@@ -122,7 +125,7 @@ static int main_parse(int argc, char** argv, struct gpu_opts* o) {
     }
   }
   if (optind == argc && (strcmp(o->mode, "threads") == 0 || strcmp(o->mode, "procs") == 0 ||
-                        strcmp(o->mode, "hosts") == 0) &&
+                        strcmp(o->mode, "hosts") == 0 || strcmp(o->mode, "sharegpu") == 0) &&
       (strcmp(o->suite, "all") == 0 || strcmp(o->suite, "coll") == 0 ||
        strcmp(o->suite, "p2p") == 0 || strcmp(o->suite, "inflight") == 0 ||
        strcmp(o->suite, "errors") == 0 || strcmp(o->suite, "api") == 0 ||

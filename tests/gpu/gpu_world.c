@@ -16,6 +16,12 @@
  * proxy -> socket -> proxy -> kernels). The ranks share the visible GPUs
  * (rank % count), so one GPU is enough.
  *
+ * sharegpu: procs on the visible GPUs (rank % count) where child i sets
+ * BRAID_TOPO_BUSID to the i-th bus id of GPU_COLL_BUSIDS, so with a
+ * BRAID_TOPO_FILE of a multi-GPU node the ranks take themselves for that
+ * node's GPUs and connect through P2P and SHM: the intra-node path, run on
+ * one GPU. Braid only (NCCL has no such override).
+ *
  * Every process runs the same sequence of cases (same options, same filter),
  * so the ordinal of a case is the same everywhere; a failure seen by any
  * process marks that ordinal in the tally, which the procs parent shares with
@@ -296,12 +302,40 @@ static int world_threads(const struct gpu_opts* o, void (*suites)(struct gpu_wor
   return w.failures || w.case_failed ? 1 : 0;
 }
 
+/* sharegpu: BRAID_TOPO_BUSID = the index-th entry of GPU_COLL_BUSIDS; 0 on success. */
+static int world_share_busid(int index) {
+  const char* list = getenv("GPU_COLL_BUSIDS");
+  char busid[64];
+  const char* p = list;
+  for (int i = 0; p && i < index; i++) {
+    p = strchr(p, ',');
+    if (p) p++;
+  }
+  size_t len = p ? strcspn(p, ",") : 0;
+  if (len == 0 || len >= sizeof busid ||
+      (getenv("BRAID_TOPO_FILE") == NULL && getenv("NCCL_TOPO_FILE") == NULL)) {
+    fprintf(stderr, "--mode sharegpu: rank %d needs BRAID_TOPO_FILE and a bus id in "
+            "GPU_COLL_BUSIDS (comma-separated, one per rank; have \"%s\")\n", index,
+            list ? list : "");
+    return -1;
+  }
+  memcpy(busid, p, len);
+  busid[len] = '\0';
+  if (setenv("BRAID_TOPO_BUSID", busid, 1) != 0) {
+    perror("setenv");
+    return -1;
+  }
+  return 0;
+}
+
 /* procs: child `ch->index` drives GPU `ch->index` as that rank. */
 static int world_child(const struct mp_child* ch) {
   const struct world_procs_arg* a = ch->arg;
   struct gpu_shared* sh = a->shared;
   struct gpu_world w;
   int hosts = strcmp(a->opts->mode, "hosts") == 0;
+  int share = strcmp(a->opts->mode, "sharegpu") == 0;
+  if (share && world_share_busid(ch->index) != 0) return 1;
   if (hosts) {
     /* Before any call into the library: it reads its parameters once. */
     char id[64];
@@ -311,14 +345,14 @@ static int world_child(const struct mp_child* ch) {
       return 1;
     }
   }
-  int rc = world_check_gpus(hosts ? 1 : ch->nprocs);
+  int rc = world_check_gpus(hosts || share ? 1 : ch->nprocs);
   if (rc != 0) return rc;
   int ngpus = 1;
-  if (hosts && cudaGetDeviceCount(&ngpus) != cudaSuccess) return 1;
+  if ((hosts || share) && cudaGetDeviceCount(&ngpus) != cudaSuccess) return 1;
   world_init(&w, a->opts, &sh->tally);
   w.nlocal = 1;
   w.rank0 = ch->index;
-  w.dev[0] = hosts ? ch->index % ngpus : ch->index;
+  w.dev[0] = hosts || share ? ch->index % ngpus : ch->index;
   w.ids = sh->ids;
   w.shared = sh;
   watchdog_install();
@@ -356,7 +390,8 @@ static int world_list(const struct gpu_opts* o, void (*suites)(struct gpu_world*
 }
 
 int world_main(const struct gpu_opts* o, void (*suites)(struct gpu_world* w)) {
-  int procs = strcmp(o->mode, "procs") == 0 || strcmp(o->mode, "hosts") == 0;
+  int procs = strcmp(o->mode, "procs") == 0 || strcmp(o->mode, "hosts") == 0 ||
+              strcmp(o->mode, "sharegpu") == 0;
   /* Shared with the children in procs mode; ordinary memory would do otherwise. */
   struct gpu_shared* sh = mp_shared_alloc(sizeof *sh);
   int rc;
