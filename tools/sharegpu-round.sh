@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The intra-node path on one GPU, longer round than tools/gpu-hosts.sh sharegpu: ranks pose as
+# the GPUs of tests/unit/fixtures/h200x<N>_nvswitch.xml (BRAID_TOPO_BUSID) under CUDA MPS.
+#   bash tools/sharegpu-round.sh "NAME NP LIMIT ENV ARGS..." ...
+# e.g. "full4 4 240 A=1 --suite all" "deadpeer2 2 60 A=1 --suite deadpeer". ENV is one word
+# (VAR=VALUE, commas for several). Binaries from BUILD_DIR (default .device/build, as
+# tools/gpu-build.sh stages them); logs in $OUT/logs.tgz, verdicts in $OUT/summary.txt.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/sharegpu-out}
+B=${BUILD_DIR:-.device/build}
+export LD_LIBRARY_PATH=$PWD/$B/src NCCL_NVLS_ENABLE=0
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/braid-mps CUDA_MPS_LOG_DIRECTORY=/tmp/braid-mps-log
+mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY" "$OUT/l"
+mps=0
+nvidia-cuda-mps-control -d && mps=1
+status=0
+for spec in "$@"; do
+  set -- $spec
+  name=$1 np=$2 lim=$3 e=$4
+  shift 4
+  fx=tests/unit/fixtures/h200x${np}_nvswitch.xml
+  ids=$(grep -B1 '<gpu ' "$fx" | grep -o 'busid="[^"]*"' | cut -d'"' -f2 | paste -sd,)
+  start=$(date +%s)
+  env BRAID_TOPO_FILE="$fx" GPU_COLL_BUSIDS="$ids" ${e//,/ } timeout -k 5 "$lim" \
+    "$B/tests/gpu/gpu_coll" --mode sharegpu --nranks "$np" --timeout $((lim - 5)) "$@" > "$OUT/l/$name.log" 2>&1
+  rc=$?
+  echo "== $name: rc=$rc ($(( $(date +%s) - start )) s) $(grep -E 'cases,' "$OUT/l/$name.log" | tail -1)" | tee -a "$OUT/summary.txt"
+  grep -E "^(deadpeer|hang|leaks)|FAIL" "$OUT/l/$name.log" | head -8 | cut -c1-400 | tee -a "$OUT/summary.txt"
+  [ $rc -eq 0 ] || status=1
+done
+[ $mps = 1 ] && echo quit | nvidia-cuda-mps-control
+tar czf "$OUT/logs.tgz" -C "$OUT/l" . && rm -rf "$OUT/l"
+exit $status
