@@ -205,6 +205,10 @@ static ncclResult_t comm_peer_info_fill(struct ncclComm* comm, struct braid_peer
     me->bus_id = braid_busid_to_int(topo_busid);
     BRAID_CHECK(me->bus_id >= 0, ncclInvalidUsage,
                 "BRAID_TOPO_BUSID=%s is not a PCI bus id (domain:bus:device.function)", topo_busid);
+    const char* file = braid_param_str(BRAID_P_TOPO_FILE);
+    BRAID_CHECK(file && file[0], ncclInvalidUsage,
+                "BRAID_TOPO_BUSID=%s needs BRAID_TOPO_FILE: a topology with a GPU at that bus id",
+                topo_busid);
     INFO(BRAID_LOG_INIT | BRAID_LOG_ENV, "rank %d: GPU %d (%s) takes bus id %s in the topology "
          "(BRAID_TOPO_BUSID)", comm->rank, comm->cuda_dev, busid, topo_busid);
   }
