@@ -4,7 +4,8 @@
 # all-reduce benchmark on the local GPUs, or braid-info where there is no GPU.
 #   bash tools/setup.sh            # everything
 #   bash tools/setup.sh --no-run   # install and build only (CI)
-# BUILD_DIR (default build) and JOBS (default: all cores) can be overridden.
+# BUILD_DIR (default build) and JOBS (default: all cores) can be overridden; CUDA_ARCHS
+# sets CMAKE_CUDA_ARCHITECTURES (default 90; CI uses 90-virtual: PTX only, no GPU there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -27,7 +28,8 @@ command -v nvcc >/dev/null || { echo "setup: nvcc not found; install the CUDA to
 
 echo "== configuring and building in $BUILD_DIR with $JOBS jobs"
 start=$(date +%s)
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
+  ${CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHS} >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS"
 echo "== build took $(( $(date +%s) - start )) s"
 
