@@ -5,8 +5,8 @@
 # time-slice it (each waits ~2 ms per turn), which hides the network entirely, so the
 # CUDA MPS daemon is started for the run (a user-level server that lets both processes'
 # kernels run at once; it changes no setting of the GPU) and stopped at the end.
-#   bash tools/gpu-hosts.sh [suite|quick] [api] [leaks] [deadpeer] [hang] [det] [perfdet] [tree] [direct] [proto] [sharegpu] [lat] [torch] [perf] [perfwd] [sweep] [chan] [colls] [ofi] [info]
-# (default: perf)
+#   bash tools/gpu-hosts.sh [suite|quick] [api] [leaks] [deadpeer] [hang] [det] [perfdet] [tree] [direct] [proto] [lat] [torch] [perf] [perfwd] [sweep] [chan] [colls] [ofi] [info]
+# (default: perf). The intra-node path on one GPU: tools/sharegpu-round.sh.
 # Logs under $OUT (device tool) or ./gpu-hosts-out. BUILD_DIR as in tools/gpu-check.sh;
 # NP=4 runs four ranks (four hosts) instead of two.
 set -uo pipefail
@@ -127,16 +127,6 @@ for step in ${*:-perf}; do
       done
       run ar_braid_model 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 16M -f 4 -w 20 -n 100 -g 1
       LD_LIBRARY_PATH=$NCCL_LIB_DIR run ar_nccl 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 16M -f 4 -w 20 -n 100 -g 1
-      ;;
-    sharegpu)  # the intra-node path (P2P, SHM, NVLink algorithms) on one GPU: ranks pose as GPUs of
-               # an H200 node (BRAID_TOPO_FILE + BRAID_TOPO_BUSID); quick suite, SHM only (no P2P), Direct, Tree
-      fx=tests/unit/fixtures/h200x$NP'_nvswitch.xml'
-      busids=$(grep -B1 '<gpu ' "$fx" | grep -o 'busid="[^"]*"' | cut -d'"' -f2 | paste -sd,)
-      BRAID_TOPO_FILE=$fx GPU_COLL_BUSIDS=$busids run sharegpu_quick 300 "$B/tests/gpu/gpu_coll" --mode sharegpu --nranks $NP --suite all --quick --timeout 290
-      BRAID_P2P_DISABLE=1 BRAID_TOPO_FILE=$fx GPU_COLL_BUSIDS=$busids run sharegpu_shm_quick 300 "$B/tests/gpu/gpu_coll" --mode sharegpu --nranks $NP --suite all --quick --timeout 290
-      for a in Direct Tree; do
-        BRAID_ALGO=$a BRAID_TOPO_FILE=$fx GPU_COLL_BUSIDS=$busids run sharegpu_$a 120 "$B/tests/gpu/gpu_coll" --mode sharegpu --nranks $NP --suite coll --quick --timeout 110
-      done
       ;;
     proto)  # all-reduce with each protocol forced (the model picks the algorithm), then the model's own choice
       for pr in LL LL128 Simple; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The intra-node path on one GPU, longer round than tools/gpu-hosts.sh sharegpu: ranks pose as
+# The intra-node path on one GPU (any suite, N ranks): ranks pose as
 # the GPUs of tests/unit/fixtures/h200x<N>_nvswitch.xml (BRAID_TOPO_BUSID) under CUDA MPS.
 #   bash tools/sharegpu-round.sh "NAME NP LIMIT ENV ARGS..." ...
 # e.g. "full4 4 240 A=1 --suite all" "deadpeer2 2 60 A=1 --suite deadpeer". ENV is one word
