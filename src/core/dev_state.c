@@ -33,6 +33,7 @@ static ncclResult_t dev_kernels_load(void) {
       struct cudaFuncAttributes attr;
       BRAID_CUDA_TRY(cudaFuncGetAttributes(&attr, braid_kernel_table[t][op]));
       BRAID_CUDA_TRY(cudaFuncGetAttributes(&attr, braid_tree_kernel_table[t][op]));
+      BRAID_CUDA_TRY(cudaFuncGetAttributes(&attr, braid_ll128_kernel_table[t][op]));
     }
   }
   return ncclSuccess;

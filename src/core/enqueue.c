@@ -54,8 +54,21 @@ struct launch_plan {
   struct braid_kernel_args args;
   const void* kernel; /* NULL while only byte-moving works are in */
   int grid;
-  int tree; /* 1: tree and direct all-reduces only (braid_tree_kernel runs nothing else) */
+  int family; /* the kernels its works need (enq_family); a launch holds one family */
 };
+
+/* Kernel families: which table a work's kernel comes from. */
+enum { ENQ_RING = 0, ENQ_TREE = 1, ENQ_LL128 = 2 };
+static const void* const* const* const enq_tables[] = {
+    [ENQ_RING] = braid_kernel_table, [ENQ_TREE] = braid_tree_kernel_table,
+    [ENQ_LL128] = braid_ll128_kernel_table};
+
+/* braid_kernel: rings (Simple, LL) and send/recv; braid_tree_kernel: tree and direct all-reduce
+ * (Simple, LL); braid_ll128_kernel: everything LL128. */
+static int enq_family(const struct braid_work* w) {
+  if (w->proto == BRAID_PROTO_LL128) return ENQ_LL128;
+  return w->algo == BRAID_ALGO_TREE || w->algo == BRAID_ALGO_DIRECT ? ENQ_TREE : ENQ_RING;
+}
 
 static int enq_p2p_nchannels(const struct ncclComm* comm, size_t bytes, int self) {
   size_t per = self ? ENQ_SELF_BYTES_PER_CHANNEL : ENQ_P2P_BYTES_PER_CHANNEL;
@@ -85,6 +98,7 @@ static uint32_t enq_chunk_bytes(const struct ncclComm* comm) {
 static unsigned enq_ring_protos(const struct ncclComm* comm) {
   unsigned mask = 1u << BRAID_PROTO_SIMPLE;
   if (comm->channels->ll_ok) mask |= 1u << BRAID_PROTO_LL;
+  if (comm->channels->ll128_ok) mask |= 1u << BRAID_PROTO_LL128;
   return mask;
 }
 
@@ -176,8 +190,9 @@ static unsigned enq_algos(const struct ncclComm* comm, int coll) {
 /*
  * What a collective runs as: the model's choice, on as many channels as the
  * connections allow. Every rank computes the same from the same call.
- * Both protocols of a tree go over the same links as the ring's (LL only
- * where every ring link has LL buffers, i.e. within a host).
+ * A tree's protocols are the ring's: LL only where every ring link has LL
+ * buffers (within a host), LL128 only where every ring link is P2P. Within
+ * a host the tree is a chain along the ring, so its edges are P2P too.
  */
 static ncclResult_t enq_coll_choose(struct ncclComm* comm, const struct braid_op* op,
                                     struct braid_tune_choice* choice) {
@@ -266,7 +281,8 @@ static ncclResult_t enq_coll_work(struct ncclComm* comm, const struct braid_op* 
   if (choice.algo == BRAID_ALGO_RING && enq_pair_ok(comm, op, choice.proto)) w->flags |= BRAID_WORK_PAIR;
   w->root = op->root;
   w->peer_send = w->peer_recv = -1;
-  w->chunk_bytes = choice.proto == BRAID_PROTO_LL ? BRAID_LL_SLOT_BYTES / 2
+  w->chunk_bytes = choice.proto == BRAID_PROTO_LL      ? BRAID_LL_SLOT_BYTES / 2
+                   : choice.proto == BRAID_PROTO_LL128 ? BRAID_LL128_SLOT_DATA
                    : choice.algo != BRAID_ALGO_RING
                        ? BRAID_MIN(enq_chunk_bytes(comm), transport_p2p_slot_bytes())
                        : enq_chunk_bytes(comm);
@@ -300,7 +316,8 @@ static ncclResult_t enq_launch(struct ncclComm* comm, struct launch_plan* plan, 
   struct braid_dev_state* d = comm->dev;
   enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (plan->args.nwork == 0) return ncclSuccess;
-  const void* kernel = plan->kernel ? plan->kernel : braid_kernel_table[ncclUint8][BRAID_DEVOP_SUM];
+  const void* kernel =
+      plan->kernel ? plan->kernel : enq_tables[plan->family][ncclUint8][BRAID_DEVOP_SUM];
   void* params[] = {&plan->args};
   BRAID_CUDA_TRY(cudaStreamIsCapturing(stream, &capture));
   /* This comm's kernels share its connections: run them one after another, whatever stream. */
@@ -315,7 +332,7 @@ static ncclResult_t enq_launch(struct ncclComm* comm, struct launch_plan* plan, 
   plan->args.nwork = 0;
   plan->kernel = NULL;
   plan->grid = 0;
-  plan->tree = 0;
+  plan->family = ENQ_RING;
   return ncclSuccess;
 fail:
   return res;
@@ -325,14 +342,13 @@ fail:
 static ncclResult_t enq_add_work(struct ncclComm* comm, struct launch_plan* plan,
                                  const struct braid_work* w, cudaStream_t stream) {
   ncclResult_t res = ncclSuccess;
-  const int tree = w->algo == BRAID_ALGO_TREE || w->algo == BRAID_ALGO_DIRECT;
-  const void* const* const* table = tree ? braid_tree_kernel_table : braid_kernel_table;
-  const void* kernel = enq_is_reduction(w->coll) ? table[w->dtype][w->devop] : NULL;
+  const int family = enq_family(w);
+  const void* kernel = enq_is_reduction(w->coll) ? enq_tables[family][w->dtype][w->devop] : NULL;
   if (plan->args.nwork == BRAID_MAX_WORK || (kernel && plan->kernel && kernel != plan->kernel) ||
-      (plan->args.nwork > 0 && tree != plan->tree))
+      (plan->args.nwork > 0 && family != plan->family))
     BRAID_TRY(enq_launch(comm, plan, stream));
   if (kernel) plan->kernel = kernel;
-  plan->tree = tree;
+  plan->family = family;
   plan->args.work[plan->args.nwork++] = *w;
   plan->grid = BRAID_MAX(plan->grid, w->channel_lo + w->nchannels);
   return ncclSuccess;

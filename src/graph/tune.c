@@ -184,7 +184,18 @@ static const char* tune_excluded(const struct tune_model* m, int coll, int a, in
   if (!((caller_amask >> a) & 1) || !((caller_pmask >> p) & 1)) return "caller cannot run it";
   if (!((amask >> a) & 1))
     return (tune_algo_available(m, coll) >> a) & 1 ? "BRAID_ALGO" : "topology";
-  return (m->proto_topo_mask >> p) & 1 ? "BRAID_PROTO" : "topology";
+  if (!((m->proto_topo_mask >> p) & 1)) return "topology";
+  return m->proto_override[coll] == ~0u ? "off by default: only when BRAID_PROTO names it"
+                                        : "BRAID_PROTO";
+}
+
+/* The protocols the user allows for `coll`; without BRAID_PROTO, those the model picks itself. */
+static unsigned tune_proto_pref(const struct tune_model* m, int coll) {
+  if (m->proto_override[coll] != ~0u) return m->proto_override[coll];
+  unsigned mask = 0;
+  for (int p = 0; p < BRAID_PROTO_COUNT; p++)
+    if (tune_table.proto_auto[p]) mask |= 1u << p;
+  return mask;
 }
 
 /*
@@ -238,7 +249,7 @@ ncclResult_t tune_choose_topo(const struct braid_topo* topo, braid_coll_t coll, 
   unsigned amask =
       tune_narrow(tune_narrow(algo_mask, tune_algo_available(m, coll)), m->algo_override[coll]);
   unsigned pmask =
-      tune_narrow(tune_narrow(proto_mask, m->proto_topo_mask), m->proto_override[coll]);
+      tune_narrow(tune_narrow(proto_mask, m->proto_topo_mask), tune_proto_pref(m, coll));
   float best = INFINITY;
   *out = (struct braid_tune_choice){
       .algo = BRAID_ALGO_RING, .proto = BRAID_PROTO_SIMPLE, .nchannels = 1};

@@ -100,6 +100,14 @@ const struct tune_table tune_table = {
   .nthreads = {512, 512, 640},
   /* NCCL's thread thresholds: a channel needs 64 B per thread (Simple), 8 B (LL, LL128). */
   .thread_bytes = {64, 8, 8},
+  /*
+   * LL128's numbers above are NCCL's LL128 on the H200 pair, not Braid's.
+   * Braid's, measured there (perf/NOTES.md, 2026-11-24): 199 GB/s at 512 MB
+   * against NCCL's 299, and slower than Braid's own default choice at every
+   * size from 8 KB up. The model leaves it out until it is faster;
+   * BRAID_PROTO (NCCL_PROTO) naming it runs it.
+   */
+  .proto_auto = {1, 1, 0},
 };
 
 /*

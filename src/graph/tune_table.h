@@ -32,6 +32,7 @@ struct tune_table {
   float direct_peer_lat; /* µs each peer past the first adds to a direct all-reduce */
   int nthreads[BRAID_PROTO_COUNT];                       /* threads per CTA */
   int thread_bytes[BRAID_PROTO_COUNT]; /* bytes per thread below which a channel is not worth it */
+  int proto_auto[BRAID_PROTO_COUNT];   /* 1: the model picks it on its own; 0: only when forced */
 };
 
 extern const struct tune_table tune_table;

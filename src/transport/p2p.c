@@ -7,7 +7,7 @@
  * thread) the sender uses the pointer itself after enabling peer access.
  * Two ranks on one GPU (only under BRAID_TOPO_BUSID, for testing on one GPU)
  * connect the same way, without peer access.
- * FIFO layout: transport.h's (counters, Simple slots, LL slots).
+ * FIFO layout: transport.h's (counters, Simple, LL and LL128 slots).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -83,7 +83,7 @@ static ncclResult_t p2p_recv_setup(struct ncclComm* comm, struct braid_connector
   ncclResult_t res = ncclSuccess;
   struct p2p_info* pi = (struct p2p_info*)info->data;
   struct p2p_state* st;
-  size_t bytes = transport_fifo_bytes(conn);
+  size_t bytes = transport_fifo_bytes(conn, 1);
   BRAID_TRY(p2p_state_new(conn));
   st = conn->state;
   BRAID_CUDA_TRY(cudaMalloc(&st->owned, bytes));
@@ -157,7 +157,7 @@ static ncclResult_t p2p_send_connect(struct ncclComm* comm, struct braid_connect
     }
     base = st->opened;
   }
-  transport_fifo_fill_dev(conn, base);
+  transport_fifo_fill_dev(conn, base, 1);
   return ncclSuccess;
 fail:
   return res;
@@ -166,7 +166,7 @@ fail:
 static ncclResult_t p2p_recv_connect(struct ncclComm* comm, struct braid_connector* conn,
                                      const struct braid_conn_info* peer_info) {
   struct p2p_state* st = conn->state;
-  transport_fifo_fill_dev(conn, st->owned);
+  transport_fifo_fill_dev(conn, st->owned, 1);
   return ncclSuccess;
 }
 

@@ -103,7 +103,7 @@ static ncclResult_t shm_fill_dev(struct braid_connector* conn) {
   struct shm_state* st = conn->state;
   char* dev = NULL;
   BRAID_CUDA_TRY(cudaHostGetDevicePointer((void**)&dev, st->host, 0));
-  transport_fifo_fill_dev(conn, dev);
+  transport_fifo_fill_dev(conn, dev, 0); /* no LL128: host memory over PCIe */
   return ncclSuccess;
 fail:
   return res;
@@ -125,7 +125,7 @@ static ncclResult_t shm_recv_setup(struct ncclComm* comm, struct braid_connector
   BRAID_TRY(braid_random_bytes(&nonce, sizeof nonce));
   snprintf(st->name, sizeof st->name, "/braid-%d-r%d-p%d-c%d-%08x", (int)getpid(), comm->rank,
            conn->peer, conn->channel, nonce);
-  st->bytes = transport_fifo_bytes(conn); /* posix_fallocate zeroes it */
+  st->bytes = transport_fifo_bytes(conn, 0); /* posix_fallocate zeroes it */
   BRAID_TRY(shm_map(st, 1));
   memcpy(si->name, st->name, sizeof si->name);
   si->bytes = st->bytes;
@@ -143,7 +143,7 @@ static ncclResult_t shm_send_connect(struct ncclComm* comm, struct braid_connect
               "malformed shm connection info from rank %d", conn->peer);
   memcpy(st->name, si->name, sizeof st->name);
   st->bytes = si->bytes;
-  BRAID_CHECK(st->bytes == transport_fifo_bytes(conn), ncclInternalError,
+  BRAID_CHECK(st->bytes == transport_fifo_bytes(conn, 0), ncclInternalError,
               "shm FIFO size mismatch with rank %d", conn->peer);
   BRAID_TRY(shm_map(st, 0));
   BRAID_TRY(shm_fill_dev(conn));

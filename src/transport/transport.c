@@ -82,13 +82,15 @@ fail:
   return res;
 }
 
-void transport_fifo_fill_dev(struct braid_connector* conn, char* base) {
+void transport_fifo_fill_dev(struct braid_connector* conn, char* base, int ll128) {
   conn->dev.tail = (uint64_t*)(base + BRAID_FIFO_TAIL_OFFSET);
   conn->dev.head = (uint64_t*)(base + BRAID_FIFO_HEAD_OFFSET);
   conn->dev.buff = base + BRAID_FIFO_BUFF_OFFSET;
   conn->dev.slot_bytes = (uint32_t)(conn->buff_bytes / BRAID_STEPS);
   conn->dev.ll_buff = base + BRAID_FIFO_BUFF_OFFSET + conn->buff_bytes;
   conn->dev.ll_slot_bytes = BRAID_LL_SLOT_BYTES;
+  conn->dev.ll128_buff = ll128 ? conn->dev.ll_buff + BRAID_LL_BYTES : NULL;
+  conn->dev.ll128_slot_bytes = ll128 ? BRAID_LL128_SLOT_BYTES : 0;
   conn->dev.step = 0;
   conn->dev.seen_head = 0;
 }
@@ -147,11 +149,12 @@ ncclResult_t transport_rings_connect(struct ncclComm* comm) {
     BRAID_TRY(conn_setup(comm, &ch->ring_recv[c], CONN_TAG(TAG_RING_RECV_INFO, c)));
     BRAID_TRY(conn_setup(comm, &ch->ring_send[c], CONN_TAG(TAG_RING_SEND_INFO, c)));
   }
-  ch->ll_ok = 1;
+  ch->ll_ok = ch->ll128_ok = 1;
   for (int c = 0; c < ch->nchannels; c++) {
     BRAID_TRY(conn_connect(comm, &ch->ring_recv[c], CONN_TAG(TAG_RING_SEND_INFO, c)));
     BRAID_TRY(conn_connect(comm, &ch->ring_send[c], CONN_TAG(TAG_RING_RECV_INFO, c)));
     if (!ch->ring_recv[c].dev.ll_buff || !ch->ring_send[c].dev.ll_buff) ch->ll_ok = 0;
+    if (!ch->ring_recv[c].dev.ll128_buff || !ch->ring_send[c].dev.ll128_buff) ch->ll128_ok = 0;
   }
   INFO(BRAID_LOG_INIT, "%d ring channels connected via %s (next rank %d), %zu KiB per FIFO",
        ch->nchannels, ch->ring_send[0].transport->name, ch->ring_send[0].peer, bytes >> 10);

@@ -70,17 +70,18 @@ struct braid_transport_ops {
 /*
  * The FIFO layout of the transports whose receiver owns plain memory (p2p,
  * shm): the tail and head counters on their own 128-byte lines, the Simple
- * slots, then the LL slots. All of it must start zeroed (LL flags of 0 never
- * match a step's flag).
+ * slots, the LL slots, then (p2p only: `ll128`) the LL128 slots. All of it
+ * must start zeroed (flags of 0 never match a step's flag).
  */
 #define BRAID_FIFO_TAIL_OFFSET 0
 #define BRAID_FIFO_HEAD_OFFSET 128
 #define BRAID_FIFO_BUFF_OFFSET 256
-static inline size_t transport_fifo_bytes(const struct braid_connector* conn) {
-  return BRAID_FIFO_BUFF_OFFSET + conn->buff_bytes + BRAID_LL_BYTES;
+static inline size_t transport_fifo_bytes(const struct braid_connector* conn, int ll128) {
+  return BRAID_FIFO_BUFF_OFFSET + conn->buff_bytes + BRAID_LL_BYTES +
+         (ll128 ? BRAID_LL128_BYTES : 0);
 }
 /* Fills conn->dev for a FIFO of the layout above at `base` (an address the kernels can use). */
-void transport_fifo_fill_dev(struct braid_connector* conn, char* base);
+void transport_fifo_fill_dev(struct braid_connector* conn, char* base, int ll128);
 
 extern const struct braid_transport_ops braid_transport_p2p;
 extern const struct braid_transport_ops braid_transport_shm;
@@ -94,6 +95,7 @@ struct braid_channels {
   int nchannels;     /* ring channels */
   int p2p_nchannels; /* channels send/recv may spread over */
   int ll_ok;         /* every ring connection has LL slots */
+  int ll128_ok;      /* every ring connection has LL128 slots (P2P) */
   struct braid_connector ring_send[BRAID_MAX_CHANNELS];
   struct braid_connector ring_recv[BRAID_MAX_CHANNELS];
   struct braid_connector* p2p_send; /* [BRAID_MAX_CHANNELS * nranks] */

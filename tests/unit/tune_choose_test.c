@@ -77,15 +77,40 @@ static void test_ring_simple_only(void) {
   topo_free(topo);
 }
 
-/* Every algorithm and protocol allowed: LL small, LL128 medium, Simple large (one NVSwitch node).
+static struct braid_topo* build_with(const char* var, const char* value, const char* name,
+                                     int nhosts, int per_host) {
+  setenv(var, value, 1);
+  braid_param_reload();
+  struct braid_topo* topo = build(name, nhosts, per_host);
+  unsetenv(var);
+  braid_param_reload();
+  return topo;
+}
+
+/*
+ * Every algorithm and protocol allowed (one NVSwitch node): LL small, Simple
+ * large; LL128 only when BRAID_PROTO names it (tune_table.proto_auto), and
+ * then it takes the middle sizes.
  */
 static void test_sizes(void) {
-  struct braid_topo* topo = build("h200x8_nvswitch.xml", 1, 8);
+  struct braid_topo* topo =
+      build_with("BRAID_PROTO", "LL,LL128,Simple", "h200x8_nvswitch.xml", 1, 8);
   if (topo == NULL) return;
   expect(topo, BRAID_COLL_ALLREDUCE, 8, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING, BRAID_PROTO_LL,
-         "8 GPUs");
+         "8 GPUs, LL128 allowed");
   expect(topo, BRAID_COLL_ALLREDUCE, 1 << 20, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING,
-         BRAID_PROTO_LL128, "8 GPUs");
+         BRAID_PROTO_LL128, "8 GPUs, LL128 allowed");
+  expect(topo, BRAID_COLL_ALLREDUCE, 1u << 30, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING,
+         BRAID_PROTO_SIMPLE, "8 GPUs, LL128 allowed");
+  topo_free(topo);
+  topo = build("h200x8_nvswitch.xml", 1, 8);
+  if (topo == NULL) return;
+  for (size_t bytes = 8; bytes <= (1ull << 30); bytes *= 4)
+    TEST_CHECK(
+        choose(topo, BRAID_COLL_ALLREDUCE, bytes, ALL_ALGOS, ALL_PROTOS).proto != BRAID_PROTO_LL128,
+        "8 GPUs, %zu B: LL128 chosen without BRAID_PROTO", bytes);
+  expect(topo, BRAID_COLL_ALLREDUCE, 8, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING, BRAID_PROTO_LL,
+         "8 GPUs");
   expect(topo, BRAID_COLL_ALLREDUCE, 1u << 30, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING,
          BRAID_PROTO_SIMPLE, "8 GPUs");
   expect(topo, BRAID_COLL_ALLGATHER, 1u << 30, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING,
@@ -168,16 +193,6 @@ static void test_masks(void) {
   TEST_EXPECT_RES(tune_choose_topo(topo, BRAID_COLL_COUNT, 8, ALL_ALGOS, ALL_PROTOS, &c),
                   ncclInternalError);
   topo_free(topo);
-}
-
-static struct braid_topo* build_with(const char* var, const char* value, const char* name,
-                                     int nhosts, int per_host) {
-  setenv(var, value, 1);
-  braid_param_reload();
-  struct braid_topo* topo = build(name, nhosts, per_host);
-  unsetenv(var);
-  braid_param_reload();
-  return topo;
 }
 
 /*
@@ -316,6 +331,13 @@ static void test_explain(void) {
   struct braid_topo* topo = build("h200x8_nvswitch.xml", 1, 8);
   if (topo == NULL) return;
   const char* text = explain(topo, BRAID_COLL_ALLREDUCE, 1 << 20, ALL_ALGOS, ALL_PROTOS);
+  expect_line(text, "Ring/LL128 ", "1 MiB, default protocols");
+  expect_line(text, "(excluded: off by default: only when BRAID_PROTO names it)",
+              "1 MiB, default protocols");
+  topo_free(topo);
+  topo = build_with("BRAID_PROTO", "LL,LL128,Simple", "h200x8_nvswitch.xml", 1, 8);
+  if (topo == NULL) return;
+  text = explain(topo, BRAID_COLL_ALLREDUCE, 1 << 20, ALL_ALGOS, ALL_PROTOS);
   int lines = 0;
   for (const char* c = text; *c; c++) lines += *c == '\n';
   TEST_CHECK(lines == 1, "one choice, %d log lines:\n%s", lines, text);

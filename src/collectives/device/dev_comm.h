@@ -43,7 +43,8 @@ struct braid_dev_conn {
   uint32_t slot_bytes; /* bytes per slot, a multiple of 16 */
   uint32_t ll_slot_bytes; /* bytes of LL lines per slot (half of it is data), a multiple of 16 */
   uint32_t connected;
-  uint32_t pad;
+  uint32_t ll128_slot_bytes; /* bytes of LL128 lines per slot, a multiple of 128 */
+  char* ll128_buff;    /* BRAID_STEPS LL128 slots, or NULL: no LL128 on this link (not P2P) */
 };
 
 /*
@@ -58,6 +59,25 @@ struct braid_dev_conn {
 #define BRAID_LL_SLOT_BYTES (32 << 10)       /* lines per slot: 2048, carrying 16 KiB */
 #define BRAID_LL_BYTES (BRAID_STEPS * BRAID_LL_SLOT_BYTES)
 #define BRAID_LL_FLAG(step) ((uint32_t)((step) + 1))
+
+/*
+ * The LL128 protocol. A line is 128 bytes: 15 words (8 bytes) of data, then
+ * an 8-byte flag, written by 8 threads of one warp with one 16-byte store
+ * each (the eighth carries the last word and the flag). NVLink delivers a
+ * warp's 128-byte store whole, so a receiver that sees the flag sees the
+ * line, with 120 of every 128 bytes carrying data. That holds on NVLink
+ * only (as NCCL relies on it: sm70 and later): the P2P transport alone
+ * provides LL128 slots, and the tuning model enables the protocol only where
+ * the ring's links are NVLink. Steps and `head` are shared with the other
+ * protocols, as LL's are.
+ */
+#define BRAID_LL128_LINE_BYTES 128
+#define BRAID_LL128_LINE_WORDS 15            /* data words per line */
+#define BRAID_LL128_SLOT_BYTES (64 << 10)    /* 512 lines per slot, carrying 60 KiB */
+#define BRAID_LL128_SLOT_DATA \
+  (BRAID_LL128_SLOT_BYTES / BRAID_LL128_LINE_BYTES * BRAID_LL128_LINE_WORDS * 8)
+#define BRAID_LL128_BYTES (BRAID_STEPS * BRAID_LL128_SLOT_BYTES)
+#define BRAID_LL128_FLAG(step) ((uint64_t)(step) + 1)
 
 struct braid_dev_channel {
   int ring_prev;

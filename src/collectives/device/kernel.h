@@ -185,9 +185,64 @@ __global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
   kernel_works<tree_work_run<T, Op>>(args);
 }
 
+static __device__ __noinline__ void copy_coll_ll128(const struct braid_work& w,
+                                                    struct braid_dev_comm* comm,
+                                                    struct braid_dev_channel* chan, int ch,
+                                                    volatile int* aborted) {
+  prims_ll128<uint8_t, op_copy<uint8_t>> p(threadIdx.x, blockDim.x, BRAID_BARRIER_BLOCK,
+                                           op_copy<uint8_t>(), &chan->ring_recv, &chan->ring_send,
+                                           comm->abort_flag, aborted);
+  copy_coll_ring(p, w, comm, chan, ch);
+}
+
+/*
+ * The tree with LL128 (only ever forced: within a host the model keeps to
+ * rings). Out of line: inlined, its six connections' state made the ring
+ * steps of the same kernel spill.
+ */
+template <typename T, typename Op>
+__device__ __noinline__ void tree_ll128(const Op& op, const struct braid_work& w,
+                                        struct braid_dev_comm* comm, struct braid_dev_channel* chan,
+                                        int ch, volatile int* aborted) {
+  tree_allreduce<T, Op, prims_ll128>(op, w, comm, chan, ch, aborted);
+}
+
+/* Every LL128 work: ring collectives and the tree's all-reduce. */
+template <typename T, typename Op>
+__device__ __forceinline__ void ll128_work_run(const struct braid_work& w,
+                                               struct braid_dev_comm* comm, volatile int* aborted) {
+  struct braid_dev_channel* chan = &comm->channels[blockIdx.x];
+  const int ch = blockIdx.x - w.channel_lo;
+  if (w.coll == BRAID_COLL_ALLGATHER || w.coll == BRAID_COLL_BROADCAST) {
+    copy_coll_ll128(w, comm, chan, ch, aborted);
+    return;
+  }
+  Op op = work_op<T, Op>(w, comm);
+  if (w.algo == BRAID_ALGO_TREE) {
+    tree_ll128<T, Op>(op, w, comm, chan, ch, aborted);
+    return;
+  }
+  prims_ll128<T, Op> p(threadIdx.x, blockDim.x, BRAID_BARRIER_BLOCK, op, &chan->ring_recv,
+                       &chan->ring_send, comm->abort_flag, aborted);
+  reduce_coll_ring<T>(p, w, comm, chan, ch);
+}
+
+/*
+ * Launches of LL128 works only (the host keeps them apart). LL128's loop
+ * keeps more live values than the others' (a warp's lines in flight, the
+ * user's words loaded ahead); inside braid_kernel, next to every other
+ * protocol at 128 registers per thread, it spilled ~1.5 KB per thread to
+ * local memory. On its own it spills nothing (perf/NOTES.md).
+ */
+template <typename T, typename Op>
+__global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
+    braid_ll128_kernel(const __grid_constant__ struct braid_kernel_args args) {
+  kernel_works<ll128_work_run<T, Op>>(args);
+}
+
 }  // namespace braid
 
-/* The kernels of one element type, indexed by braid_devop_t: without and with trees. */
+/* The kernels of one element type, indexed by braid_devop_t: rings, trees (and direct), LL128. */
 #define BRAID_KERNEL_ROW(K, T)                                    \
   {(const void*)braid::K<T, braid::op_sum<T>>,                    \
    (const void*)braid::K<T, braid::op_prod<T>>,                   \
@@ -199,6 +254,8 @@ __global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
   extern "C" const void* const braid_kernels_##NAME[BRAID_DEVOP_COUNT] =                   \
       BRAID_KERNEL_ROW(braid_kernel, T);                                                   \
   extern "C" const void* const braid_tree_kernels_##NAME[BRAID_DEVOP_COUNT] =              \
-      BRAID_KERNEL_ROW(braid_tree_kernel, T);
+      BRAID_KERNEL_ROW(braid_tree_kernel, T);                                              \
+  extern "C" const void* const braid_ll128_kernels_##NAME[BRAID_DEVOP_COUNT] =             \
+      BRAID_KERNEL_ROW(braid_ll128_kernel, T);
 
 #endif

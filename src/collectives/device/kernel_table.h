@@ -12,5 +12,7 @@
 extern const void* const* const braid_kernel_table[ncclNumTypes];
 /* The same kernels able to run tree all-reduce (a launch holding a tree work uses these). */
 extern const void* const* const braid_tree_kernel_table[ncclNumTypes];
+/* The kernels of LL128 works (a launch holding one uses these, and runs only LL128 works). */
+extern const void* const* const braid_ll128_kernel_table[ncclNumTypes];
 
 #endif

@@ -62,25 +62,37 @@ __device__ __forceinline__ uint64_t pack8_post(const Op& op, uint64_t a) {
   return x.u;
 }
 
-/* Line i of a user buffer of `nbytes`; bytes past the end read as 0. */
-__device__ __forceinline__ uint64_t ll_user_load(const void* base, int64_t i, int64_t nbytes) {
-  const unsigned char* p = (const unsigned char*)base + 8 * i;
-  int64_t rem = nbytes - 8 * i;
-  if (rem >= 8 && ((uintptr_t)p & 7) == 0) return *(const uint64_t*)p;
+/* The byte-wise paths of the two below: unaligned buffers and a buffer's last word. */
+__device__ __forceinline__ uint64_t ll_user_load_bytes(const unsigned char* p, int rem) {
   uint64_t v = 0;
   for (int b = 0; b < 8 && b < rem; b++) v |= (uint64_t)p[b] << (8 * b);
   return v;
 }
 
-/* Stores line i into a user buffer of `nbytes`, never past its end. */
-__device__ __forceinline__ void ll_user_store(void* base, int64_t i, int64_t nbytes, uint64_t v) {
+__device__ __forceinline__ void ll_user_store_bytes(unsigned char* p, int rem, uint64_t v) {
+  for (int b = 0; b < 8 && b < rem; b++) p[b] = (unsigned char)(v >> (8 * b));
+}
+
+/*
+ * Word i (8 bytes) of a user buffer of `nbytes`; bytes past the end read as 0.
+ * A step's data is at most one slot, so 32-bit indices do.
+ */
+__device__ __forceinline__ uint64_t ll_user_load(const void* base, int i, int nbytes) {
+  const unsigned char* p = (const unsigned char*)base + 8 * i;
+  int rem = nbytes - 8 * i;
+  if (rem >= 8 && ((uintptr_t)p & 7) == 0) return *(const uint64_t*)p;
+  return rem > 0 ? ll_user_load_bytes(p, rem) : 0;
+}
+
+/* Stores word i into a user buffer of `nbytes`, never past its end. */
+__device__ __forceinline__ void ll_user_store(void* base, int i, int nbytes, uint64_t v) {
   unsigned char* p = (unsigned char*)base + 8 * i;
-  int64_t rem = nbytes - 8 * i;
+  int rem = nbytes - 8 * i;
   if (rem >= 8 && ((uintptr_t)p & 7) == 0) {
     *(uint64_t*)p = v;
     return;
   }
-  for (int b = 0; b < 8 && b < rem; b++) p[b] = (unsigned char)(v >> (8 * b));
+  if (rem > 0) ll_user_store_bytes(p, rem, v);
 }
 
 __device__ __forceinline__ void ll_line_store(char* slot, int64_t i, uint64_t v, uint32_t flag) {
@@ -111,47 +123,11 @@ __device__ __forceinline__ bool ll_line_load(const char* slot, int64_t i, uint32
 
 /* A group of threads running LL steps over up to one recv and one send connection. */
 template <typename T, typename Op>
-struct prims_ll {
-  typedef Op op_type;
-  int tid;
-  int nthreads;
-  int barrier_id;
-  Op op;
-  conn_end recv, send;
-  bool has_recv, has_send;
-  volatile uint32_t* abort_flag;
-  volatile int* aborted;
+struct prims_ll : prims_base<T, Op>, prims_named<prims_ll<T, Op>, T, Op> {
+  BRAID_PRIMS_BASE(T, Op);
 
-  __device__ prims_ll(int tid_, int nthreads_, int barrier_, const Op& op_,
-                      struct braid_dev_conn* recv_conn, struct braid_dev_conn* send_conn,
-                      volatile uint32_t* abort_, volatile int* aborted_)
-      : tid(tid_), nthreads(nthreads_), barrier_id(barrier_), op(op_),
-        has_recv(recv_conn != nullptr), has_send(send_conn != nullptr), abort_flag(abort_),
-        aborted(aborted_) {
-    if (has_recv) conn_end_load(&recv, recv_conn);
-    if (has_send) conn_end_load(&send, send_conn);
-  }
-
-  __device__ __forceinline__ void barrier() { group_barrier(barrier_id, nthreads); }
-
-  __device__ __forceinline__ char* ll_slot(const conn_end& c) const {
-    return c.ll_buff + (size_t)(c.step % BRAID_STEPS) * c.ll_slot_bytes;
-  }
-
-  /* Before writing the send slot: one thread waits for credit, the others for it. */
-  __device__ __forceinline__ bool begin_send() {
-    if (tid == 0 && !conn_wait_credit(&send, abort_flag)) *aborted = 1;
-    barrier();
-    return !*aborted;
-  }
-
-  /* After reading the receive slot: every thread is done with it, so free it. */
-  __device__ __forceinline__ bool end_recv(bool ok) {
-    if (!ok) *aborted = 1;
-    barrier();
-    if (*aborted) return false;
-    if (tid == 0) st_release_sys(recv.head, recv.step + 1);
-    return true;
+  __device__ char* ll_slot(const conn_end& c) const {
+    return slot_at(c.ll_buff, c.ll_slot_bytes, c.step);
   }
 
   /*
@@ -219,56 +195,6 @@ struct prims_ll {
     send.step++;
     recv.step++;
     return true;
-  }
-
-  /* Points the primitives at other connections (after save() of the previous ones). */
-  __device__ void bind(struct braid_dev_conn* recv_conn, struct braid_dev_conn* send_conn) {
-    has_recv = recv_conn != nullptr;
-    has_send = send_conn != nullptr;
-    if (has_recv) conn_end_load(&recv, recv_conn);
-    if (has_send) conn_end_load(&send, send_conn);
-  }
-
-  __device__ void save() {
-    if (tid != 0) return;
-    if (has_recv) conn_end_save(recv, false);
-    if (has_send) conn_end_save(send, true);
-  }
-
-  /* The named primitives of the ring algorithms (as prims_simple). */
-  __device__ bool send_from(const T* src, int64_t n) {
-    return step<false, true, true, false, Op::has_pre, false>(src, nullptr, n);
-  }
-  __device__ bool copy_send(const T* src, T* dst, int64_t n) {
-    return step<false, true, true, true, false, false>(src, dst, n);
-  }
-  __device__ bool recv_to(T* dst, int64_t n) {
-    return step<true, false, false, true, false, false>(nullptr, dst, n);
-  }
-  __device__ bool recv_copy_send(T* dst, int64_t n) {
-    return step<true, true, false, true, false, false>(nullptr, dst, n);
-  }
-  __device__ bool recv_reduce_send(const T* src, int64_t n) {
-    return step<true, true, true, false, Op::has_pre, false>(src, nullptr, n);
-  }
-  __device__ bool recv_reduce_copy(const T* src, T* dst, int64_t n) {
-    return step<true, false, true, true, Op::has_pre, Op::has_post>(src, dst, n);
-  }
-  __device__ bool recv_reduce_copy_send(const T* src, T* dst, int64_t n) {
-    return step<true, true, true, true, Op::has_pre, Op::has_post>(src, dst, n);
-  }
-
-  /* For trees, where a partial result is combined again: pre/post chosen by the caller. */
-  __device__ bool send_copy(const T* src, int64_t n) {
-    return step<false, true, true, false, false, false>(src, nullptr, n);
-  }
-  template <bool PRE, bool POST>
-  __device__ bool recv_combine_to(const T* src, T* dst, int64_t n) {
-    return step<true, false, true, true, PRE, POST>(src, dst, n);
-  }
-  template <bool PRE>
-  __device__ bool recv_combine_send(const T* src, int64_t n) {
-    return step<true, true, true, false, PRE, false>(src, nullptr, n);
   }
 };
 

@@ -11,7 +11,7 @@
 #ifndef BRAID_DEVICE_RING_H
 #define BRAID_DEVICE_RING_H
 
-#include "collectives/device/prims_ll.h"
+#include "collectives/device/prims_ll128.h"
 #include "collectives/device/prims_simple.h"
 
 namespace braid {
