@@ -71,7 +71,10 @@ struct braid_transport_ops {
  * The FIFO layout of the transports whose receiver owns plain memory (p2p,
  * shm): the tail and head counters on their own 128-byte lines, the Simple
  * slots, the LL slots, then (p2p only: `ll128`) the LL128 slots. All of it
- * must start zeroed (flags of 0 never match a step's flag).
+ * must start zeroed (flags of 0 never match a step's flag). LL128 lines must
+ * not straddle 128-byte boundaries: the allocation is 256-byte aligned and
+ * every offset before them is a multiple of 128 (buff_bytes is rounded to
+ * BRAID_STEPS * 128 bytes).
  */
 #define BRAID_FIFO_TAIL_OFFSET 0
 #define BRAID_FIFO_HEAD_OFFSET 128
