@@ -1,0 +1,18 @@
+#!/bin/sh
+# Runs a gpu_coll command with the tuning log on and fails unless collectives ran with PROTO:
+# a protocol forced where the connections cannot run it is dropped without an error (the
+# model's choice runs instead), so the suite passing alone does not show that it ran.
+# Usage: expect_proto.sh PROTO GPU_COLL ARGS...; gpu_coll's skip (77) passes through.
+set -u
+proto=$1
+shift
+log=${TMPDIR:-/tmp}/braid-expect-proto.$$.log
+BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=TUNING "$@" > "$log" 2>&1
+rc=$?
+grep -v "BRAID INFO" "$log" | tail -20
+n=$(grep -c "ranks: [A-Za-z]*/$proto, " "$log")
+others=$(grep -c "ranks: [A-Za-z]*/[A-Za-z0-9]*, " "$log")
+rm -f "$log"
+[ $rc -eq 0 ] || exit $rc
+echo "$n of $others collective calls ran with $proto"
+[ "$n" -gt 0 ] || { echo "FAIL: none ran with $proto"; exit 1; }
