@@ -4,9 +4,12 @@
  * call by call (a small all-reduce is host-bound: the GPU waits for the host).
  * Then the same for the library's own calls on a one-rank communicator:
  * ncclAllReduce of 0 elements (the enqueue path without a launch) and of 2.
- *   nvcc -O2 -Iinclude -o /tmp/cost tools/cuda-call-cost.cu -Lbuild/src -lnccl && /tmp/cost
+ * "with the GPU": the loop's time up to the stream's end, per call (the
+ * launch rate where the GPU keeps up).
+ *   nvcc -O2 -Iinclude -o /tmp/cost tools/cuda-call-cost.cu -Lbuild/src -lnccl -lcuda && /tmp/cost
  * (LD_LIBRARY_PATH picks which libnccl.so.2 is measured.)
  */
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include "nccl.h"
 #include <stdio.h>
@@ -14,6 +17,15 @@
 #include <time.h>
 
 #include "cuda_check.h"
+
+#define CHECK_CU(x)                                                              \
+  do {                                                                           \
+    CUresult r_ = (x);                                                           \
+    if (r_ != CUDA_SUCCESS) {                                                    \
+      fprintf(stderr, "%s failed: CUresult %d\n", #x, (int)r_);                   \
+      exit(1);                                                                   \
+    }                                                                            \
+  } while (0)
 
 #define N 20000
 
@@ -36,7 +48,9 @@ static double now_us(void) {
     for (int i_ = 0; i_ < N; i_++) { body; }                                \
     double t1_ = now_us();                                                  \
     CHECK(cudaStreamSynchronize(s));                                        \
-    printf("%-44s %7.3f us/call\n", label, (t1_ - t0_) / N);                \
+    double t2_ = now_us();                                                  \
+    printf("%-44s %7.3f us/call on the host, %7.3f with the GPU\n", label,  \
+           (t1_ - t0_) / N, (t2_ - t0_) / N);                               \
   } while (0)
 
 int main(void) {
@@ -54,6 +68,16 @@ int main(void) {
   for (int w = 0; w < 2; w++) {
     TIME("cudaLaunchKernel, 64 B of arguments, 1 x 512", CHECK(cudaLaunchKernel((const void*)k_small, dim3(1), dim3(512), psmall, 0, s)));
     TIME("cudaLaunchKernel, 3968 B of arguments, 1 x 512", CHECK(cudaLaunchKernel((const void*)k_big, dim3(1), dim3(512), pbig, 0, s)));
+  }
+  /* The driver's launch with only the bytes in use passed (the rest of the struct undefined). */
+  CUfunction fbig;
+  CHECK(cudaGetFuncBySymbol(&fbig, (const void*)k_big));
+  size_t used = 128, whole = sizeof ba;
+  void* extra_used[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &ba, CU_LAUNCH_PARAM_BUFFER_SIZE, &used, CU_LAUNCH_PARAM_END};
+  void* extra_whole[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &ba, CU_LAUNCH_PARAM_BUFFER_SIZE, &whole, CU_LAUNCH_PARAM_END};
+  for (int w = 0; w < 2; w++) {
+    TIME("cuLaunchKernel, 3968 B kernel, 128 B passed", CHECK_CU(cuLaunchKernel(fbig, 1, 1, 1, 512, 1, 1, 0, s, NULL, extra_used)));
+    TIME("cuLaunchKernel, 3968 B kernel, all passed", CHECK_CU(cuLaunchKernel(fbig, 1, 1, 1, 512, 1, 1, 0, s, NULL, extra_whole)));
   }
   TIME("cudaLaunchKernel 64 B + cudaEventRecord", CHECK(cudaLaunchKernel((const void*)k_small, dim3(1), dim3(512), psmall, 0, s)); CHECK(cudaEventRecord(ev, s)));
   TIME("cudaEventRecord", CHECK(cudaEventRecord(ev, s)));

@@ -26,6 +26,9 @@ log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 if [ "$BUILD_DIR" = .device/build ]; then
   [ -e build ] || ln -s .device/build build
   [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+  # tools/stage-device.sh packs the library and braid-info (over the carry limit unpacked).
+  [ -f .device/packed.tar.xz ] && [ ! -e .device/build/src/libnccl.so.2 ] &&
+    tar -C .device/build -xJf .device/packed.tar.xz
 fi
 export LD_LIBRARY_PATH=$PWD/$BUILD_DIR/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
@@ -83,7 +86,12 @@ for step in $steps; do
       tail -5 "$LOGS/sanitizer.log" | tee -a "$OUT/summary.txt"
       ;;
     topo)
-      run topo 60 "$BUILD_DIR/tools/braid-info" --topo
+      # Issue 5: what detection finds here, written to a file, and whether it is the
+      # fixture of this machine (TOPO_EXPECT; the 2x H200 NV18 one by default).
+      BRAID_TOPO_DUMP_FILE=$OUT/topo-detected.xml run topo 60 "$BUILD_DIR/tools/braid-info" --topo
+      run topo_expect 60 "$BUILD_DIR/tools/braid-info" --topo \
+        --expect "${TOPO_EXPECT:-tests/unit/fixtures/h200x2_nvswitch.xml}"
+      cat "$LOGS/topo_expect.log" >> "$OUT/summary.txt"
       ;;
     smoke)
       # Every collective, every type and op, single process on 2 GPUs, checked.
@@ -105,7 +113,7 @@ for step in $steps; do
     cost)
       # Host time of each CUDA call the enqueue path makes.
       nvcc -O2 -arch=sm_90 -Iinclude -o /tmp/cuda-call-cost tools/cuda-call-cost.cu \
-        -L"$BUILD_DIR/src" -lnccl > "$LOGS/cost-build.log" 2>&1 || tail "$LOGS/cost-build.log"
+        -L"$BUILD_DIR/src" -lnccl -lcuda > "$LOGS/cost-build.log" 2>&1 || tail "$LOGS/cost-build.log"
       run cost 120 /tmp/cuda-call-cost && cat "$LOGS/cost.log" >> "$OUT/summary.txt"
       LD_LIBRARY_PATH=$NCCL_LIB_DIR run cost_nccl 120 /tmp/cuda-call-cost &&
         grep nccl "$LOGS/cost_nccl.log" | sed 's/^/NCCL: /' >> "$OUT/summary.txt"

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 src=$(realpath "${1:-build}")
 tests=$(realpath "${2:-$src}")
 dst=.device/build
-rm -rf "$dst"
+rm -rf "$dst" .device/packed.tar.xz
 mkdir -p "$dst/src" "$dst/perf" "$dst/tools" "$dst/tests/gpu"
 cp -a "$src"/src/libnccl.so* "$dst/src/"
 for f in "$src"/perf/*_perf "$src"/perf/compare; do [ -e "$f" ] && cp -a "$f" "$dst/perf/"; done
@@ -23,4 +23,9 @@ if [ -f "$tests/tests/gpu/CTestTestfile.cmake" ]; then
   sed "s|$tests/tests/gpu|/work/main/build/tests/gpu|g" "$tests/tests/gpu/CTestTestfile.cmake" \
     > "$dst/tests/gpu/CTestTestfile.cmake"
 fi
+# The library and braid-info (~80 MB of kernels each) are over what the device tool carries
+# (64 MiB): they travel packed, and tools/gpu-check.sh unpacks them there.
+packed=$(cd "$dst" && ls src/libnccl.so* tools/braid-info 2>/dev/null)
+tar -C "$dst" -cJf .device/packed.tar.xz $packed
+(cd "$dst" && rm -f $packed)
 du -sh .device
