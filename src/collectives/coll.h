@@ -32,6 +32,9 @@ typedef enum {
 
 /* Limits every layer agrees on. */
 #define BRAID_MAX_CHANNELS 32
+/* Blocks past the channels, for a rank's send/recv to itself (core/enqueue.c). */
+#define BRAID_MAX_SELF_CHANNELS 16
+#define BRAID_MAX_GRID (BRAID_MAX_CHANNELS + BRAID_MAX_SELF_CHANNELS)
 #define BRAID_MAX_NTHREADS 512
 #define BRAID_STEPS 8 /* slots in every connection FIFO */
 #define BRAID_DIRECT_MAX_RANKS 32 /* the direct all-reduce's largest communicator */

@@ -170,14 +170,13 @@ fail:
   return res;
 }
 
-/* Pinned, device-mapped host memory for the abort flag (kernels poll it) and the ledger's counter. */
+/* Pinned, device-mapped host memory for the abort flag (kernels poll it). */
 static ncclResult_t comm_abort_flag_alloc(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   BRAID_CUDA_TRY(cudaHostAlloc(&comm->abort_flag_mem, 128,
                                cudaHostAllocMapped | cudaHostAllocPortable));
   memset(comm->abort_flag_mem, 0, 128);
   comm->abort_flag = (volatile uint32_t*)comm->abort_flag_mem;
-  comm->ledger_done = (volatile uint64_t*)((char*)comm->abort_flag_mem + 64); /* own cache line */
   return ncclSuccess;
 fail:
   return res;

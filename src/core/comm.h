@@ -80,7 +80,6 @@ struct ncclComm {
   volatile braid_comm_state_t state;
   volatile ncclResult_t async_error; /* ncclInProgress while a nonblocking init runs */
   volatile uint32_t* abort_flag;     /* host-mapped: kernels and waits poll it */
-  volatile uint64_t* ledger_done;    /* host-mapped: the last operation the kernels finished */
   void* abort_flag_mem;              /* allocation behind abort_flag */
 
   pthread_mutex_t lock;

@@ -5,6 +5,8 @@
  */
 #include "core/dev_state.h"
 
+#include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -17,28 +19,91 @@
 #include "graph/graph.h"
 #include "transport/transport.h"
 
+static const void* const* const* const dev_tables[BRAID_KERNEL_FAMILIES] = {
+    [BRAID_KERNELS_RING] = braid_kernel_table,
+    [BRAID_KERNELS_TREE] = braid_tree_kernel_table,
+    [BRAID_KERNELS_LL128] = braid_ll128_kernel_table};
+
+typedef CUresult (*dev_launch_fn)(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                  unsigned by, unsigned bz, unsigned shmem, CUstream stream,
+                                  void** params, void** extra);
+typedef CUresult (*dev_error_name_fn)(CUresult err, const char** name);
+
+/* The driver's launch call, reached through the runtime (Braid does not link libcuda). */
+static struct {
+  pthread_once_t once;
+  dev_launch_fn launch;
+  dev_error_name_fn error_name;
+} dev_drv = {.once = PTHREAD_ONCE_INIT};
+
+static void* dev_drv_fn(const char* name) {
+  void* fn = NULL;
+  enum cudaDriverEntryPointQueryResult found;
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  return fn;
+}
+
+static void dev_drv_load(void) {
+  dev_drv.launch = (dev_launch_fn)dev_drv_fn("cuLaunchKernel");
+  dev_drv.error_name = (dev_error_name_fn)dev_drv_fn("cuGetErrorName");
+}
+
 /*
- * Loads every kernel now. With CUDA's lazy loading a kernel's module is
- * loaded at its first launch, which can wait for other work on the device;
- * if that work is a kernel spinning on a peer that is itself waiting for
- * this launch, the job deadlocks. Loading up front removes the wait.
+ * Loads every kernel of this comm's device now, and keeps each one's driver
+ * handle. With CUDA's lazy loading a kernel's module is loaded at its first
+ * launch, which can wait for other work on the device; if that work is a
+ * kernel spinning on a peer that is itself waiting for this launch, the job
+ * deadlocks. Loading up front removes the wait.
  */
-static ncclResult_t dev_kernels_load(void) {
+static ncclResult_t dev_kernels_load(struct braid_dev_state* d) {
   ncclResult_t res = ncclSuccess;
   BRAID_CHECK(braid_kernel_table[ncclUint8] != NULL, ncclInvalidUsage,
               "this Braid was built without its kernels (cmake -DBRAID_KERNELS=OFF, a host-only "
               "build for sanitizer runs of the host tests); rebuild with BRAID_KERNELS=ON");
-  for (int t = 0; t < ncclNumTypes; t++) {
-    for (int op = 0; op < BRAID_DEVOP_COUNT; op++) {
-      struct cudaFuncAttributes attr;
-      BRAID_CUDA_TRY(cudaFuncGetAttributes(&attr, braid_kernel_table[t][op]));
-      BRAID_CUDA_TRY(cudaFuncGetAttributes(&attr, braid_tree_kernel_table[t][op]));
-      BRAID_CUDA_TRY(cudaFuncGetAttributes(&attr, braid_ll128_kernel_table[t][op]));
+  for (int f = 0; f < BRAID_KERNEL_FAMILIES; f++) {
+    for (int t = 0; t < ncclNumTypes; t++) {
+      for (int op = 0; op < BRAID_DEVOP_COUNT; op++) {
+        struct cudaFuncAttributes attr;
+        BRAID_CUDA_TRY(cudaFuncGetAttributes(&attr, dev_tables[f][t][op]));
+        BRAID_CUDA_TRY(cudaGetFuncBySymbol(&d->kernels[f][t][op], dev_tables[f][t][op]));
+      }
     }
   }
+  pthread_once(&dev_drv.once, dev_drv_load);
   return ncclSuccess;
 fail:
   return res;
+}
+
+ncclResult_t dev_state_launch(struct ncclComm* comm, int family, int dtype, int devop, int grid,
+                              struct braid_kernel_args* args, cudaStream_t stream) {
+  struct braid_dev_state* d = comm->dev;
+  if (dev_drv.launch == NULL) { /* no driver entry point: the runtime copies the whole struct */
+    void* params[] = {args};
+    dim3 g = {(unsigned)grid, 1, 1}, b = {(unsigned)d->nthreads, 1, 1};
+    cudaError_t err = cudaLaunchKernel(dev_tables[family][dtype][devop], g, b, params, 0, stream);
+    if (err == cudaSuccess) return ncclSuccess;
+    (void)cudaGetLastError();
+    return braid_err(ncclUnhandledCudaError, "kernel launch on %d blocks failed: %s", grid,
+                     cudaGetErrorString(err));
+  }
+  /* The kernel reads works [0, nwork) only; the rest of its parameter space stays undefined. */
+  size_t bytes =
+      offsetof(struct braid_kernel_args, work) + (size_t)args->nwork * sizeof args->work[0];
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, args, CU_LAUNCH_PARAM_BUFFER_SIZE, &bytes,
+                   CU_LAUNCH_PARAM_END};
+  CUresult err = dev_drv.launch(d->kernels[family][dtype][devop], (unsigned)grid, 1, 1,
+                                (unsigned)d->nthreads, 1, 1, 0, (CUstream)stream, NULL, extra);
+  if (err == CUDA_SUCCESS) return ncclSuccess;
+  const char* name = NULL;
+  if (dev_drv.error_name == NULL || dev_drv.error_name(err, &name) != CUDA_SUCCESS) name = NULL;
+  return braid_err(ncclUnhandledCudaError, "kernel launch on %d blocks failed: %s (CUresult %d)",
+                   grid, name ? name : "unknown error", (int)err);
 }
 
 static int dev_nthreads(void) {
@@ -92,7 +157,7 @@ ncclResult_t dev_state_create(struct ncclComm* comm) {
   BRAID_TRY(BRAID_CALLOC(&d, 1, "device state"));
   comm->dev = d;
   d->nthreads = dev_nthreads();
-  BRAID_TRY(dev_kernels_load());
+  BRAID_TRY(dev_kernels_load(d));
   BRAID_CUDA_TRY(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
   BRAID_CUDA_TRY(cudaEventCreateWithFlags(&d->last_launch, cudaEventDisableTiming));
   BRAID_CUDA_TRY(cudaMalloc((void**)&d->comm, sizeof *d->comm));
@@ -107,8 +172,6 @@ ncclResult_t dev_state_create(struct ncclComm* comm) {
   d->host.nranks = n;
   d->host.nchannels = comm->channels->nchannels;
   BRAID_CUDA_TRY(cudaHostGetDevicePointer((void**)&d->host.abort_flag, (void*)comm->abort_flag, 0));
-  BRAID_CUDA_TRY(cudaHostGetDevicePointer((void**)&d->host.ledger_done, (void*)comm->ledger_done, 0));
-  d->host.ledger_blocks = 0;
   dev_fill_channels(comm);
   BRAID_TRY(dev_upload(comm, d->comm, &d->host, sizeof d->host));
   return ncclSuccess;

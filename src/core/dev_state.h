@@ -7,9 +7,11 @@
 #ifndef BRAID_CORE_DEV_STATE_H
 #define BRAID_CORE_DEV_STATE_H
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include "collectives/device/dev_comm.h"
+#include "collectives/device/kernel_table.h"
 #include "nccl.h"
 
 struct ncclComm;
@@ -21,6 +23,8 @@ struct braid_dev_state {
   struct braid_dev_conn* p2p_recv;
   int* ring_ranks;                   /* device [nchannels * nranks] */
   cudaStream_t stream;               /* internal, non-blocking: uploads only */
+  /* The kernels as the driver launches them (this comm's device), by family, type, operator. */
+  CUfunction kernels[BRAID_KERNEL_FAMILIES][ncclNumTypes][BRAID_DEVOP_COUNT];
   cudaEvent_t last_launch;           /* recorded after each kernel of this comm */
   cudaStream_t last_stream;          /* where the last kernel went */
   int launched;                      /* a kernel was launched since the last wait */
@@ -29,6 +33,13 @@ struct braid_dev_state {
 
 /* Uploads rings and ring connections (after transport_rings_connect) and loads the kernels. */
 ncclResult_t dev_state_create(struct ncclComm* comm);
+/*
+ * Launches family/dtype/devop's kernel on `grid` blocks with the works of
+ * `args`, passing only the bytes of the works in use (a launch costs more
+ * the more argument bytes it copies).
+ */
+ncclResult_t dev_state_launch(struct ncclComm* comm, int family, int dtype, int devop, int grid,
+                              struct braid_kernel_args* args, cudaStream_t stream);
 /* Uploads one newly connected send/recv connection. */
 ncclResult_t dev_state_upload_p2p(struct ncclComm* comm, int channel, int peer, int is_send,
                                   const struct braid_dev_conn* conn);

@@ -43,36 +43,25 @@
 #define ENQ_P2P_LL_MAX (16 << 10)
 /* A rank's copy to itself runs on blocks of its own, beside the ones that talk to peers. */
 #define ENQ_SELF_BYTES_PER_CHANNEL (512 << 10)
-#define ENQ_SELF_MAX_CHANNELS 16
-
-static dim3 dim3_make(int x) {
-  dim3 d = {(unsigned)x, 1, 1};
-  return d;
-}
 
 struct launch_plan {
   struct braid_kernel_args args;
-  const void* kernel; /* NULL while only byte-moving works are in */
+  int reduces; /* a reduction is in: the kernel is (dtype, devop)'s; else any will do */
+  int dtype, devop;
   int grid;
   int family; /* the kernels its works need (enq_family); a launch holds one family */
 };
 
-/* Kernel families: which table a work's kernel comes from. */
-enum { ENQ_RING = 0, ENQ_TREE = 1, ENQ_LL128 = 2 };
-static const void* const* const* const enq_tables[] = {
-    [ENQ_RING] = braid_kernel_table, [ENQ_TREE] = braid_tree_kernel_table,
-    [ENQ_LL128] = braid_ll128_kernel_table};
-
-/* braid_kernel: rings (Simple, LL) and send/recv; braid_tree_kernel: tree and direct all-reduce
- * (Simple, LL); braid_ll128_kernel: everything LL128. */
+/* Which kernel table a work's kernel comes from (kernel_table.h). */
 static int enq_family(const struct braid_work* w) {
-  if (w->proto == BRAID_PROTO_LL128) return ENQ_LL128;
-  return w->algo == BRAID_ALGO_TREE || w->algo == BRAID_ALGO_DIRECT ? ENQ_TREE : ENQ_RING;
+  if (w->proto == BRAID_PROTO_LL128) return BRAID_KERNELS_LL128;
+  return w->algo == BRAID_ALGO_TREE || w->algo == BRAID_ALGO_DIRECT ? BRAID_KERNELS_TREE
+                                                                    : BRAID_KERNELS_RING;
 }
 
 static int enq_p2p_nchannels(const struct ncclComm* comm, size_t bytes, int self) {
   size_t per = self ? ENQ_SELF_BYTES_PER_CHANNEL : ENQ_P2P_BYTES_PER_CHANNEL;
-  int max = self ? ENQ_SELF_MAX_CHANNELS : comm->channels->p2p_nchannels;
+  int max = self ? BRAID_MAX_SELF_CHANNELS : comm->channels->p2p_nchannels;
   size_t n = (bytes + per - 1) / per;
   if (n < 1) return 1;
   return n > (size_t)max ? max : (int)n;
@@ -311,28 +300,27 @@ static void enq_launch_stream_sync(cudaStream_t from, cudaStream_t to) {
   cudaEventDestroy(ev);
 }
 
-static ncclResult_t enq_launch(struct ncclComm* comm, struct launch_plan* plan, cudaStream_t stream) {
+/* `capture`: the stream's capture status (captured launches need no ordering from us). */
+static ncclResult_t enq_launch(struct ncclComm* comm, struct launch_plan* plan, cudaStream_t stream,
+                               enum cudaStreamCaptureStatus capture) {
   ncclResult_t res = ncclSuccess;
   struct braid_dev_state* d = comm->dev;
-  enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (plan->args.nwork == 0) return ncclSuccess;
-  const void* kernel =
-      plan->kernel ? plan->kernel : enq_tables[plan->family][ncclUint8][BRAID_DEVOP_SUM];
-  void* params[] = {&plan->args};
-  BRAID_CUDA_TRY(cudaStreamIsCapturing(stream, &capture));
   /* This comm's kernels share its connections: run them one after another, whatever stream. */
   if (capture == cudaStreamCaptureStatusNone && d->launched && d->last_stream != stream)
     BRAID_CUDA_TRY(cudaStreamWaitEvent(stream, d->last_launch, 0));
-  BRAID_CUDA_TRY(cudaLaunchKernel(kernel, dim3_make(plan->grid), dim3_make(d->nthreads), params, 0, stream));
+  BRAID_TRY(dev_state_launch(comm, plan->family, plan->reduces ? plan->dtype : ncclUint8,
+                             plan->reduces ? plan->devop : BRAID_DEVOP_SUM, plan->grid, &plan->args,
+                             stream));
   if (capture == cudaStreamCaptureStatusNone) {
     BRAID_CUDA_TRY(cudaEventRecord(d->last_launch, stream));
     d->last_stream = stream;
     d->launched = 1;
   }
   plan->args.nwork = 0;
-  plan->kernel = NULL;
+  plan->reduces = 0;
   plan->grid = 0;
-  plan->family = ENQ_RING;
+  plan->family = BRAID_KERNELS_RING;
   return ncclSuccess;
 fail:
   return res;
@@ -340,14 +328,20 @@ fail:
 
 /* Adds a work to the plan, launching first when it cannot join. */
 static ncclResult_t enq_add_work(struct ncclComm* comm, struct launch_plan* plan,
-                                 const struct braid_work* w, cudaStream_t stream) {
+                                 const struct braid_work* w, cudaStream_t stream,
+                                 enum cudaStreamCaptureStatus capture) {
   ncclResult_t res = ncclSuccess;
   const int family = enq_family(w);
-  const void* kernel = enq_is_reduction(w->coll) ? enq_tables[family][w->dtype][w->devop] : NULL;
-  if (plan->args.nwork == BRAID_MAX_WORK || (kernel && plan->kernel && kernel != plan->kernel) ||
+  const int reduces = enq_is_reduction(w->coll);
+  if (plan->args.nwork == BRAID_MAX_WORK ||
+      (reduces && plan->reduces && (w->dtype != plan->dtype || w->devop != plan->devop)) ||
       (plan->args.nwork > 0 && family != plan->family))
-    BRAID_TRY(enq_launch(comm, plan, stream));
-  if (kernel) plan->kernel = kernel;
+    BRAID_TRY(enq_launch(comm, plan, stream, capture));
+  if (reduces) {
+    plan->reduces = 1;
+    plan->dtype = w->dtype;
+    plan->devop = w->devop;
+  }
   plan->family = family;
   plan->args.work[plan->args.nwork++] = *w;
   plan->grid = BRAID_MAX(plan->grid, w->channel_lo + w->nchannels);
@@ -418,7 +412,8 @@ fail:
   return res;
 }
 
-static ncclResult_t enq_p2p_works(struct ncclComm* comm, struct launch_plan* plan, cudaStream_t stream) {
+static ncclResult_t enq_p2p_works(struct ncclComm* comm, struct launch_plan* plan,
+                                  cudaStream_t stream, enum cudaStreamCaptureStatus capture) {
   ncclResult_t res = ncclSuccess;
   const struct braid_group_comm* g = comm->group;
   int n = comm->nranks;
@@ -438,7 +433,7 @@ static ncclResult_t enq_p2p_works(struct ncclComm* comm, struct launch_plan* pla
       struct braid_work w;
       BRAID_TRY(enq_p2p_fill(comm, &w, s, r));
       if (w.nchannels == 0) continue; /* only empty messages: nothing moves */
-      BRAID_TRY(enq_add_work(comm, plan, &w, stream));
+      BRAID_TRY(enq_add_work(comm, plan, &w, stream, capture));
     }
   }
   return ncclSuccess;
@@ -461,18 +456,19 @@ ncclResult_t enqueue_launch(struct ncclComm* comm) {
   for (int i = 0; i < g->nops; i++) {
     const struct braid_op* op = &g->ops[i];
     if (op->coll == BRAID_COLL_SENDRECV || op->count == 0) continue;
-    if (op->after_prev && plan->args.nwork > 0) BRAID_TRY(enq_launch(comm, plan, stream));
+    if (op->after_prev && plan->args.nwork > 0) BRAID_TRY(enq_launch(comm, plan, stream, capture));
     struct braid_work w;
     BRAID_TRY(enq_coll_work(comm, op, &w));
-    BRAID_TRY(enq_add_work(comm, plan, &w, stream));
+    BRAID_TRY(enq_add_work(comm, plan, &w, stream, capture));
   }
-  BRAID_TRY(enq_p2p_works(comm, plan, stream));
+  BRAID_TRY(enq_p2p_works(comm, plan, stream, capture));
   /* The last launch of the group tells the ledger when the group's operations are done. */
   if (plan->args.nwork > 0)
-    plan->args.ledger_seq = watchdog_launch_seq(comm, capture != cudaStreamCaptureStatusNone);
+    plan->args.ledger_seq =
+        watchdog_launch_seq(comm, capture != cudaStreamCaptureStatusNone, plan->grid);
   else
     watchdog_nothing_launched(comm);
-  res = enq_launch(comm, plan, stream);
+  res = enq_launch(comm, plan, stream, capture);
   if (res != ncclSuccess) {
     watchdog_forget_pending(comm); /* it will never report: no false hang verdict later */
     goto fail;

@@ -189,12 +189,17 @@ static void group_comm_release(struct ncclComm* comm) {
   free(g);
 }
 
+/* cudaSetDevice unless `dev` is current already (asking costs half as much as setting). */
+static cudaError_t group_use_device(int dev) {
+  int cur = -1;
+  if (cudaGetDevice(&cur) == cudaSuccess && cur == dev) return cudaSuccess;
+  return cudaSetDevice(dev);
+}
+
 static ncclResult_t group_connect_p2p_all(struct ncclComm* comms) {
   ncclResult_t res = ncclSuccess;
   for (struct ncclComm* c = comms; c; c = c->group->next) {
     BRAID_CUDA_TRY(cudaSetDevice(c->cuda_dev));
-    comm_wait_splits(c);
-    enqueue_p2p_needs(c);
     BRAID_TRY(transport_p2p_setup(c));
   }
   for (struct ncclComm* c = comms; c; c = c->group->next) {
@@ -215,6 +220,13 @@ fail:
  */
 static ncclResult_t group_connect_p2p(struct ncclComm* comms) {
   enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  int pending = 0;
+  for (struct ncclComm* c = comms; c; c = c->group->next) {
+    comm_wait_splits(c);
+    enqueue_p2p_needs(c);
+    pending |= transport_p2p_pending(c);
+  }
+  if (!pending) return ncclSuccess; /* the common case: every connection is up */
   ncclResult_t res = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess
                          ? group_connect_p2p_all(comms)
                          : braid_err(ncclUnhandledCudaError, "cannot relax the stream capture mode");
@@ -226,7 +238,7 @@ static ncclResult_t group_launch_all(struct ncclComm* comms) {
   ncclResult_t res = ncclSuccess;
   for (struct ncclComm* c = comms; c; c = c->group->next) {
     braid_log_context_set(c->rank, c->cuda_dev);
-    BRAID_CUDA_TRY(cudaSetDevice(c->cuda_dev));
+    BRAID_CUDA_TRY(group_use_device(c->cuda_dev));
     res = enqueue_launch(c);
     if (res != ncclSuccess) {
       comm_error_record(c, res);
@@ -260,7 +272,7 @@ static void group_finish(struct ncclComm* comms, int saved_dev) {
     group_comm_release(comms);
     comms = next;
   }
-  if (saved_dev >= 0) cudaSetDevice(saved_dev);
+  if (saved_dev >= 0) group_use_device(saved_dev);
 }
 
 ncclResult_t group_end(void) {

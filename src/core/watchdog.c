@@ -3,12 +3,13 @@
  *
  * The ledger is filled by the thread that enqueues (watchdog_issue,
  * watchdog_launch_seq) and read by the watchdog's threads, under the
- * ledger's lock. Completion costs the launch nothing on the host: the
- * launch's last block writes the launch's last sequence number to the comm's
- * host-mapped `ledger_done` (kernel.h). Two threads per communicator: the
- * server answers other ranks' ledger requests at once (so ranks that are all
- * giving verdicts do not wait on each other); the monitor, every
- * WD_PERIOD_S, moves `completed` up to `ledger_done`, reports on SIGUSR1, and
+ * ledger's lock. Completion costs the launch nothing on the host: each
+ * block of a launch writes the launch's last sequence number to its word of
+ * the device comm's `ledger_done` (kernel.h). Two threads per communicator:
+ * the server answers other ranks' ledger requests at once (so ranks that are
+ * all giving verdicts do not wait on each other); the monitor, every
+ * WD_PERIOD_S while launches are pending, copies `ledger_done` out and moves
+ * `completed` up to the launches it shows complete, reports on SIGUSR1, and
  * on BRAID_TIMEOUT without progress, or a local peer process gone, fails the
  * communicator with the verdict.
  */
@@ -27,6 +28,7 @@
 #include "core/bootstrap.h"
 #include "core/comm.h"
 #include "core/debug.h"
+#include "core/dev_state.h"
 #include "core/group.h"
 #include "core/param.h"
 #include "core/redop.h"
@@ -43,6 +45,7 @@
 struct wd_launch {
   uint64_t first, last; /* the operations it covers */
   double t;             /* when it was launched */
+  int grid;             /* blocks of the launch that reports `last` */
 };
 
 struct wd_request {
@@ -62,7 +65,7 @@ struct braid_watchdog {
   int listen_fd;
   union braid_sockaddr* addrs; /* [nranks] the watchdogs' listeners */
   uint8_t secret[WD_SECRET_BYTES];
-  cudaStream_t stream;         /* reads the connections' counters */
+  cudaStream_t stream; /* reads the ledger's words and the connections' counters */
   pthread_t thread, server;
   int started, server_started;
   uint32_t stop;               /* atomic; also the abort flag of the thread's socket waits */
@@ -108,7 +111,7 @@ void watchdog_issue(struct ncclComm* comm, const struct braid_op* op) {
   pthread_mutex_unlock(&wd->lock);
 }
 
-uint64_t watchdog_launch_seq(struct ncclComm* comm, int captured) {
+uint64_t watchdog_launch_seq(struct ncclComm* comm, int captured, int grid) {
   struct braid_watchdog* wd = comm->watchdog;
   uint64_t seq = 0;
   if (wd == NULL) return 0;
@@ -134,6 +137,7 @@ uint64_t watchdog_launch_seq(struct ncclComm* comm, int captured) {
     wd->count++;
   }
   seq = l->last = wd->launched = wd->issued;
+  l->grid = grid; /* a grown entry: its newest launch ends after the others */
   pthread_mutex_unlock(&wd->lock);
   return seq;
 }
@@ -155,11 +159,37 @@ void watchdog_nothing_launched(struct ncclComm* comm) {
   pthread_mutex_unlock(&wd->lock);
 }
 
-/* Moves `completed` up to what the kernels reported (monitor thread). */
+/*
+ * Whether launch `l` is complete: its blocks all reported its number, or a
+ * later one (a later launch starts only once this one has ended).
+ */
+static int wd_launch_done(const struct wd_launch* l, const uint64_t* done) {
+  for (int b = 0; b < l->grid; b++)
+    if (done[b] < l->last) return 0;
+  return 1;
+}
+
+/*
+ * Moves `completed` up to what the kernels reported (monitor thread). The
+ * words are copied out on the watchdog's own stream, beside the kernels
+ * (only while launches are pending: an idle comm costs nothing). A launch
+ * registered after the copy is judged on it and found pending: the words
+ * only grow.
+ */
 static void wd_poll_launches(struct braid_watchdog* wd) {
-  uint64_t done = __atomic_load_n(wd->comm->ledger_done, __ATOMIC_ACQUIRE);
+  uint64_t done[BRAID_MAX_GRID];
   pthread_mutex_lock(&wd->lock);
-  while (wd->count > 0 && wd->launches[wd->head].last <= done) {
+  int pending = wd->count > 0;
+  pthread_mutex_unlock(&wd->lock);
+  if (!pending || wd->stream == NULL) return;
+  if (cudaMemcpyAsync(done, wd->comm->dev->comm->ledger_done, sizeof done, cudaMemcpyDeviceToHost,
+                      wd->stream) != cudaSuccess ||
+      cudaStreamSynchronize(wd->stream) != cudaSuccess) {
+    (void)cudaGetLastError(); /* a broken context: the timeout gives the verdict */
+    return;
+  }
+  pthread_mutex_lock(&wd->lock);
+  while (wd->count > 0 && wd_launch_done(&wd->launches[wd->head], done)) {
     wd->completed = wd->launches[wd->head].last;
     wd->progress_t = braid_time_sec();
     wd->head = (wd->head + 1) % WD_LAUNCHES;

@@ -72,11 +72,12 @@ void watchdog_stop(struct ncclComm* comm);
 /* Numbers `op` (the next sequence number) and remembers it. */
 void watchdog_issue(struct ncclComm* comm, const struct braid_op* op);
 /*
- * For the launch that completes the operations issued so far: the sequence
- * number its kernel reports when done (kernel args' ledger_seq), or 0 when it
- * is captured into a graph (whose replays the ledger does not follow).
+ * For the launch of `grid` blocks that completes the operations issued so
+ * far: the sequence number its blocks report when done (kernel args'
+ * ledger_seq), or 0 when it is captured into a graph (whose replays the
+ * ledger does not follow).
  */
-uint64_t watchdog_launch_seq(struct ncclComm* comm, int captured);
+uint64_t watchdog_launch_seq(struct ncclComm* comm, int captured, int grid);
 /* Launches that will never report (stopped by revoke or shrink-abort, or never started). */
 void watchdog_forget_pending(struct ncclComm* comm);
 /* The operations issued so far needed no launch (all empty). */

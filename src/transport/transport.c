@@ -171,9 +171,13 @@ static struct braid_connector* p2p_conn(struct braid_channels* ch, int n, int c,
 void transport_p2p_need_channel(struct ncclComm* comm, int peer, int is_send, int c) {
   if (peer == comm->rank || peer < 0) return; /* self-exchange is a local copy */
   struct braid_connector* conn = p2p_conn(comm->channels, comm->nranks, c, peer, is_send);
-  if (conn->transport == NULL && conn->buff_bytes == 0)
+  if (conn->transport == NULL && conn->buff_bytes == 0) {
     conn_init(conn, peer, c, is_send, transport_buff_bytes(BRAID_P_P2P_BUFFSIZE));
+    comm->channels->p2p_marked++;
+  }
 }
+
+int transport_p2p_pending(const struct ncclComm* comm) { return comm->channels->p2p_marked > 0; }
 
 void transport_p2p_need(struct ncclComm* comm, int peer, int is_send, int nchannels) {
   for (int c = 0; c < nchannels; c++) transport_p2p_need_channel(comm, peer, is_send, c);
@@ -192,6 +196,7 @@ ncclResult_t transport_p2p_setup(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   struct braid_channels* ch = comm->channels;
   int n = comm->nranks;
+  if (ch->p2p_marked == 0) return ncclSuccess;
   for (int c = 0; c < ch->p2p_nchannels; c++) {
     for (int peer = 0; peer < n; peer++) {
       struct braid_connector* rc = p2p_conn(ch, n, c, peer, 0);
@@ -209,6 +214,7 @@ ncclResult_t transport_p2p_connect(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   struct braid_channels* ch = comm->channels;
   int n = comm->nranks;
+  if (ch->p2p_marked == 0) return ncclSuccess;
   for (int c = 0; c < ch->p2p_nchannels; c++) {
     for (int peer = 0; peer < n; peer++) {
       for (int is_send = 0; is_send <= 1; is_send++) {
@@ -217,6 +223,7 @@ ncclResult_t transport_p2p_connect(struct ncclComm* comm) {
         int tag = CONN_TAG(is_send ? TAG_P2P_RECV_INFO : TAG_P2P_SEND_INFO, c);
         BRAID_TRY(conn_connect(comm, conn, tag));
         BRAID_TRY(dev_state_upload_p2p(comm, c, peer, is_send, &conn->dev));
+        ch->p2p_marked--;
         TRACE(BRAID_LOG_P2P, "channel %d %s rank %d connected via %s", c,
               is_send ? "send to" : "recv from", peer, conn->transport->name);
       }

@@ -99,6 +99,7 @@ struct braid_channels {
   int p2p_nchannels; /* channels send/recv may spread over */
   int ll_ok;         /* every ring connection has LL slots */
   int ll128_ok;      /* every ring connection has LL128 slots (P2P) */
+  int p2p_marked;    /* send/recv connections marked and not yet connected */
   struct braid_connector ring_send[BRAID_MAX_CHANNELS];
   struct braid_connector ring_recv[BRAID_MAX_CHANNELS];
   struct braid_connector* p2p_send; /* [BRAID_MAX_CHANNELS * nranks] */
@@ -115,6 +116,8 @@ void transport_p2p_need(struct ncclComm* comm, int peer, int is_send, int nchann
 void transport_p2p_need_channel(struct ncclComm* comm, int peer, int is_send, int c);
 /* Bytes per slot of every send/recv connection (BRAID_P2P_BUFFSIZE / BRAID_STEPS). */
 uint32_t transport_p2p_slot_bytes(void);
+/* Whether connections are marked and not yet connected (nothing to do otherwise). */
+int transport_p2p_pending(const struct ncclComm* comm);
 /* Phase 1 of connecting what was marked: set up local ends and send infos to peers. */
 ncclResult_t transport_p2p_setup(struct ncclComm* comm);
 /* Phase 2: receive the peers' infos and connect. */

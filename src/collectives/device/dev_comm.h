@@ -98,15 +98,14 @@ struct braid_dev_comm {
   int nranks;
   int nchannels;
   volatile uint32_t* abort_flag; /* host-mapped; nonzero: every wait loop returns */
-  /*
-   * The op ledger (core/watchdog.c): the last block of a launch that carries
-   * a sequence number writes it to `ledger_done` (host-mapped), counting the
-   * blocks in `ledger_blocks`. A comm's launches run one after another, so
-   * one counter serves them all.
-   */
-  uint64_t* ledger_done;
-  unsigned int ledger_blocks;
   struct braid_dev_channel channels[BRAID_MAX_CHANNELS];
+  /*
+   * The op ledger (core/watchdog.c): each block of a launch that carries a
+   * sequence number writes it here, at its block index, once through. A
+   * comm's launches run one after another, so a launch of `grid` blocks is
+   * complete when the first `grid` words have reached its number.
+   */
+  uint64_t ledger_done[BRAID_MAX_GRID];
 };
 
 /* Reduction operators as the device runs them (ncclAvg becomes one of the last two). */
@@ -163,7 +162,7 @@ struct braid_kernel_args {
   struct braid_dev_comm* comm;
   int nwork;
   int pad;
-  uint64_t ledger_seq; /* written to comm->ledger_done once every block is through; 0: not */
+  uint64_t ledger_seq; /* written to comm->ledger_done[block] by every block once through; 0: not */
   struct braid_work work[BRAID_MAX_WORK];
 };
 

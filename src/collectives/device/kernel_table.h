@@ -9,6 +9,14 @@
 #include "collectives/device/dev_comm.h"
 #include "nccl.h"
 
+/* Which table a launch's kernel comes from: a launch runs one family's kernel. */
+enum braid_kernel_family {
+  BRAID_KERNELS_RING = 0,  /* braid_kernel: rings (Simple, LL) and send/recv */
+  BRAID_KERNELS_TREE = 1,  /* braid_tree_kernel: tree and direct all-reduce (Simple, LL) */
+  BRAID_KERNELS_LL128 = 2, /* braid_ll128_kernel: everything LL128 */
+  BRAID_KERNEL_FAMILIES = 3
+};
+
 extern const void* const* const braid_kernel_table[ncclNumTypes];
 /* The same kernels able to run tree all-reduce (a launch holding a tree work uses these). */
 extern const void* const* const braid_tree_kernel_table[ncclNumTypes];
