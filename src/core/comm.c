@@ -170,13 +170,18 @@ fail:
   return res;
 }
 
-/* Pinned, device-mapped host memory for the abort flag (kernels poll it). */
+/*
+ * Pinned, device-mapped host memory for the abort flag (kernels poll it) and, on a line of
+ * their own, the watchdog's copy of the kernels' ledger words.
+ */
+#define COMM_PINNED_BYTES (64 + BRAID_MAX_GRID * sizeof(uint64_t))
 static ncclResult_t comm_abort_flag_alloc(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
-  BRAID_CUDA_TRY(cudaHostAlloc(&comm->abort_flag_mem, 128,
+  BRAID_CUDA_TRY(cudaHostAlloc(&comm->abort_flag_mem, COMM_PINNED_BYTES,
                                cudaHostAllocMapped | cudaHostAllocPortable));
-  memset(comm->abort_flag_mem, 0, 128);
+  memset(comm->abort_flag_mem, 0, COMM_PINNED_BYTES);
   comm->abort_flag = (volatile uint32_t*)comm->abort_flag_mem;
+  comm->ledger_words = (uint64_t*)((char*)comm->abort_flag_mem + 64);
   return ncclSuccess;
 fail:
   return res;

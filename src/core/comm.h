@@ -80,7 +80,8 @@ struct ncclComm {
   volatile braid_comm_state_t state;
   volatile ncclResult_t async_error; /* ncclInProgress while a nonblocking init runs */
   volatile uint32_t* abort_flag;     /* host-mapped: kernels and waits poll it */
-  void* abort_flag_mem;              /* allocation behind abort_flag */
+  uint64_t* ledger_words;            /* pinned: the watchdog's copy of the ledger words */
+  void* abort_flag_mem;              /* allocation behind abort_flag and ledger_words */
 
   pthread_mutex_t lock;
   char last_error[BRAID_ERROR_MAX];  /* this comm's last error, for ncclGetLastError */

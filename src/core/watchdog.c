@@ -66,6 +66,8 @@ struct braid_watchdog {
   union braid_sockaddr* addrs; /* [nranks] the watchdogs' listeners */
   uint8_t secret[WD_SECRET_BYTES];
   cudaStream_t stream; /* reads the ledger's words and the connections' counters */
+  cudaEvent_t words_copied; /* recorded behind each copy of the ledger's words */
+  int copying;              /* a copy is on its way (thread only) */
   pthread_t thread, server;
   int started, server_started;
   uint32_t stop;               /* atomic; also the abort flag of the thread's socket waits */
@@ -169,25 +171,8 @@ static int wd_launch_done(const struct wd_launch* l, const uint64_t* done) {
   return 1;
 }
 
-/*
- * Moves `completed` up to what the kernels reported (monitor thread). The
- * words are copied out on the watchdog's own stream, beside the kernels
- * (only while launches are pending: an idle comm costs nothing). A launch
- * registered after the copy is judged on it and found pending: the words
- * only grow.
- */
-static void wd_poll_launches(struct braid_watchdog* wd) {
-  uint64_t done[BRAID_MAX_GRID];
-  pthread_mutex_lock(&wd->lock);
-  int pending = wd->count > 0;
-  pthread_mutex_unlock(&wd->lock);
-  if (!pending || wd->stream == NULL) return;
-  if (cudaMemcpyAsync(done, wd->comm->dev->comm->ledger_done, sizeof done, cudaMemcpyDeviceToHost,
-                      wd->stream) != cudaSuccess ||
-      cudaStreamSynchronize(wd->stream) != cudaSuccess) {
-    (void)cudaGetLastError(); /* a broken context: the timeout gives the verdict */
-    return;
-  }
+/* Completes the launches the copied words show done (monitor thread). */
+static void wd_complete_launches(struct braid_watchdog* wd, const uint64_t* done) {
   pthread_mutex_lock(&wd->lock);
   while (wd->count > 0 && wd_launch_done(&wd->launches[wd->head], done)) {
     wd->completed = wd->launches[wd->head].last;
@@ -196,6 +181,41 @@ static void wd_poll_launches(struct braid_watchdog* wd) {
     wd->count--;
   }
   pthread_mutex_unlock(&wd->lock);
+}
+
+/*
+ * Moves `completed` up to what the kernels reported (monitor thread). The
+ * words are copied out on the watchdog's own stream, beside the kernels,
+ * only while launches are pending (an idle comm costs nothing), into pinned
+ * memory, and read a round later: the thread never waits on the GPU, so the
+ * timeout and the other checks go on whatever the device does. A launch
+ * registered after the copy started is judged on it and found pending: the
+ * words only grow.
+ */
+static void wd_poll_launches(struct braid_watchdog* wd) {
+  struct ncclComm* comm = wd->comm;
+  if (wd->copying) {
+    cudaError_t err = cudaEventQuery(wd->words_copied);
+    if (err == cudaErrorNotReady) return;
+    wd->copying = 0;
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError(); /* a broken context: the timeout gives the verdict */
+      return;
+    }
+    wd_complete_launches(wd, comm->ledger_words);
+  }
+  pthread_mutex_lock(&wd->lock);
+  int pending = wd->count > 0;
+  pthread_mutex_unlock(&wd->lock);
+  if (!pending) return;
+  if (cudaMemcpyAsync(comm->ledger_words, comm->dev->comm->ledger_done,
+                      BRAID_MAX_GRID * sizeof(uint64_t), cudaMemcpyDeviceToHost,
+                      wd->stream) != cudaSuccess ||
+      cudaEventRecord(wd->words_copied, wd->stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  wd->copying = 1;
 }
 
 /*
@@ -501,6 +521,7 @@ ncclResult_t watchdog_start(struct ncclComm* comm) {
   BRAID_TRY(socket_listen(&wd->addrs[comm->rank], &wd->listen_fd));
   BRAID_TRY(bootstrap_allgather(comm->bootstrap, wd->addrs, sizeof *wd->addrs));
   BRAID_CUDA_TRY(cudaStreamCreateWithFlags(&wd->stream, cudaStreamNonBlocking));
+  BRAID_CUDA_TRY(cudaEventCreateWithFlags(&wd->words_copied, cudaEventDisableTiming));
   pthread_once(&wd_signal_once, wd_signal_install);
   int err = pthread_create(&wd->server, NULL, wd_server_main, wd);
   BRAID_CHECK(err == 0, ncclSystemError, "cannot start the watchdog's server thread: %s",
@@ -525,6 +546,7 @@ void watchdog_stop(struct ncclComm* comm) {
   if (wd->server_started) pthread_join(wd->server, NULL);
   comm->watchdog = NULL;
   socket_close(&wd->listen_fd);
+  if (wd->words_copied) cudaEventDestroy(wd->words_copied);
   if (wd->stream) cudaStreamDestroy(wd->stream);
   (void)cudaGetLastError();
   free(wd->addrs);

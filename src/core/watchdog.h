@@ -3,8 +3,9 @@
  *
  * Every communicator numbers its operations (#1, #2, ... in issue order,
  * the same on every rank when the program is right) and remembers the last
- * BRAID_LEDGER_OPS of them. The last block of each launch reports the last
- * operation it completes to host-mapped memory, so the ledger knows which
+ * BRAID_LEDGER_OPS of them. Each block of a launch reports the last
+ * operation the launch completes to its own word of device memory, which the
+ * watchdog copies out while launches are pending, so the ledger knows which
  * operations are complete at no cost to the launch. A watchdog per
  * communicator:
  *   - answers the other ranks' ledger requests on a small TCP listener of its

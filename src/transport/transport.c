@@ -222,8 +222,8 @@ ncclResult_t transport_p2p_connect(struct ncclComm* comm) {
         if (conn->transport == NULL || conn->dev.connected) continue;
         int tag = CONN_TAG(is_send ? TAG_P2P_RECV_INFO : TAG_P2P_SEND_INFO, c);
         BRAID_TRY(conn_connect(comm, conn, tag));
+        ch->p2p_marked--; /* connected: not looked at again, even if the upload fails */
         BRAID_TRY(dev_state_upload_p2p(comm, c, peer, is_send, &conn->dev));
-        ch->p2p_marked--;
         TRACE(BRAID_LOG_P2P, "channel %d %s rank %d connected via %s", c,
               is_send ? "send to" : "recv from", peer, conn->transport->name);
       }

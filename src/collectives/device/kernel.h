@@ -129,8 +129,8 @@ __device__ __forceinline__ void ledger_report(struct braid_dev_comm* comm, uint6
 
 /*
  * What every kernel does around its works: each block runs, in order, the
- * works that include its channel (RUN), and stops at the first abort; the
- * launch's last block reports to the ledger.
+ * works that include its channel (RUN), and stops at the first abort; then
+ * every block reports to the ledger.
  */
 typedef void (*work_fn)(const struct braid_work& w, struct braid_dev_comm* comm,
                         volatile int* aborted);
