@@ -18,7 +18,7 @@ BUILD_DIR=${BUILD_DIR:-build-gpu}
 NCCL_LIB_DIR=${NCCL_LIB_DIR:-/usr/lib/x86_64-linux-gnu}
 steps=${*:-build test perf}
 status=0
-MPIRUN="mpirun --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x BRAID_DEBUG -x BRAID_ALGO -x BRAID_PROTO"
+MPIRUN="mpirun --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x BRAID_DEBUG -x BRAID_ALGO -x BRAID_PROTO -x BRAID_P2P_PAIR_MAX"
 
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 
@@ -129,6 +129,15 @@ for step in $steps; do
       for c in sendrecv alltoall; do
         run cal_${c} 120 $MPIRUN $P/${c}_perf $S
         LD_LIBRARY_PATH=$NCCL_LIB_DIR run cal_${c}_nccl 120 $MPIRUN $P/${c}_perf $S
+      done
+      ;;
+    pair)
+      # Two-rank all-reduce with Simple as the one-hop pair exchange (BRAID_P2P_PAIR_MAX)
+      # against the ring, alternating, the model's choice otherwise.
+      P=$BUILD_DIR/perf; S="-b 8 -e 512M -f 4 -w 5 -n 20 -g 1"
+      for r in 1 2; do
+        run pair_ring_$r 120 $MPIRUN $P/all_reduce_perf $S
+        BRAID_P2P_PAIR_MAX=1073741824 run pair_on_$r 120 $MPIRUN $P/all_reduce_perf $S
       done
       ;;
     testp2p)

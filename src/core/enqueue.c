@@ -95,15 +95,16 @@ static unsigned enq_ring_protos(const struct ncclComm* comm) {
  * Two ranks joined by the network all-reduce with the one-hop exchange
  * (pair.h) up to BRAID_NET_PAIR_MAX bytes: the ring's second hop costs a whole
  * network round trip per chunk. Past that the ring's full-block steps stream
- * faster (perf/NOTES.md). Over NVLink/PCIe the ring stays: its hops cost
- * little, and the exchange has not been measured there.
+ * faster (perf/NOTES.md). Over NVLink/PCIe the ring stays unless
+ * BRAID_P2P_PAIR_MAX asks (its hops cost little; being measured).
  */
 static int enq_pair_ok(const struct ncclComm* comm, const struct braid_op* op, int proto) {
   size_t bytes = op->count * redop_type_size(op->dtype);
-  return op->coll == BRAID_COLL_ALLREDUCE && comm->nranks == 2 && proto == BRAID_PROTO_SIMPLE &&
-         bytes <= (size_t)braid_param_int(BRAID_P_NET_PAIR_MAX) &&
-         comm->channels->nchannels > 0 &&
-         comm->channels->ring_send[0].transport == &braid_transport_net;
+  if (op->coll != BRAID_COLL_ALLREDUCE || comm->nranks != 2 || proto != BRAID_PROTO_SIMPLE ||
+      comm->channels->nchannels == 0)
+    return 0;
+  int net = comm->channels->ring_send[0].transport == &braid_transport_net;
+  return bytes <= (size_t)braid_param_int(net ? BRAID_P_NET_PAIR_MAX : BRAID_P_P2P_PAIR_MAX);
 }
 
 static int enq_is_reduction(int coll) {
@@ -267,7 +268,11 @@ static ncclResult_t enq_coll_work(struct ncclComm* comm, const struct braid_op* 
   w->channel_lo = 0;
   w->nchannels = (uint8_t)nch;
   w->flags = op->work_flags;
-  if (choice.algo == BRAID_ALGO_RING && enq_pair_ok(comm, op, choice.proto)) w->flags |= BRAID_WORK_PAIR;
+  if (choice.algo == BRAID_ALGO_RING && enq_pair_ok(comm, op, choice.proto)) {
+    w->flags |= BRAID_WORK_PAIR;
+    INFO(BRAID_LOG_TUNING, "AllReduce %zu elements on 2 ranks: as the one-hop pair exchange",
+         op->count);
+  }
   w->root = op->root;
   w->peer_send = w->peer_recv = -1;
   w->chunk_bytes = choice.proto == BRAID_PROTO_LL      ? BRAID_LL_SLOT_BYTES / 2
@@ -441,6 +446,16 @@ fail:
   return res;
 }
 
+/*
+ * A collective of a one-rank communicator is a copy from sendbuff to
+ * recvbuff (nothing in place), which the copy engine does at full memory
+ * speed; a kernel's few blocks moved 16 MB at 47 GB/s. PreMulSum keeps the
+ * kernel: its scalar applies even to one rank.
+ */
+static int enq_one_rank_copy(const struct ncclComm* comm, const struct braid_op* op) {
+  return comm->nranks == 1 && op->coll != BRAID_COLL_SENDRECV && op->devop != BRAID_DEVOP_PREMULSUM;
+}
+
 ncclResult_t enqueue_launch(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   struct braid_group_comm* g = comm->group;
@@ -448,14 +463,27 @@ ncclResult_t enqueue_launch(struct ncclComm* comm) {
   if (g == NULL || g->nops == 0) return ncclSuccess;
   cudaStream_t stream = g->ops[0].stream;
   enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  BRAID_CUDA_TRY(cudaStreamIsCapturing(stream, &capture));
   for (int i = 0; i < g->nops; i++) watchdog_issue(comm, &g->ops[i]);
   BRAID_TRY(BRAID_CALLOC(&plan, 1, "launch plan"));
   plan->args.comm = comm->dev->comm;
   for (int i = 1; i < g->nops; i++) enq_launch_stream_sync(g->ops[i].stream, stream);
+  /*
+   * After the joins (one from a capturing stream makes this one capture too). It also makes
+   * the comm's device's primary context current, which the driver's launch needs.
+   */
+  BRAID_CUDA_TRY(cudaStreamIsCapturing(stream, &capture));
   for (int i = 0; i < g->nops; i++) {
     const struct braid_op* op = &g->ops[i];
     if (op->coll == BRAID_COLL_SENDRECV || op->count == 0) continue;
+    if (enq_one_rank_copy(comm, op)) {
+      /* In call order: a PreMulSum before it may write what it copies. */
+      if (plan->args.nwork > 0) BRAID_TRY(enq_launch(comm, plan, stream, capture));
+      if (op->sendbuff != op->recvbuff)
+        BRAID_CUDA_TRY(cudaMemcpyAsync(op->recvbuff, op->sendbuff,
+                                       op->count * redop_type_size(op->dtype), cudaMemcpyDefault,
+                                       stream));
+      continue;
+    }
     if (op->after_prev && plan->args.nwork > 0) BRAID_TRY(enq_launch(comm, plan, stream, capture));
     struct braid_work w;
     BRAID_TRY(enq_coll_work(comm, op, &w));

@@ -79,6 +79,10 @@ static const struct param_row rows[BRAID_P_COUNT] = {
   ROW(NET_PAIR_MAX, NULL, INT, "67108864",
       "All-reduce of two ranks across the network: largest size in bytes sent as a one-hop exchange "
       "(each rank sends all, reduces the peer's); larger ones take the ring. 0: always the ring."),
+  ROW(P2P_PAIR_MAX, NULL, INT, "0",
+      "All-reduce of two ranks within a host (NVLink, PCIe or shared memory) with Simple: "
+      "largest size in bytes sent as the same one-hop exchange; the same on every rank. "
+      "0 (default): always the ring, until measured faster."),
   ROW(OFI_PROVIDER, NULL, STRING, NULL,
       "OFI backend: libfabric provider, e.g. \"tcp;ofi_rxm\" or efa; default: libfabric's first "
       "reliable-datagram provider with tagged messages (libfabric's own FI_PROVIDER also filters)."),

@@ -3,6 +3,7 @@
 # a protocol forced where the connections cannot run it is dropped without an error (the
 # model's choice runs instead), so the suite passing alone does not show that it ran.
 # Usage: expect_proto.sh PROTO GPU_COLL ARGS...; gpu_coll's skip (77) passes through.
+# EXPECT_PATTERN: a tuning log line (grep pattern) to count instead of PROTO's choice.
 set -u
 proto=$1
 shift
@@ -10,7 +11,7 @@ log=${TMPDIR:-/tmp}/braid-expect-proto.$$.log
 BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=TUNING "$@" > "$log" 2>&1
 rc=$?
 grep -v "BRAID INFO" "$log" | tail -20
-n=$(grep -c "ranks: [A-Za-z]*/$proto, " "$log")
+n=$(grep -c "${EXPECT_PATTERN:-ranks: [A-Za-z]*/$proto, }" "$log")
 others=$(grep -c "ranks: [A-Za-z]*/[A-Za-z0-9]*, " "$log")
 rm -f "$log"
 [ $rc -eq 0 ] || exit $rc
