@@ -62,10 +62,11 @@ for step in $steps; do
       ;;
     test)
       # The 1000-communicator leak checks take minutes each: TEST_EXCLUDE= runs them too.
+      # TEST_ONLY: a regular expression of the tests to run (ctest -R).
       excl=${TEST_EXCLUDE-leaks}
-      log "ctest -L gpu${excl:+ -E $excl}"
+      log "ctest -L gpu${excl:+ -E $excl}${TEST_ONLY:+ -R $TEST_ONLY}"
       timeout -k 10 ${TEST_LIMIT:-480} ctest --test-dir "$BUILD_DIR/tests/gpu" -L gpu \
-        ${excl:+-E "$excl"} --output-on-failure \
+        ${excl:+-E "$excl"} ${TEST_ONLY:+-R "$TEST_ONLY"} --output-on-failure \
         > "$LOGS/ctest-gpu.log" 2>&1 || status=1
       tail -15 "$LOGS/ctest-gpu.log" | tee -a "$OUT/summary.txt"
       ;;
@@ -78,9 +79,9 @@ for step in $steps; do
       log "compute-sanitizer (reduced run)"
       # The errors suite is left out: it passes bad pointers on purpose, which the
       # sanitizer rightly reports as failed CUDA calls.
-      { timeout -k 10 300 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 1000 \
+      { timeout -k 10 ${SANITIZE_LIMIT:-300} compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 1000 \
           "$BUILD_DIR/tests/gpu/gpu_coll" --mode threads --quick --suite coll &&
-        timeout -k 10 300 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 1000 \
+        timeout -k 10 ${SANITIZE_LIMIT:-300} compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 1000 \
           "$BUILD_DIR/tests/gpu/gpu_coll" --mode threads --quick --suite p2p; } > "$LOGS/sanitizer.log" 2>&1; rc=$?
       [ $rc -eq 0 ] || status=1
       tail -5 "$LOGS/sanitizer.log" | tee -a "$OUT/summary.txt"
@@ -172,7 +173,7 @@ for step in $steps; do
       # Issue 6's bar: 2 processes, float32 sum, 8 B to 2 GiB by x4, each collective against
       # NCCL in the same run; then bf16 all-reduce. COMPARE_COLLECTIVES narrows the list.
       F="-b 8 -e 2G -f 4 -w 5 -n 20"
-      C="python3 $BUILD_DIR/perf/compare --mpirun 2 --nccl-lib $NCCL_LIB_DIR"
+      C="python3 $BUILD_DIR/perf/compare --mpirun 2 --nccl-lib $NCCL_LIB_DIR --rounds ${COMPARE_ROUNDS:-2}"
       run compare ${COMPARE_LIMIT:-540} $C --plot "$OUT/compare.png" --markdown "$OUT/compare.md" \
         --collectives ${COMPARE_COLLECTIVES:-all_reduce,all_gather,reduce_scatter,broadcast,sendrecv,alltoall} -- $F
       tail -60 "$LOGS/compare.log" >> "$OUT/summary.txt"
