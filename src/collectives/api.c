@@ -16,6 +16,7 @@
 #include "core/enqueue.h"
 #include "core/group.h"
 #include "core/redop.h"
+#include "core/utils.h"
 
 #define NCCL_API __attribute__((visibility("default")))
 #define NCCL_ALIAS(ret, name, params) NCCL_API ret p##name params __attribute__((alias(#name)));
@@ -59,22 +60,11 @@ static struct {
   api_release_fn release;
 } api_drv = {.once = PTHREAD_ONCE_INIT};
 
-static void* api_drv_fn(const char* name) {
-  void* fn = NULL;
-  enum cudaDriverEntryPointQueryResult found;
-  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-      found != cudaDriverEntryPointSuccess) {
-    (void)cudaGetLastError();
-    return NULL;
-  }
-  return fn;
-}
-
 static void api_drv_load(void) {
-  api_drv.range = (api_range_fn)api_drv_fn("cuMemGetAddressRange");
-  api_drv.attr = (api_attr_fn)api_drv_fn("cuPointerGetAttribute");
-  api_drv.retain = (api_retain_fn)api_drv_fn("cuMemRetainAllocationHandle");
-  api_drv.release = (api_release_fn)api_drv_fn("cuMemRelease");
+  api_drv.range = (api_range_fn)braid_driver_fn("cuMemGetAddressRange");
+  api_drv.attr = (api_attr_fn)braid_driver_fn("cuPointerGetAttribute");
+  api_drv.retain = (api_retain_fn)braid_driver_fn("cuMemRetainAllocationHandle");
+  api_drv.release = (api_release_fn)braid_driver_fn("cuMemRelease");
 }
 
 /* Whether device memory at ptr may continue past its driver range: cuMemMap or pool memory. */

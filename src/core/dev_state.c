@@ -36,21 +36,9 @@ static struct {
   dev_error_name_fn error_name;
 } dev_drv = {.once = PTHREAD_ONCE_INIT};
 
-static void* dev_drv_fn(const char* name) {
-  void* fn = NULL;
-  enum cudaDriverEntryPointQueryResult found;
-  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) !=
-          cudaSuccess ||
-      found != cudaDriverEntryPointSuccess) {
-    (void)cudaGetLastError();
-    return NULL;
-  }
-  return fn;
-}
-
 static void dev_drv_load(void) {
-  dev_drv.launch = (dev_launch_fn)dev_drv_fn("cuLaunchKernel");
-  dev_drv.error_name = (dev_error_name_fn)dev_drv_fn("cuGetErrorName");
+  dev_drv.launch = (dev_launch_fn)braid_driver_fn("cuLaunchKernel");
+  dev_drv.error_name = (dev_error_name_fn)braid_driver_fn("cuGetErrorName");
 }
 
 /*

@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cuda_runtime.h>
+
 #include "core/error.h"
 #include "core/param.h"
 
@@ -122,4 +124,16 @@ int braid_spec_match(const char* spec, braid_token_match_fn token_match, const v
   }
   if (tokens == 0) return 1; /* "", "^", "=": no constraint */
   return exclude ? !hit : hit;
+}
+
+void* braid_driver_fn(const char* name) {
+  void* fn = NULL;
+  enum cudaDriverEntryPointQueryResult found;
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  return fn;
 }

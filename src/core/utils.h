@@ -47,4 +47,10 @@ int braid_spec_match(const char* spec, braid_token_match_fn token_match, const v
 /* Fills `buf` with cryptographically random bytes (getrandom). */
 ncclResult_t braid_random_bytes(void* buf, size_t size);
 
+/*
+ * A CUDA driver function by name (its CUDA 12.0 ABI), reached through the
+ * runtime, as Braid does not link libcuda; NULL when the driver lacks it.
+ */
+void* braid_driver_fn(const char* name);
+
 #endif

@@ -90,15 +90,9 @@ fail:
 /* A dma-buf of GPU memory for the NIC, or -1 when the driver cannot export one. */
 static int net_dmabuf_export(void* ptr, size_t bytes) {
   typedef CUresult (*get_handle_fn)(void*, CUdeviceptr, size_t, CUmemRangeHandleType, unsigned long long);
-  get_handle_fn get_handle = NULL;
-  enum cudaDriverEntryPointQueryResult status;
+  get_handle_fn get_handle = (get_handle_fn)braid_driver_fn("cuMemGetHandleForAddressRange");
   int fd = -1;
-  if (cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", (void**)&get_handle, 12000,
-                                       cudaEnableDefault, &status) != cudaSuccess ||
-      get_handle == NULL) {
-    (void)cudaGetLastError();
-    return -1;
-  }
+  if (get_handle == NULL) return -1;
   if (get_handle(&fd, (CUdeviceptr)ptr, bytes, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0) != CUDA_SUCCESS)
     return -1;
   return fd;
