@@ -171,12 +171,18 @@ struct prims_base {
     return !*aborted;
   }
 
-  /* Flag protocols, after reading the receive slot: every thread is done with it, so free it. */
+  /*
+   * Flag protocols, after reading the receive slot: every thread is done with it, so free it.
+   * A relaxed store: every line's value was loaded and used before the barrier, so no later
+   * write of the sender's can reach it, and nothing else needs publishing (the data travels
+   * with its flags). A release would wait for this thread's own stores of the step (lines
+   * sent on over the link) to land first, on every step.
+   */
   __device__ __forceinline__ bool end_recv(bool ok) {
     if (!ok) *aborted = 1;
     barrier();
     if (*aborted) return false;
-    if (tid == 0) st_release_sys(recv.head, recv.step + 1);
+    if (tid == 0) st_relaxed_sys(recv.head, recv.step + 1);
     return true;
   }
 };

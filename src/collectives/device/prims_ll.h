@@ -150,15 +150,14 @@ struct prims_ll : prims_base<T, Op>, prims_named<prims_ll<T, Op>, T, Op> {
     const uint32_t sflag = SEND ? BRAID_LL_FLAG(send.step) : 0;
     bool ok = true;
     for (int64_t i = tid; i < nlines; i += nthreads) {
+      /* The user's word first: its load overlaps the wait for the peer's line. */
+      const uint64_t s = SRC ? pack8_pre<T, Op, PRE>(op, ll_user_load(src, i, nbytes)) : 0;
       uint64_t v = 0;
       if (RECV && !ll_line_load(rslot, i, rflag, abort_flag, &v)) {
         ok = false;
         break;
       }
-      if (SRC) {
-        uint64_t s = pack8_pre<T, Op, PRE>(op, ll_user_load(src, i, nbytes));
-        v = RECV ? pack8_combine<T, Op>(op, v, s) : s;
-      }
+      if (SRC) v = RECV ? pack8_combine<T, Op>(op, v, s) : s;
       v = pack8_post<T, Op, POST>(op, v);
       if (DST) ll_user_store(dst, i, nbytes, v);
       if (SEND) ll_line_store(sslot, i, v, sflag);
@@ -186,12 +185,12 @@ struct prims_ll : prims_base<T, Op>, prims_named<prims_ll<T, Op>, T, Op> {
       ll_line_store(sslot, i, pack8_pre<T, Op, Op::has_pre>(op, ll_user_load(src, i, nbytes)), sflag);
     bool ok = true;
     for (int64_t i = tid; i < nlines; i += nthreads) {
+      const uint64_t mine = pack8_pre<T, Op, Op::has_pre>(op, ll_user_load(src, i, nbytes));
       uint64_t theirs;
       if (!ll_line_load(rslot, i, rflag, abort_flag, &theirs)) {
         ok = false;
         break;
       }
-      uint64_t mine = pack8_pre<T, Op, Op::has_pre>(op, ll_user_load(src, i, nbytes));
       uint64_t v = mine_first ? pack8_combine<T, Op>(op, mine, theirs)
                               : pack8_combine<T, Op>(op, theirs, mine);
       ll_user_store(dst, i, nbytes, pack8_post<T, Op, Op::has_post>(op, v));
