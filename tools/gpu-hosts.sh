@@ -5,7 +5,7 @@
 # time-slice it (each waits ~2 ms per turn), which hides the network entirely, so the
 # CUDA MPS daemon is started for the run (a user-level server that lets both processes'
 # kernels run at once; it changes no setting of the GPU) and stopped at the end.
-#   bash tools/gpu-hosts.sh [suite|quick] [api] [leaks] [deadpeer] [hang] [det] [perfdet] [tree] [direct] [proto] [lat] [torch] [perf] [perfwd] [sweep] [chan] [colls] [ofi] [info]
+#   bash tools/gpu-hosts.sh [suite|quick] [api] [leaks] [deadpeer] [hang] [det] [perfdet] [tree] [direct] [proto] [lat] [torch] [perf] [perfwd] [sweep] [netprof] [netsweep] [chan] [colls] [ofi] [info]
 # (default: perf). The intra-node path on one GPU: tools/sharegpu-round.sh.
 # Logs under $OUT (device tool) or ./gpu-hosts-out. BUILD_DIR as in tools/gpu-check.sh;
 # NP=4 runs four ranks (four hosts) instead of two.
@@ -20,6 +20,8 @@ mkdir -p "$OUT/l"
 if [ "$BUILD_DIR" = .device/build ]; then  # a build staged by tools/stage-device.sh
   [ -e build ] || ln -s .device/build build
   [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+  [ -f .device/packed.tar.xz ] && [ ! -e .device/build/src/libnccl.so.2 ] &&
+    tar -C .device/build -xJf .device/packed.tar.xz
 fi
 export LD_LIBRARY_PATH=$PWD/$B/src
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/braid-mps CUDA_MPS_LOG_DIRECTORY=/tmp/braid-mps-log
@@ -65,6 +67,28 @@ for step in ${*:-perf}; do
         BRAID_SOCKET_NTHREADS=$1 BRAID_NSOCKS_PERTHREAD=$2 run ar_braid_t$1s$2 120 $M tools/as-host.sh \
           $B/perf/all_reduce_perf -b 64M -e 1G -f 4 -w 2 -n 5 -g 1
       done
+      ;;
+    netprof)  # where the CPU goes during 1 GiB all-reduces over sockets, per thread name
+      lscpu | grep -E '^(Model name|CPU\(s\)|NUMA node)' | tee -a "$OUT/summary.txt"
+      $M tools/as-host.sh $B/perf/all_reduce_perf -b 1G -e 1G -w 5 -n 60 -g 1 > "$OUT/l/netprof.log" 2>&1 &
+      python3 tools/thread-cpu.py all_reduce_perf 2 60 > "$OUT/l/netprof_cpu.txt"
+      wait $!
+      grep -E '^ +[0-9]+ +[0-9]+ ' "$OUT/l/netprof.log" | tee -a "$OUT/summary.txt"
+      head -60 "$OUT/l/netprof_cpu.txt" >> "$OUT/summary.txt"
+      ;;
+    netsweep)  # FIFO size, channels, helper threads and streams at large sizes (NETSWEEP: a list of
+               # "NAME VAR=VALUE,VAR=VALUE" runs, default below)
+      while read -r name vars; do
+        [ -n "$name" ] || continue
+        run ar_braid_$name 120 env ${vars//,/ } $M tools/as-host.sh $B/perf/all_reduce_perf -b 256M -e 1G -f 4 -w 2 -n 10 -g 1 < /dev/null
+      done <<< "${NETSWEEP:-default A=1
+buf1m BRAID_BUFFSIZE=1048576
+buf2m BRAID_BUFFSIZE=2097152
+buf8m BRAID_BUFFSIZE=8388608
+c16 BRAID_MIN_NCHANNELS=16,BRAID_MAX_NCHANNELS=16
+c16t1s2 BRAID_MIN_NCHANNELS=16,BRAID_MAX_NCHANNELS=16,BRAID_SOCKET_NTHREADS=1,BRAID_NSOCKS_PERTHREAD=2
+t1s1 BRAID_SOCKET_NTHREADS=1,BRAID_NSOCKS_PERTHREAD=1
+c16buf1m BRAID_MIN_NCHANNELS=16,BRAID_MAX_NCHANNELS=16,BRAID_BUFFSIZE=1048576}"
       ;;
     chan)  # channels x (ring | one-hop pair exchange) at middle and large sizes
       for c in 8 12 16; do
