@@ -22,14 +22,7 @@ MPIRUN="mpirun --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x L
 
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 
-# A staged build was configured in /work/main/build: make those absolute paths resolve here.
-if [ "$BUILD_DIR" = .device/build ]; then
-  [ -e build ] || ln -s .device/build build
-  [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
-  # tools/stage-device.sh packs the library and braid-info (over the carry limit unpacked).
-  [ -f .device/packed.tar.xz ] && [ ! -e .device/build/src/libnccl.so.2 ] &&
-    tar -C .device/build -xJf .device/packed.tar.xz
-fi
+. tools/device-build.sh "$BUILD_DIR"
 export LD_LIBRARY_PATH=$PWD/$BUILD_DIR/src${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 # run NAME TIMEOUT CMD...: runs with a time limit, log in $OUT/NAME.log, tail in the summary.

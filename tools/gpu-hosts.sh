@@ -17,12 +17,7 @@ BUILD_DIR=${BUILD_DIR:-build-gpu}
 NCCL_LIB_DIR=${NCCL_LIB_DIR:-/usr/lib/x86_64-linux-gnu}
 B=$BUILD_DIR
 mkdir -p "$OUT/l"
-if [ "$BUILD_DIR" = .device/build ]; then  # a build staged by tools/stage-device.sh
-  [ -e build ] || ln -s .device/build build
-  [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
-  [ -f .device/packed.tar.xz ] && [ ! -e .device/build/src/libnccl.so.2 ] &&
-    tar -C .device/build -xJf .device/packed.tar.xz
-fi
+. tools/device-build.sh "$BUILD_DIR"
 export LD_LIBRARY_PATH=$PWD/$B/src
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/braid-mps CUDA_MPS_LOG_DIRECTORY=/tmp/braid-mps-log
 mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY

@@ -12,6 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/sharegpu-out}
 B=${BUILD_DIR:-.device/build}
+. tools/device-build.sh "$B"
 export LD_LIBRARY_PATH=$PWD/$B/src NCCL_NVLS_ENABLE=0
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/braid-mps CUDA_MPS_LOG_DIRECTORY=/tmp/braid-mps-log
 mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY" "$OUT/l"
