@@ -96,13 +96,16 @@ static unsigned enq_ring_protos(const struct ncclComm* comm) {
  * (pair.h) up to BRAID_NET_PAIR_MAX bytes: the ring's second hop costs a whole
  * network round trip per chunk. Past that the ring's full-block steps stream
  * faster (perf/NOTES.md). Over NVLink/PCIe the ring stays unless
- * BRAID_P2P_PAIR_MAX asks (its hops cost little; being measured).
+ * BRAID_P2P_PAIR_MAX asks (its hops cost little; being measured), except
+ * with LL128 up to BRAID_LL128_PAIR_MAX: there the ring's second hop chains
+ * each step to the peer's, line group by line group (ring.h).
  */
 static int enq_pair_ok(const struct ncclComm* comm, const struct braid_op* op, int proto) {
   size_t bytes = op->count * redop_type_size(op->dtype);
-  if (op->coll != BRAID_COLL_ALLREDUCE || comm->nranks != 2 || proto != BRAID_PROTO_SIMPLE ||
-      comm->channels->nchannels == 0)
+  if (op->coll != BRAID_COLL_ALLREDUCE || comm->nranks != 2 || comm->channels->nchannels == 0)
     return 0;
+  if (proto == BRAID_PROTO_LL128) return bytes <= (size_t)braid_param_int(BRAID_P_LL128_PAIR_MAX);
+  if (proto != BRAID_PROTO_SIMPLE) return 0;
   int net = comm->channels->ring_send[0].transport == &braid_transport_net;
   return bytes <= (size_t)braid_param_int(net ? BRAID_P_NET_PAIR_MAX : BRAID_P_P2P_PAIR_MAX);
 }
@@ -276,7 +279,9 @@ static ncclResult_t enq_coll_work(struct ncclComm* comm, const struct braid_op* 
   w->root = op->root;
   w->peer_send = w->peer_recv = -1;
   w->chunk_bytes = choice.proto == BRAID_PROTO_LL      ? BRAID_LL_SLOT_BYTES / 2
-                   : choice.proto == BRAID_PROTO_LL128 ? BRAID_LL128_SLOT_DATA
+                   : choice.proto == BRAID_PROTO_LL128
+                       ? (uint32_t)(transport_ll128_slot_bytes() / BRAID_LL128_LINE_BYTES *
+                                    BRAID_LL128_LINE_WORDS * 8)
                    : choice.algo != BRAID_ALGO_RING
                        ? BRAID_MIN(enq_chunk_bytes(comm), transport_p2p_slot_bytes())
                        : enq_chunk_bytes(comm);

@@ -83,6 +83,10 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "All-reduce of two ranks within a host (NVLink, PCIe or shared memory) with Simple: "
       "largest size in bytes sent as the same one-hop exchange; the same on every rank. "
       "0 (default): always the ring, until measured faster."),
+  ROW(LL128_PAIR_MAX, NULL, INT, "4194304",
+      "All-reduce of two ranks with LL128: largest size in bytes sent as the one-hop exchange "
+      "(faster than the ring up to 2 MB on one shared H200, slower from 8 MB); the same on "
+      "every rank."),
   ROW(OFI_PROVIDER, NULL, STRING, NULL,
       "OFI backend: libfabric provider, e.g. \"tcp;ofi_rxm\" or efa; default: libfabric's first "
       "reliable-datagram provider with tagged messages (libfabric's own FI_PROVIDER also filters)."),
@@ -103,6 +107,9 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "Bytes of receive buffer per connection for collectives (split into 8 steps)."),
   ROW(P2P_BUFFSIZE, NULL, INT, "1048576",
       "Bytes of receive buffer per connection for send/recv (split into 8 steps)."),
+  ROW(LL128_BUFFSIZE, "NCCL_LL128_BUFFSIZE", INT, "524288",
+      "Bytes of LL128 lines per P2P connection (split into 8 steps of whole 128-byte lines, "
+      "4 KiB to 4 MiB a step); every rank must use the same."),
   ROW(CHUNKSIZE, NULL, INT, "0", "Bytes per pipeline chunk of ring collectives; 0 = automatic."),
   ROW(NVLS_ENABLE, "NCCL_NVLS_ENABLE", INT, "0",
       "NVLink SHARP (multicast). Braid never uses it; accepted so job scripts keep working."),

@@ -27,6 +27,7 @@ struct p2p_info {
   void* ptr;          /* valid in the owner's process */
   cudaIpcMemHandle_t handle;
   size_t buff_bytes;
+  size_t ll128_slot_bytes;
 };
 
 _Static_assert(sizeof(struct p2p_info) <= BRAID_CONN_INFO_BYTES, "p2p info must fit");
@@ -92,6 +93,7 @@ static ncclResult_t p2p_recv_setup(struct ncclComm* comm, struct braid_connector
   pi->cuda_dev = comm->cuda_dev;
   pi->ptr = st->owned;
   pi->buff_bytes = conn->buff_bytes;
+  pi->ll128_slot_bytes = transport_ll128_slot_bytes();
   BRAID_CUDA_TRY(cudaIpcGetMemHandle(&pi->handle, st->owned));
   INFO(BRAID_LOG_ALLOC, "p2p FIFO for channel %d from rank %d: %zu bytes at %p", conn->channel,
        conn->peer, bytes, st->owned);
@@ -142,6 +144,10 @@ static ncclResult_t p2p_send_connect(struct ncclComm* comm, struct braid_connect
   BRAID_CHECK(pi->buff_bytes == conn->buff_bytes, ncclInternalError,
               "p2p FIFO size mismatch with rank %d: %zu vs %zu bytes", conn->peer, pi->buff_bytes,
               conn->buff_bytes);
+  BRAID_CHECK(pi->ll128_slot_bytes == transport_ll128_slot_bytes(), ncclInvalidUsage,
+              "rank %d uses %zu-byte LL128 slots but rank %d uses %zu; set the same "
+              "BRAID_LL128_BUFFSIZE (NCCL_LL128_BUFFSIZE) on every rank", conn->peer,
+              pi->ll128_slot_bytes, comm->rank, transport_ll128_slot_bytes());
   if (pi->pid_hash == comm->peers[comm->rank].pid_hash) {
     if (pi->cuda_dev != comm->cuda_dev) BRAID_TRY(p2p_enable_peer_access(pi->cuda_dev));
     base = pi->ptr;

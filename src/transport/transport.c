@@ -90,7 +90,7 @@ void transport_fifo_fill_dev(struct braid_connector* conn, char* base, int ll128
   conn->dev.ll_buff = base + BRAID_FIFO_BUFF_OFFSET + conn->buff_bytes;
   conn->dev.ll_slot_bytes = BRAID_LL_SLOT_BYTES;
   conn->dev.ll128_buff = ll128 ? conn->dev.ll_buff + BRAID_LL_BYTES : NULL;
-  conn->dev.ll128_slot_bytes = ll128 ? BRAID_LL128_SLOT_BYTES : 0;
+  conn->dev.ll128_slot_bytes = ll128 ? (uint32_t)transport_ll128_slot_bytes() : 0;
   conn->dev.step = 0;
   conn->dev.seen_head = 0;
 }
@@ -181,6 +181,13 @@ int transport_p2p_pending(const struct ncclComm* comm) { return comm->channels->
 
 void transport_p2p_need(struct ncclComm* comm, int peer, int is_send, int nchannels) {
   for (int c = 0; c < nchannels; c++) transport_p2p_need_channel(comm, peer, is_send, c);
+}
+
+size_t transport_ll128_slot_bytes(void) {
+  int64_t slot = braid_param_int(BRAID_P_LL128_BUFFSIZE) / BRAID_STEPS;
+  slot = BRAID_MAX(slot, (int64_t)4 << 10);
+  slot = BRAID_MIN(slot, (int64_t)4 << 20);
+  return (size_t)slot / BRAID_LL128_LINE_BYTES * BRAID_LL128_LINE_BYTES;
 }
 
 uint32_t transport_p2p_slot_bytes(void) {

@@ -79,9 +79,11 @@ struct braid_transport_ops {
 #define BRAID_FIFO_TAIL_OFFSET 0
 #define BRAID_FIFO_HEAD_OFFSET 128
 #define BRAID_FIFO_BUFF_OFFSET 256
+/* Bytes of one LL128 slot (BRAID_LL128_BUFFSIZE / BRAID_STEPS, whole lines, 4 KiB to 4 MiB). */
+size_t transport_ll128_slot_bytes(void);
 static inline size_t transport_fifo_bytes(const struct braid_connector* conn, int ll128) {
   return BRAID_FIFO_BUFF_OFFSET + conn->buff_bytes + BRAID_LL_BYTES +
-         (ll128 ? BRAID_LL128_BYTES : 0);
+         (ll128 ? BRAID_STEPS * transport_ll128_slot_bytes() : 0);
 }
 /* Fills conn->dev for a FIFO of the layout above at `base` (an address the kernels can use). */
 void transport_fifo_fill_dev(struct braid_connector* conn, char* base, int ll128);

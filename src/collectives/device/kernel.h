@@ -206,7 +206,25 @@ __device__ __noinline__ void tree_ll128(const Op& op, const struct braid_work& w
   tree_allreduce<T, Op, prims_ll128>(op, w, comm, chan, ch, aborted);
 }
 
-/* Every LL128 work: ring collectives and the tree's all-reduce. */
+/*
+ * The two-rank exchange with LL128 (BRAID_WORK_PAIR). Out of line, as the
+ * tree: inlined, its two instantiations took the ring's spills from 32 to
+ * 144 bytes of loads per thread (ptxas -v, float sum).
+ */
+template <typename T, typename Op>
+__device__ __noinline__ void pair_ll128(const Op& op, const struct braid_work& w,
+                                        struct braid_dev_comm* comm, struct braid_dev_channel* chan,
+                                        int ch, volatile int* aborted) {
+  prims_ll128<T, Op> p(threadIdx.x, blockDim.x, BRAID_BARRIER_BLOCK, op, &chan->ring_recv,
+                       &chan->ring_send, comm->abort_flag, aborted);
+  if (comm->rank < chan->ring_next)
+    pair_allreduce_ll128<T, true>(p, w, ch);
+  else
+    pair_allreduce_ll128<T, false>(p, w, ch);
+  p.save();
+}
+
+/* Every LL128 work: ring collectives, the two-rank exchange and the tree's all-reduce. */
 template <typename T, typename Op>
 __device__ __forceinline__ void ll128_work_run(const struct braid_work& w,
                                                struct braid_dev_comm* comm, volatile int* aborted) {
@@ -219,6 +237,10 @@ __device__ __forceinline__ void ll128_work_run(const struct braid_work& w,
   Op op = work_op<T, Op>(w, comm);
   if (w.algo == BRAID_ALGO_TREE) {
     tree_ll128<T, Op>(op, w, comm, chan, ch, aborted);
+    return;
+  }
+  if (w.flags & BRAID_WORK_PAIR) {
+    pair_ll128<T, Op>(op, w, comm, chan, ch, aborted);
     return;
   }
   prims_ll128<T, Op> p(threadIdx.x, blockDim.x, BRAID_BARRIER_BLOCK, op, &chan->ring_recv,

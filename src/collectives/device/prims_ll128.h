@@ -79,9 +79,11 @@ struct prims_ll128 : prims_base<T, Op>, prims_named<prims_ll128<T, Op>, T, Op> {
    * One pipeline step (prims_named). A step holds at most one slot's data
    * (BRAID_LL128_SLOT_DATA bytes), so line and word indices fit in 32 bits;
    * keeping them there keeps the unrolled loops within the registers the
-   * kernels have.
+   * kernels have. A receiving step combines op(received, mine), or with
+   * MINE_FIRST op(mine, received): the pair exchange (ring.h) uses that on
+   * the lower rank, so both ranks compute op(rank 0's, rank 1's), the same bits.
    */
-  template <bool RECV, bool SEND, bool SRC, bool DST, bool PRE, bool POST>
+  template <bool RECV, bool SEND, bool SRC, bool DST, bool PRE, bool POST, bool MINE_FIRST = false>
   __device__ bool step(const T* src, T* dst, int64_t nelem) {
     if (SEND && !begin_send()) return false;
     const int nbytes = (int)(nelem * (int64_t)sizeof(T));
@@ -122,8 +124,8 @@ struct prims_ll128 : prims_base<T, Op>, prims_named<prims_ll128<T, Op>, T, Op> {
           x = pack8_pre<T, Op, PRE>(op, sx[u]);
           y = pack8_pre<T, Op, PRE>(op, sy[u]);
           if (RECV) {
-            x = pack8_combine<T, Op>(op, a[u], x);
-            y = pack8_combine<T, Op>(op, b[u], y);
+            x = MINE_FIRST ? pack8_combine<T, Op>(op, x, a[u]) : pack8_combine<T, Op>(op, a[u], x);
+            y = MINE_FIRST ? pack8_combine<T, Op>(op, y, b[u]) : pack8_combine<T, Op>(op, b[u], y);
           }
         }
         x = pack8_post<T, Op, POST>(op, x);

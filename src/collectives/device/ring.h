@@ -115,6 +115,36 @@ __device__ void pair_allreduce_ll(prims_ll<T, Op>& p, const struct braid_work& w
   }
 }
 
+/*
+ * All-reduce of two ranks with LL128 (works flagged BRAID_WORK_PAIR): the
+ * one-hop exchange, as with LL, with the next chunk sent before this one is
+ * received. In a ring of two each step waits for lines the peer writes in
+ * its step before, at the same moment, line group by line group; here a
+ * receive waits only on a send the peer made a whole step earlier. Up to
+ * 2 MB that is a quarter less time (perf/NOTES.md); from 8 MB it streams
+ * slower than the ring (each rank reads its data twice), hence the host's
+ * BRAID_LL128_PAIR_MAX. Both ranks combine in rank order (MINE_FIRST on
+ * the lower). In place is safe: chunk k is written after chunk k + 1 was
+ * read for sending, and each thread rereads only the words it then writes.
+ */
+template <typename T, bool MINE_FIRST, typename P>
+__device__ void pair_allreduce_ll128(P& p, const struct braid_work& w, int ch) {
+  typedef typename P::op_type Op;
+  elem_range r = channel_range<T>(w.count, w.nchannels, ch);
+  const T* in = (const T*)w.sendbuff + r.begin;
+  T* out = (T*)w.recvbuff + r.begin;
+  const int64_t chunk = chunk_elems<T>(w.chunk_bytes);
+  if (r.count > 0 && !p.send_from(in, r.count < chunk ? r.count : chunk)) return;
+  for (int64_t off = 0; off < r.count; off += chunk) {
+    const int64_t next = off + chunk;
+    if (next < r.count && !p.send_from(in + next, r.count - next < chunk ? r.count - next : chunk))
+      return;
+    if (!p.template step<true, false, true, true, Op::has_pre, Op::has_post, MINE_FIRST>(
+            in + off, out + off, r.count - off < chunk ? r.count - off : chunk))
+      return;
+  }
+}
+
 template <typename T, typename P>
 __device__ void ring_reducescatter(P& p, const struct braid_work& w, int n,
                                    const int* rr, int ch) {
