@@ -278,7 +278,7 @@ static ncclResult_t enq_coll_work(struct ncclComm* comm, const struct braid_op* 
   }
   w->root = op->root;
   w->peer_send = w->peer_recv = -1;
-  w->chunk_bytes = choice.proto == BRAID_PROTO_LL      ? BRAID_LL_SLOT_BYTES / 2
+  w->chunk_bytes = choice.proto == BRAID_PROTO_LL ? BRAID_LL_SLOT_BYTES / 2
                    : choice.proto == BRAID_PROTO_LL128
                        ? (uint32_t)(transport_ll128_slot_bytes() / BRAID_LL128_LINE_BYTES *
                                     BRAID_LL128_LINE_WORDS * 8)

@@ -146,8 +146,8 @@ static ncclResult_t p2p_send_connect(struct ncclComm* comm, struct braid_connect
               conn->buff_bytes);
   BRAID_CHECK(pi->ll128_slot_bytes == transport_ll128_slot_bytes(), ncclInvalidUsage,
               "rank %d uses %zu-byte LL128 slots but rank %d uses %zu; set the same "
-              "BRAID_LL128_BUFFSIZE (NCCL_LL128_BUFFSIZE) on every rank", conn->peer,
-              pi->ll128_slot_bytes, comm->rank, transport_ll128_slot_bytes());
+              "BRAID_LL128_BUFFSIZE (NCCL_LL128_BUFFSIZE) on every rank",
+              conn->peer, pi->ll128_slot_bytes, comm->rank, transport_ll128_slot_bytes());
   if (pi->pid_hash == comm->peers[comm->rank].pid_hash) {
     if (pi->cuda_dev != comm->cuda_dev) BRAID_TRY(p2p_enable_peer_access(pi->cuda_dev));
     base = pi->ptr;
