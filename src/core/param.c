@@ -83,10 +83,10 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "All-reduce of two ranks within a host (NVLink, PCIe or shared memory) with Simple: "
       "largest size in bytes sent as the same one-hop exchange; the same on every rank. "
       "0 (default): always the ring, until measured faster."),
-  ROW(LL128_PAIR_MAX, NULL, INT, "4194304",
+  ROW(LL128_PAIR_MAX, NULL, INT, "2097152",
       "All-reduce of two ranks with LL128: largest size in bytes sent as the one-hop exchange "
-      "(faster than the ring up to 2 MB on one shared H200, slower from 8 MB); the same on "
-      "every rank."),
+      "(on one shared H200 faster than the ring from 32 KB to 512 KB, even at 2 MB, slower "
+      "from 8 MB); the same on every rank."),
   ROW(OFI_PROVIDER, NULL, STRING, NULL,
       "OFI backend: libfabric provider, e.g. \"tcp;ofi_rxm\" or efa; default: libfabric's first "
       "reliable-datagram provider with tagged messages (libfabric's own FI_PROVIDER also filters)."),
