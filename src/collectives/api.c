@@ -219,6 +219,7 @@ static ncclResult_t api_check(const struct api_call* c, struct braid_op* op) {
     BRAID_CHECK((int)c->op >= 0, ncclInvalidArgument, "%s: reduction operator %d is invalid",
                 c->api, (int)c->op);
     BRAID_TRY(redop_resolve(c->comm, c->op, c->dtype, &op->devop, &op->scalar, &op->work_flags));
+    op->same_scalar = c->op == ncclAvg;
   }
   if (c->coll == BRAID_COLL_BROADCAST || c->coll == BRAID_COLL_REDUCE ||
       c->coll == BRAID_COLL_SENDRECV)

@@ -54,6 +54,7 @@ struct braid_group_comm;
 struct braid_redop_table;
 struct braid_reg;
 struct braid_watchdog;
+struct braid_ce;
 
 struct ncclComm {
   uint64_t magic;
@@ -76,6 +77,7 @@ struct ncclComm {
   volatile int children_pending;     /* split/shrink jobs still reading this comm (atomic) */
   uint32_t split_next, split_turn;   /* split jobs of this parent run one at a time, in call order */
   struct braid_watchdog* watchdog;   /* op ledger and hang verdicts (watchdog.c) */
+  struct braid_ce* ce;               /* copy-engine exchange (ce.c), or NULL */
 
   volatile braid_comm_state_t state;
   volatile ncclResult_t async_error; /* ncclInProgress while a nonblocking init runs */

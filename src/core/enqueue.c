@@ -20,7 +20,9 @@
 
 #include <cuda_runtime.h>
 
+#include "collectives/device/ce_args.h"
 #include "collectives/device/kernel_table.h"
+#include "core/ce.h"
 #include "core/comm.h"
 #include "core/debug.h"
 #include "core/dev_state.h"
@@ -108,6 +110,58 @@ static int enq_pair_ok(const struct ncclComm* comm, const struct braid_op* op, i
   if (proto != BRAID_PROTO_SIMPLE) return 0;
   int net = comm->channels->ring_send[0].transport == &braid_transport_net;
   return bytes <= (size_t)braid_param_int(net ? BRAID_P_NET_PAIR_MAX : BRAID_P_P2P_PAIR_MAX);
+}
+
+/* The collectives the copy-engine exchange runs (core/ce.c). */
+static int enq_ce_coll(int coll) {
+  return coll == BRAID_COLL_ALLREDUCE || coll == BRAID_COLL_REDUCESCATTER ||
+         coll == BRAID_COLL_ALLGATHER;
+}
+
+/*
+ * The exchange sends raw data and the receiver applies `pre`: a PreMulSum
+ * goes only where every rank's scalar is the same (ncclAvg's 1/nranks); a
+ * user's scalar may differ from rank to rank.
+ */
+static int enq_ce_scalar_ok(const struct braid_op* op) {
+  return op->devop != BRAID_DEVOP_PREMULSUM || op->same_scalar;
+}
+
+/*
+ * `op` as the copy-engine exchange of two ranks, when it goes that way:
+ * all-reduce sends everything and reduces what comes; reduce-scatter sends
+ * the peer's part and reduces into its own; all-gather sends its part and
+ * copies what comes into the peer's place (its own part goes to its place in
+ * the kernel meanwhile).
+ */
+static int enq_ce_op(const struct ncclComm* comm, const struct braid_op* op, int capturing,
+                     struct braid_ce_op* ce) {
+  if (!enq_ce_coll(op->coll) || op->count == 0 || !enq_ce_scalar_ok(op) ||
+      !ce_ready(comm, enq_tune_bytes(comm, op), capturing))
+    return 0;
+  const size_t bytes = op->count * redop_type_size(op->dtype);
+  const int me = comm->rank, peer = 1 - comm->rank;
+  memset(ce, 0, sizeof *ce);
+  ce->count = op->count;
+  ce->dtype = op->dtype;
+  ce->devop = op->devop;
+  ce->scalar = op->scalar;
+  ce->scalar_device = (op->work_flags & BRAID_WORK_SCALAR_DEVICE) != 0;
+  ce->reduce = op->coll != BRAID_COLL_ALLGATHER;
+  if (op->coll == BRAID_COLL_ALLREDUCE) {
+    ce->send = ce->own = op->sendbuff;
+    ce->out = op->recvbuff;
+  } else if (op->coll == BRAID_COLL_REDUCESCATTER) {
+    ce->send = (const char*)op->sendbuff + peer * bytes;
+    ce->own = (const char*)op->sendbuff + me * bytes;
+    ce->out = op->recvbuff;
+  } else {
+    ce->send = ce->own = op->sendbuff;
+    ce->out = (char*)op->recvbuff + peer * bytes;
+    char* mine = (char*)op->recvbuff + me * bytes;
+    ce->own_out = mine == op->sendbuff ? NULL : mine; /* in place: already there */
+  }
+  return 1;
 }
 
 static int enq_is_reduction(int coll) {
@@ -216,6 +270,10 @@ void enqueue_p2p_needs(struct ncclComm* comm) {
       transport_p2p_need(comm, op->peer, op->is_send, comm->channels->p2p_nchannels);
       continue;
     }
+    /* The copy-engine exchange's scratch; the kernels' connections too, should it be off. */
+    if (enq_ce_coll(op->coll) && op->count > 0 && enq_ce_scalar_ok(op) &&
+        ce_candidate(comm, enq_tune_bytes(comm, op)))
+      ce_want(comm);
     /*
      * A tree's edges, or the direct exchange's connections to every peer,
      * both ways, on the channels it will run on. The choice is kept for the
@@ -296,6 +354,22 @@ static ncclResult_t enq_coll_work(struct ncclComm* comm, const struct braid_op* 
   }
   TRACE(BRAID_LOG_COLL, "%s count %zu %s on %d channels, %s, chunk %u", braid_coll_name(op->coll),
         op->count, redop_type_name(op->dtype), nch, braid_proto_name(choice.proto), w->chunk_bytes);
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+/* Runs a copy-engine exchange in this comm's order of launches (as enq_launch; never captured). */
+static ncclResult_t enq_ce_run(struct ncclComm* comm, const struct braid_ce_op* ce,
+                               cudaStream_t stream, uint64_t ledger_seq) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_dev_state* d = comm->dev;
+  if (d->launched && d->last_stream != stream)
+    BRAID_CUDA_TRY(cudaStreamWaitEvent(stream, d->last_launch, 0));
+  BRAID_TRY(ce_exchange(comm, ce, stream, ledger_seq));
+  BRAID_CUDA_TRY(cudaEventRecord(d->last_launch, stream));
+  d->last_stream = stream;
+  d->launched = 1;
   return ncclSuccess;
 fail:
   return res;
@@ -477,9 +551,31 @@ ncclResult_t enqueue_launch(struct ncclComm* comm) {
    * the comm's device's primary context current, which the driver's launch needs.
    */
   BRAID_CUDA_TRY(cudaStreamIsCapturing(stream, &capture));
+  const int capturing = capture != cudaStreamCaptureStatusNone;
+  /* The op whose copy-engine exchange is the group's last launch (it reports to the ledger). */
+  int ce_last = -1, has_p2p = 0;
+  struct braid_ce_op ce;
+  for (int i = 0; i < g->nops; i++) {
+    const struct braid_op* op = &g->ops[i];
+    if (op->coll == BRAID_COLL_SENDRECV) has_p2p |= op->count > 0;
+    else if (op->count > 0) ce_last = enq_ce_op(comm, op, capturing, &ce) ? i : -1;
+  }
+  if (has_p2p) ce_last = -1;
   for (int i = 0; i < g->nops; i++) {
     const struct braid_op* op = &g->ops[i];
     if (op->coll == BRAID_COLL_SENDRECV || op->count == 0) continue;
+    if (enq_ce_op(comm, op, capturing, &ce)) {
+      if (plan->args.nwork > 0) BRAID_TRY(enq_launch(comm, plan, stream, capture));
+      INFO(BRAID_LOG_TUNING, "%s %zu elements on 2 ranks: through the copy engines",
+           braid_coll_name(op->coll), op->count);
+      uint64_t seq = i == ce_last ? watchdog_launch_seq(comm, 0, BRAID_CE_BLOCKS) : 0;
+      res = enq_ce_run(comm, &ce, stream, seq);
+      if (res != ncclSuccess) {
+        watchdog_forget_pending(comm);
+        goto fail;
+      }
+      continue;
+    }
     if (enq_one_rank_copy(comm, op)) {
       /* In call order: a PreMulSum before it may write what it copies. */
       if (plan->args.nwork > 0) BRAID_TRY(enq_launch(comm, plan, stream, capture));
@@ -499,7 +595,7 @@ ncclResult_t enqueue_launch(struct ncclComm* comm) {
   if (plan->args.nwork > 0)
     plan->args.ledger_seq =
         watchdog_launch_seq(comm, capture != cudaStreamCaptureStatusNone, plan->grid);
-  else
+  else if (ce_last < 0)
     watchdog_nothing_launched(comm);
   res = enq_launch(comm, plan, stream, capture);
   if (res != ncclSuccess) {

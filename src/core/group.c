@@ -18,6 +18,7 @@
 
 #include <cuda_runtime.h>
 
+#include "core/ce.h"
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/debug.h"
@@ -201,10 +202,12 @@ static ncclResult_t group_connect_p2p_all(struct ncclComm* comms) {
   for (struct ncclComm* c = comms; c; c = c->group->next) {
     BRAID_CUDA_TRY(cudaSetDevice(c->cuda_dev));
     BRAID_TRY(transport_p2p_setup(c));
+    BRAID_TRY(ce_setup(c));
   }
   for (struct ncclComm* c = comms; c; c = c->group->next) {
     BRAID_CUDA_TRY(cudaSetDevice(c->cuda_dev));
     BRAID_TRY(transport_p2p_connect(c));
+    BRAID_TRY(ce_connect(c));
   }
   return ncclSuccess;
 fail:
@@ -224,7 +227,7 @@ static ncclResult_t group_connect_p2p(struct ncclComm* comms) {
   for (struct ncclComm* c = comms; c; c = c->group->next) {
     comm_wait_splits(c);
     enqueue_p2p_needs(c);
-    pending |= transport_p2p_pending(c);
+    pending |= transport_p2p_pending(c) || ce_pending(c);
   }
   if (!pending) return ncclSuccess; /* the common case: every connection is up */
   ncclResult_t res = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess

@@ -32,6 +32,7 @@ struct braid_op {
   braid_devop_t devop;
   uint64_t scalar;       /* PREMULSUM scalar bits, or device pointer with BRAID_WORK_SCALAR_DEVICE */
   uint8_t work_flags;
+  int same_scalar;       /* PREMULSUM with the same scalar on every rank (ncclAvg) */
   const void* sendbuff;
   void* recvbuff;
   size_t count;          /* as the API counts it */

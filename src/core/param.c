@@ -87,6 +87,17 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "All-reduce of two ranks with LL128: largest size in bytes sent as the one-hop exchange "
       "(on one shared H200 faster than the ring from 32 KB to 512 KB, even at 2 MB, slower "
       "from 8 MB); the same on every rank."),
+  ROW(CE_MIN_BYTES, NULL, INT, "0",
+      "Two ranks joined by P2P: smallest all-reduce, reduce-scatter or all-gather (in bytes, as "
+      "nccl-tests counts its size) whose data moves through the copy engines (cudaMemcpyAsync "
+      "into the peer's scratch) instead of the ring's kernels; not under stream capture. 0 "
+      "(default): never, until measured on the 2x H200. The same on every rank."),
+  ROW(CE_SLOT_BYTES, NULL, INT, "16777216",
+      "Copy-engine exchange: bytes per scratch slot (the largest chunk), 1 MB to 1 GB; the same "
+      "on every rank."),
+  ROW(CE_NSLOTS, NULL, INT, "4",
+      "Copy-engine exchange: scratch slots per rank (chunks in flight), 2 to 16; the same on "
+      "every rank."),
   ROW(OFI_PROVIDER, NULL, STRING, NULL,
       "OFI backend: libfabric provider, e.g. \"tcp;ofi_rxm\" or efa; default: libfabric's first "
       "reliable-datagram provider with tagged messages (libfabric's own FI_PROVIDER also filters)."),

@@ -22,5 +22,9 @@ extern const void* const* const braid_kernel_table[ncclNumTypes];
 extern const void* const* const braid_tree_kernel_table[ncclNumTypes];
 /* The kernels of LL128 works (a launch holding one uses these, and runs only LL128 works). */
 extern const void* const* const braid_ll128_kernel_table[ncclNumTypes];
+/* The copy-engine exchange's kernels (ce.h), launched on their own, never with works. */
+extern const void* const* const braid_ce_kernel_table[ncclNumTypes];
+/* The copy streams' step kernel (ce.h), or NULL in a build without kernels. */
+const void* braid_ce_step_kernel(void);
 
 #endif

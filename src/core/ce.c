@@ -1,0 +1,384 @@
+/*
+ * The copy-engine exchange of two ranks within a host.
+ *
+ * An SM kernel writing to a peer over NVLink tops out below the copy
+ * engines (on the 2x H200: 368 against 392 GB/s each way, both ways at
+ * once; ../shared/PERF_BASELINE.md), and every byte a kernel moves costs SM
+ * time. For large operations of a two-rank communicator joined by P2P, each
+ * rank here hands its data to the copy engines, chunk by chunk, into scratch
+ * slots in the peer's memory, and runs one small kernel that takes the
+ * peer's chunks as they land in its own slots: reduced with its own data
+ * (all-reduce, reduce-scatter) or copied (all-gather). The links carry the
+ * same bytes as the ring's; the SMs only reduce from local memory.
+ *
+ * Each rank has one allocation: a flag page (ce_args.h's braid_ce_flags)
+ * and `nslots` slots. Chunks are numbered over the communicator's life,
+ * alike on both ranks (both split every operation the same way); chunk g
+ * goes to slot g % nslots, on copy stream g % 2 (two streams, so one copies
+ * while the other steps). On chunk g's copy stream:
+ *   step: publish the stream's previous chunk p (the peer's arrived[p's slot]
+ *         = p + 1, and in place my sent[g % 2] = p + 1), then wait until my
+ *         freed[slot] >= g - nslots + 1 (the peer is done with the slot's
+ *         previous chunk)
+ *   cudaMemcpyAsync(peer slot, my chunk)
+ * and a last step on each stream publishes its last chunk. A step is a
+ * one-thread kernel (ce.h): stream order makes the copy before it complete.
+ * The kernel on the user's stream waits in every block for arrived[slot]
+ * (and sent), takes its share of the chunk, and the last block through
+ * writes the peer's freed[slot] = g + 1. Every wait compares sequence
+ * numbers, so no word is ever reset.
+ *
+ * Every wait and every flag write is a kernel's, never the driver's stream
+ * memory operations: a stream wait (cuStreamWaitValue32) not met at once may
+ * give the GPU's queue up for a time slice, CUDA may map two streams onto one
+ * hardware queue so that such a wait blocks the write it waits for, only a
+ * kernel sees the abort flag, and with stream writes (cuStreamWriteValue32,
+ * fenced) every operation took ~2 ms on one H200 whatever its size.
+ *
+ * Not used under stream capture (a graph would replay fixed sequence
+ * numbers); ranks must then capture alike, as they must for NCCL.
+ */
+#include "core/ce.h"
+
+#include <cuda.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "collectives/device/ce_args.h"
+#include "collectives/device/kernel_table.h"
+#include "core/comm.h"
+#include "core/bootstrap.h"
+#include "core/debug.h"
+#include "core/dev_state.h"
+#include "core/param.h"
+#include "core/redop.h"
+#include "core/utils.h"
+#include "transport/transport.h"
+
+#define CE_TAG 0x30000000 /* beside the transport's 0x4... and the checker's 0x2... tags */
+
+
+typedef CUresult (*ce_copy_fn)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
+
+enum ce_state { CE_NONE = 0, CE_WANTED, CE_SENT, CE_READY, CE_UNUSABLE };
+
+struct braid_ce {
+  enum ce_state state;
+  int usable;             /* this rank can: stream memory operations, kernels, P2P to the peer */
+  char* mem;              /* flag page, then the slots */
+  char* peer_mem;         /* the peer's, as mapped here */
+  void* opened;           /* IPC mapping to close, or NULL (same process) */
+  size_t slot_bytes;
+  uint32_t nslots;
+  uint64_t seq;           /* chunks so far, each way */
+  cudaStream_t copy[2];   /* the copy engines' work: chunk g on copy[g % 2] */
+  cudaStream_t aux;       /* reading the flag page at free */
+  cudaEvent_t fork, join[2];
+  const void* step_kernel;
+  ce_copy_fn copy_fn;     /* cuMemcpyDtoDAsync */
+};
+
+struct ce_info {
+  uint64_t pid_hash;
+  int cuda_dev;
+  int usable;
+  void* ptr;
+  cudaIpcMemHandle_t handle;
+  uint64_t slot_bytes;
+  uint32_t nslots;
+};
+
+static size_t ce_slot_bytes(void) {
+  int64_t v = braid_param_int(BRAID_P_CE_SLOT_BYTES);
+  if (v < (1 << 20)) v = 1 << 20;
+  if (v > (1ll << 30)) v = 1ll << 30;
+  return BRAID_ALIGN_UP((size_t)v, 4096);
+}
+
+static uint32_t ce_nslots(void) {
+  int64_t v = braid_param_int(BRAID_P_CE_NSLOTS);
+  if (v < 2) v = 2;
+  if (v > BRAID_CE_MAX_SLOTS) v = BRAID_CE_MAX_SLOTS;
+  return (uint32_t)v;
+}
+
+int ce_candidate(const struct ncclComm* comm, size_t bytes) {
+  int64_t min = braid_param_int(BRAID_P_CE_MIN_BYTES);
+  if (min <= 0 || bytes < (size_t)min || comm->nranks != 2) return 0;
+  if (comm->channels == NULL || comm->channels->nchannels == 0) return 0;
+  return comm->channels->ring_send[0].transport == &braid_transport_p2p;
+}
+
+int ce_ready(const struct ncclComm* comm, size_t bytes, int capturing) {
+  return !capturing && comm->ce && comm->ce->state == CE_READY && ce_candidate(comm, bytes);
+}
+
+void ce_want(struct ncclComm* comm) {
+  if (comm->ce == NULL && BRAID_CALLOC(&comm->ce, 1, "copy-engine state") != ncclSuccess) return;
+  if (comm->ce->state == CE_NONE) comm->ce->state = CE_WANTED;
+}
+
+int ce_pending(const struct ncclComm* comm) {
+  return comm->ce && (comm->ce->state == CE_WANTED || comm->ce->state == CE_SENT);
+}
+
+/* Whether this rank can run the exchange at all (the peer says the same for itself). */
+static int ce_usable_here(struct braid_ce* ce) {
+  ce->step_kernel = braid_ce_step_kernel();
+  /*
+   * The driver's device-to-device copy: both ends are device memory mapped here. The runtime's
+   * cudaMemcpyAsync(cudaMemcpyDefault) looks up what each pointer is, which for a peer process's
+   * IPC mapping cost ~200 us a call on one H200 under MPS (perf/NOTES.md).
+   */
+  ce->copy_fn = (ce_copy_fn)braid_driver_fn("cuMemcpyDtoDAsync");
+  return braid_ce_kernel_table[ncclUint8] != NULL && ce->step_kernel != NULL &&
+         ce->copy_fn != NULL; /* else a host-only build */
+}
+
+/*
+ * Loads every exchange kernel now: with CUDA's lazy loading a kernel's
+ * module loads at its first launch, which can wait for other work on the
+ * device, such as a peer's kernel spinning on this one (dev_state.c).
+ */
+static ncclResult_t ce_kernels_load(const void* step_kernel) {
+  ncclResult_t res = ncclSuccess;
+  struct cudaFuncAttributes step_attr;
+  BRAID_CUDA_TRY(cudaFuncGetAttributes(&step_attr, step_kernel));
+  for (int t = 0; t < ncclNumTypes; t++) {
+    for (int op = 0; op < BRAID_DEVOP_COUNT; op++) {
+      struct cudaFuncAttributes attr;
+      BRAID_CUDA_TRY(cudaFuncGetAttributes(&attr, braid_ce_kernel_table[t][op]));
+    }
+  }
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+ncclResult_t ce_setup(struct ncclComm* comm) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_ce* ce = comm->ce;
+  struct ce_info info;
+  if (ce == NULL || ce->state != CE_WANTED) return ncclSuccess;
+  memset(&info, 0, sizeof info);
+  ce->slot_bytes = ce_slot_bytes();
+  ce->nslots = ce_nslots();
+  ce->usable = ce_usable_here(ce);
+  if (ce->usable) {
+    size_t bytes = BRAID_CE_FLAGS_BYTES + ce->nslots * ce->slot_bytes;
+    BRAID_TRY(ce_kernels_load(ce->step_kernel));
+    BRAID_CUDA_TRY(cudaMalloc((void**)&ce->mem, bytes));
+    BRAID_CUDA_TRY(cudaMemset(ce->mem, 0, BRAID_CE_FLAGS_BYTES));
+    BRAID_CUDA_TRY(cudaIpcGetMemHandle(&info.handle, ce->mem));
+    info.ptr = ce->mem;
+    INFO(BRAID_LOG_ALLOC, "copy-engine scratch: %u slots of %zu bytes at %p", ce->nslots,
+         ce->slot_bytes, ce->mem);
+  }
+  info.pid_hash = comm->peers[comm->rank].pid_hash;
+  info.cuda_dev = comm->cuda_dev;
+  info.usable = ce->usable;
+  info.slot_bytes = ce->slot_bytes;
+  info.nslots = ce->nslots;
+  BRAID_TRY(bootstrap_send(comm->bootstrap, 1 - comm->rank, CE_TAG, &info, sizeof info));
+  ce->state = CE_SENT;
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+ncclResult_t ce_connect(struct ncclComm* comm) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_ce* ce = comm->ce;
+  struct ce_info theirs;
+  const int peer = 1 - comm->rank;
+  if (ce == NULL || ce->state != CE_SENT) return ncclSuccess;
+  BRAID_TRY(bootstrap_recv(comm->bootstrap, peer, CE_TAG, &theirs, sizeof theirs));
+  if (!ce->usable || !theirs.usable) {
+    INFO(BRAID_LOG_INIT, "copy-engine exchange off: rank %d cannot run it (stream memory "
+         "operations or kernels missing)", ce->usable ? peer : comm->rank);
+    ce->state = CE_UNUSABLE; /* both ranks conclude the same */
+    return ncclSuccess;
+  }
+  BRAID_CHECK(theirs.slot_bytes == ce->slot_bytes && theirs.nslots == ce->nslots, ncclInvalidUsage,
+              "rank %d has %u copy-engine slots of %llu bytes but rank %d has %u of %zu; set the "
+              "same BRAID_CE_SLOT_BYTES and BRAID_CE_NSLOTS on every rank",
+              peer, theirs.nslots, (unsigned long long)theirs.slot_bytes, comm->rank, ce->nslots,
+              ce->slot_bytes);
+  if (theirs.pid_hash == comm->peers[comm->rank].pid_hash) {
+    ce->peer_mem = theirs.ptr; /* same process: peer access is on (the ring's P2P link) */
+  } else {
+    cudaError_t err =
+        cudaIpcOpenMemHandle(&ce->opened, theirs.handle, cudaIpcMemLazyEnablePeerAccess);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      res = braid_err(ncclUnhandledCudaError,
+                      "rank %d cannot map rank %d's copy-engine scratch (cudaIpcOpenMemHandle: "
+                      "%s); set BRAID_CE_MIN_BYTES=0 to leave the copy engines out",
+                      comm->rank, peer, cudaGetErrorString(err));
+      goto fail;
+    }
+    ce->peer_mem = ce->opened;
+  }
+  for (int i = 0; i < 2; i++) {
+    BRAID_CUDA_TRY(cudaStreamCreateWithFlags(&ce->copy[i], cudaStreamNonBlocking));
+    BRAID_CUDA_TRY(cudaEventCreateWithFlags(&ce->join[i], cudaEventDisableTiming));
+  }
+  BRAID_CUDA_TRY(cudaStreamCreateWithFlags(&ce->aux, cudaStreamNonBlocking));
+  BRAID_CUDA_TRY(cudaEventCreateWithFlags(&ce->fork, cudaEventDisableTiming));
+  ce->state = CE_READY;
+  INFO(BRAID_LOG_INIT, "copy-engine exchange with rank %d ready", peer);
+  return ncclSuccess;
+fail:
+  ce->state = CE_UNUSABLE;
+  return res;
+}
+
+#define CE_FREED(slot) (offsetof(struct braid_ce_flags, freed) + (slot) * sizeof(uint32_t))
+#define CE_ARRIVED(slot) (offsetof(struct braid_ce_flags, arrived) + (slot) * sizeof(uint32_t))
+#define CE_SENT(i) (offsetof(struct braid_ce_flags, sent) + (i) * sizeof(uint32_t))
+
+/* Bytes per chunk: a slot, or less for operations of a few slots (the pipeline fills sooner). */
+static size_t ce_chunk_bytes(const struct braid_ce* ce, size_t bytes) {
+  size_t want = BRAID_ALIGN_UP(bytes / 8, 1 << 20);
+  if (want < (1 << 20)) want = 1 << 20;
+  return want < ce->slot_bytes ? want : ce->slot_bytes;
+}
+
+static int ce_overlap(const void* a, const void* b, size_t bytes) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return x < y + bytes && y < x + bytes;
+}
+
+ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cudaStream_t stream,
+                         uint64_t ledger_seq) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_ce* ce = comm->ce;
+  const size_t esize = redop_type_size(op->dtype);
+  const size_t bytes = op->count * esize;
+  const size_t chunk = ce_chunk_bytes(ce, bytes) / esize * esize; /* 1 MB multiples hold any type */
+  const uint64_t nchunks = (bytes + chunk - 1) / chunk;
+  struct braid_ce_args a;
+  memset(&a, 0, sizeof a);
+  a.comm = comm->dev->comm;
+  a.flags = (struct braid_ce_flags*)ce->mem;
+  a.peer_freed = ((struct braid_ce_flags*)ce->peer_mem)->freed;
+  a.slots = ce->mem + BRAID_CE_FLAGS_BYTES;
+  a.own = op->own;
+  a.out = op->out;
+  a.count = op->count;
+  a.chunk_elems = chunk / esize;
+  a.slot_bytes = ce->slot_bytes;
+  a.scalar = op->scalar;
+  a.scalar_device = op->scalar_device;
+  a.ledger_seq = ledger_seq;
+  a.seq0 = (uint32_t)ce->seq;
+  a.nslots = ce->nslots;
+  a.own_out = op->reduce ? NULL : op->own_out;
+  a.mode = op->reduce ? BRAID_CE_REDUCE : BRAID_CE_COPY;
+  a.mine_first = comm->rank == 0;
+  a.wait_sent = ce_overlap(op->send, op->out, bytes); /* in place */
+  int devop = op->reduce ? op->devop : 0;
+  int dtype = op->reduce ? op->dtype : ncclUint8;
+  if (!op->reduce) { /* a copy moves bytes, whatever the type */
+    a.count = bytes;
+    a.chunk_elems = chunk;
+  }
+  /* The copy streams start after what the user's stream holds (the data to send is ready). */
+  BRAID_CUDA_TRY(cudaEventRecord(ce->fork, stream));
+  for (int i = 0; i < 2; i++) BRAID_CUDA_TRY(cudaStreamWaitEvent(ce->copy[i], ce->fork, 0));
+  {
+    void* params[] = {&a};
+    dim3 g = {BRAID_CE_BLOCKS, 1, 1}, b = {BRAID_CE_THREADS, 1, 1};
+    BRAID_CUDA_TRY(cudaLaunchKernel(braid_ce_kernel_table[dtype][devop], g, b, params, 0, stream));
+  }
+  /* Per copy stream, the chunk it copied last and has yet to publish (-1: none). */
+  int64_t unpublished[2] = {-1, -1};
+  for (uint64_t k = 0; k <= nchunks; k++) {
+    const uint64_t g = ce->seq + k;
+    for (int i = 0; i < 2; i++) {
+      /* Before chunk g's copy on its stream; after the last chunk, on both streams. */
+      if (k < nchunks && (uint64_t)i != (g & 1)) continue;
+      struct braid_ce_step st;
+      memset(&st, 0, sizeof st);
+      st.abort_flag = comm->dev->host.abort_flag;
+      if (unpublished[i] >= 0) {
+        const uint64_t p = (uint64_t)unpublished[i];
+        st.arrived = (uint32_t*)(ce->peer_mem + CE_ARRIVED(p % ce->nslots));
+        st.sent = a.wait_sent ? (uint32_t*)(ce->mem + CE_SENT(i)) : NULL;
+        st.value = (uint32_t)(p + 1);
+      }
+      if (k < nchunks && g >= ce->nslots) { /* the slot held chunk g - nslots: the peer must be done */
+        st.freed = (const uint32_t*)(ce->mem + CE_FREED(g % ce->nslots));
+        st.want = (uint32_t)(g - ce->nslots + 1);
+      }
+      if (st.arrived || st.freed) {
+        void* params[] = {&st};
+        dim3 one = {1, 1, 1};
+        BRAID_CUDA_TRY(cudaLaunchKernel(ce->step_kernel, one, one, params, 0, ce->copy[i]));
+      }
+      unpublished[i] = -1;
+    }
+    if (k == nchunks) break;
+    const size_t len = bytes - k * chunk < chunk ? bytes - k * chunk : chunk;
+    CUresult r = ce->copy_fn(
+        (CUdeviceptr)(uintptr_t)(ce->peer_mem + BRAID_CE_FLAGS_BYTES + (g % ce->nslots) * ce->slot_bytes),
+        (CUdeviceptr)(uintptr_t)((const char*)op->send + k * chunk), len, (CUstream)ce->copy[g & 1]);
+    BRAID_CHECK(r == CUDA_SUCCESS, ncclUnhandledCudaError,
+                "rank %d: cuMemcpyDtoDAsync of %zu bytes to rank %d's copy-engine slot failed "
+                "(CUresult %d)",
+                comm->rank, len, 1 - comm->rank, (int)r);
+    unpublished[g & 1] = (int64_t)g;
+  }
+  ce->seq += nchunks;
+  /* The user's stream goes on once this rank's data is out too (its buffer may be reused). */
+  for (int i = 0; i < 2; i++) {
+    BRAID_CUDA_TRY(cudaEventRecord(ce->join[i], ce->copy[i]));
+    BRAID_CUDA_TRY(cudaStreamWaitEvent(stream, ce->join[i], 0));
+  }
+  TRACE(BRAID_LOG_COLL, "copy-engine exchange: %zu bytes in %llu chunks of %zu, %s", bytes,
+        (unsigned long long)nchunks, chunk, op->reduce ? "reduced" : "copied");
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+/*
+ * The peer's kernel writes this rank's freed words after its last chunks,
+ * possibly after this rank is done; before the memory goes, wait (briefly)
+ * for those writes. An aborted communicator does not wait.
+ */
+static void ce_wait_peer_done(struct ncclComm* comm, struct braid_ce* ce) {
+  struct braid_ce_flags f;
+  double start = braid_time_sec();
+  while (ce->seq > 0 && !*comm->abort_flag && braid_time_sec() - start < 5.0) {
+    if (cudaMemcpyAsync(&f, ce->mem, sizeof f, cudaMemcpyDeviceToHost, ce->aux) != cudaSuccess ||
+        cudaStreamSynchronize(ce->aux) != cudaSuccess)
+      break;
+    int done = 1;
+    for (uint64_t g = ce->seq > ce->nslots ? ce->seq - ce->nslots : 0; g < ce->seq; g++)
+      if ((int32_t)(f.freed[g % ce->nslots] - (uint32_t)(g + 1)) < 0) done = 0;
+    if (done) return;
+    usleep(100);
+  }
+}
+
+void ce_free(struct ncclComm* comm) {
+  struct braid_ce* ce = comm->ce;
+  if (ce == NULL) return;
+  for (int i = 0; i < 2; i++)
+    if (ce->copy[i]) (void)cudaStreamSynchronize(ce->copy[i]);
+  if (ce->mem && ce->state == CE_READY) ce_wait_peer_done(comm, ce);
+  if (ce->opened) (void)cudaIpcCloseMemHandle(ce->opened);
+  if (ce->mem) (void)cudaFree(ce->mem);
+  for (int i = 0; i < 2; i++) {
+    if (ce->copy[i]) (void)cudaStreamDestroy(ce->copy[i]);
+    if (ce->join[i]) (void)cudaEventDestroy(ce->join[i]);
+  }
+  if (ce->aux) (void)cudaStreamDestroy(ce->aux);
+  if (ce->fork) (void)cudaEventDestroy(ce->fork);
+  (void)cudaGetLastError();
+  free(ce);
+  comm->ce = NULL;
+}

@@ -1,0 +1,59 @@
+/*
+ * The copy-engine exchange of two ranks within a host (ce.c): large
+ * collectives of a two-rank communicator whose ranks are joined by P2P move
+ * their bytes with cudaMemcpyAsync (the GPU's copy engines) instead of SM
+ * kernels, and a small kernel reduces or places what arrives.
+ */
+#ifndef BRAID_CORE_CE_H
+#define BRAID_CORE_CE_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+
+struct ncclComm;
+
+/* One exchange: both ranks call with the same sizes. */
+struct braid_ce_op {
+  const void* send;     /* what goes to the peer: count elements */
+  const void* own;      /* this rank's data: reduced with the peer's, or copied to own_out */
+  void* out;            /* where the peer's value (reduced with own) lands: count elements */
+  void* own_out;        /* copy: where `own` goes (NULL: nowhere, or already there) */
+  int reduce;           /* 1: out = op(rank 0's, rank 1's); 0: out = the peer's */
+  size_t count;
+  ncclDataType_t dtype;
+  int devop;            /* braid_devop_t */
+  uint64_t scalar;
+  int scalar_device;
+};
+
+/*
+ * Whether a collective of `bytes` (its size as nccl-tests counts it) would go
+ * through the copy engines on this communicator, before setup: two ranks
+ * joined by P2P, BRAID_CE_MIN_BYTES <= bytes. Every rank computes the same.
+ */
+int ce_candidate(const struct ncclComm* comm, size_t bytes);
+/* Whether it does now: a candidate, set up on both ranks, and the stream not capturing. */
+int ce_ready(const struct ncclComm* comm, size_t bytes, int capturing);
+/* Asks for setup at the next connection step (a candidate operation is pending). */
+void ce_want(struct ncclComm* comm);
+/* Whether setup was asked for and not done. */
+int ce_pending(const struct ncclComm* comm);
+/* Setup, in two phases across communicators (as the transports' connections): allocate and send. */
+ncclResult_t ce_setup(struct ncclComm* comm);
+/* ... then receive the peer's and map it. */
+ncclResult_t ce_connect(struct ncclComm* comm);
+/*
+ * Enqueues one exchange on `stream`: the copy engine sends op->send to the
+ * peer, chunk by chunk, while a kernel on `stream` takes the peer's chunks
+ * as they land. `ledger_seq`: the op ledger's number for the kernel to
+ * report (0: none).
+ */
+ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cudaStream_t stream,
+                         uint64_t ledger_seq);
+/* Frees what setup made (after the comm's work is done). */
+void ce_free(struct ncclComm* comm);
+
+#endif
