@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One round on the GPU machine: build (or use a staged build), GPU tests, benchmarks against NCCL.
 # Logs go to $OUT (the device tool brings them back) or ./gpu-check-out.
-#   bash tools/gpu-check.sh [probe] [build] [test] [hosts] [sanitize] [smoke] [perf] [compare] ...
+#   bash tools/gpu-check.sh [probe] [build] [test] [hosts] [sanitize] [smoke] [perf] [compare] [ce] ...
 #   (default: build test perf)
 # With a build staged by tools/stage-device.sh (carry .device): BUILD_DIR=.device/build.
 # Keep NCCL_NVLS_ENABLE=0: NVLink multicast must never be used on the shared machine.
@@ -18,7 +18,7 @@ BUILD_DIR=${BUILD_DIR:-build-gpu}
 NCCL_LIB_DIR=${NCCL_LIB_DIR:-/usr/lib/x86_64-linux-gnu}
 steps=${*:-build test perf}
 status=0
-MPIRUN="mpirun --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x BRAID_DEBUG -x BRAID_ALGO -x BRAID_PROTO -x BRAID_P2P_PAIR_MAX"
+MPIRUN="mpirun --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x BRAID_DEBUG -x BRAID_ALGO -x BRAID_PROTO -x BRAID_P2P_PAIR_MAX -x BRAID_CE_MIN_BYTES"
 
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 
@@ -132,6 +132,18 @@ for step in $steps; do
       for r in 1 2; do
         run pair_ring_$r 120 $MPIRUN $P/all_reduce_perf $S
         BRAID_P2P_PAIR_MAX=1073741824 run pair_on_$r 120 $MPIRUN $P/all_reduce_perf $S
+      done
+      ;;
+    ce)
+      # The copy-engine exchange (BRAID_CE_MIN_BYTES) against the kernels and NCCL, alternating,
+      # for the collectives it runs, from 16 MB to 2 GB.
+      P=$BUILD_DIR/perf; S="-b 16M -e 2G -f 4 -w 5 -n 20 -g 1"
+      for c in all_reduce all_gather reduce_scatter; do
+        for r in 1 2; do
+          run ce_${c}_kernels_$r 200 $MPIRUN $P/${c}_perf $S
+          BRAID_CE_MIN_BYTES=1 run ce_${c}_ce_$r 200 $MPIRUN $P/${c}_perf $S
+          LD_LIBRARY_PATH=$NCCL_LIB_DIR run ce_${c}_nccl_$r 200 $MPIRUN $P/${c}_perf $S
+        done
       done
       ;;
     testp2p)

@@ -28,12 +28,12 @@
  * writes the peer's freed[slot] = g + 1. Every wait compares sequence
  * numbers, so no word is ever reset.
  *
- * Every wait and every flag write is a kernel's, never the driver's stream
- * memory operations: a stream wait (cuStreamWaitValue32) not met at once may
- * give the GPU's queue up for a time slice, CUDA may map two streams onto one
- * hardware queue so that such a wait blocks the write it waits for, only a
- * kernel sees the abort flag, and with stream writes (cuStreamWriteValue32,
- * fenced) every operation took ~2 ms on one H200 whatever its size.
+ * Every wait is a kernel's, never the driver's stream memory operations: a
+ * stream wait (cuStreamWaitValue32) not met at once may give the GPU's queue
+ * up for a time slice, CUDA may map two streams onto one hardware queue so
+ * that such a wait blocks the write it waits for, and only a kernel sees the
+ * abort flag. The flags are written by the same kernels (a step publishes its
+ * stream's copy before).
  *
  * Not used under stream capture (a graph would replay fixed sequence
  * numbers); ranks must then capture alike, as they must for NCCL.
@@ -127,11 +127,7 @@ int ce_pending(const struct ncclComm* comm) {
 /* Whether this rank can run the exchange at all (the peer says the same for itself). */
 static int ce_usable_here(struct braid_ce* ce) {
   ce->step_kernel = braid_ce_step_kernel();
-  /*
-   * The driver's device-to-device copy: both ends are device memory mapped here. The runtime's
-   * cudaMemcpyAsync(cudaMemcpyDefault) looks up what each pointer is, which for a peer process's
-   * IPC mapping cost ~200 us a call on one H200 under MPS (perf/NOTES.md).
-   */
+  /* The driver's device-to-device copy: both ends are device memory mapped here. */
   ce->copy_fn = (ce_copy_fn)braid_driver_fn("cuMemcpyDtoDAsync");
   return braid_ce_kernel_table[ncclUint8] != NULL && ce->step_kernel != NULL &&
          ce->copy_fn != NULL; /* else a host-only build */

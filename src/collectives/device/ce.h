@@ -35,6 +35,15 @@ struct op_pre_both {
   __device__ __forceinline__ T post(T x) const { return op.post(x); }
 };
 
+/*
+ * Spins between two reads of the abort flag, as the ring's waits
+ * (prims_common.h). The flag lives in host memory: read on every spin by the
+ * waiting threads, it flooded the GPU's link to the host, which also carries
+ * the command fetches of launches and copies, and every chunk took ~200 us
+ * on one H100 whatever its size (perf/NOTES.md).
+ */
+#define BRAID_CE_ABORT_CHECK_SPINS 1024
+
 __device__ __forceinline__ uint32_t ce_load_acquire(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -75,11 +84,15 @@ __global__ void __launch_bounds__(BRAID_CE_THREADS)
                                                           (int64_t)(hi - lo));
     if (threadIdx.x == 0) {
       stop = 0;
+      int spins = 0;
       while (!ce_reached(&a.flags->arrived[slot], g + 1) ||
              (a.wait_sent && !ce_reached(&a.flags->sent[g & 1], g + 1))) {
-        if (*a.comm->abort_flag) {
-          stop = 1;
-          break;
+        if (++spins == BRAID_CE_ABORT_CHECK_SPINS) {
+          spins = 0;
+          if (*a.comm->abort_flag) {
+            stop = 1;
+            break;
+          }
         }
       }
     }
@@ -117,9 +130,7 @@ __global__ void __launch_bounds__(BRAID_CE_THREADS)
  * a release; then it polls until the next copy's slot is free, or the
  * communicator aborts. Kernels, not the driver's stream memory operations:
  * a stream wait not met at once may give the GPU's queue up for a time
- * slice, and only a kernel sees the abort flag; and with stream writes
- * (cuStreamWriteValue32, which fences first) every operation took ~2 ms
- * on one H200 whatever its size.
+ * slice, and only a kernel sees the abort flag.
  */
 template <typename T>
 __global__ void braid_ce_step_kernel(const __grid_constant__ struct braid_ce_step s) {
@@ -131,8 +142,11 @@ __global__ void braid_ce_step_kernel(const __grid_constant__ struct braid_ce_ste
       asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(s.sent), "r"(s.value) : "memory");
   }
   if (s.freed)
-    while (!ce_reached(s.freed, s.want) && !*s.abort_flag) {
-    }
+    for (int spins = 0; !ce_reached(s.freed, s.want);)
+      if (++spins == BRAID_CE_ABORT_CHECK_SPINS) {
+        spins = 0;
+        if (*s.abort_flag) break;
+      }
 }
 
 }  // namespace braid
