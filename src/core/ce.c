@@ -28,12 +28,12 @@
  * writes the peer's freed[slot] = g + 1. Every wait compares sequence
  * numbers, so no word is ever reset.
  *
- * Every wait is a kernel's, never the driver's stream memory operations: a
- * stream wait (cuStreamWaitValue32) not met at once may give the GPU's queue
- * up for a time slice, CUDA may map two streams onto one hardware queue so
- * that such a wait blocks the write it waits for, and only a kernel sees the
- * abort flag. The flags are written by the same kernels (a step publishes its
- * stream's copy before).
+ * Every wait is a kernel's, never the driver's stream memory operations
+ * (cuStreamWaitValue32): CUDA documents that the order they set up is
+ * invisible to its scheduler, which may map two streams onto one hardware
+ * queue so that such a wait blocks the very write it waits for; and only a
+ * kernel sees the abort flag. The flags are written by the same kernels (a
+ * step publishes its stream's copy before).
  *
  * Not used under stream capture (a graph would replay fixed sequence
  * numbers); ranks must then capture alike, as they must for NCCL.

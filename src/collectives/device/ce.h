@@ -128,9 +128,8 @@ __global__ void __launch_bounds__(BRAID_CE_THREADS)
  * A copy stream's step (one thread; ce_args.h): the copy before has
  * completed when this runs (stream order), so its chunk is published with
  * a release; then it polls until the next copy's slot is free, or the
- * communicator aborts. Kernels, not the driver's stream memory operations:
- * a stream wait not met at once may give the GPU's queue up for a time
- * slice, and only a kernel sees the abort flag.
+ * communicator aborts. Kernels, not the driver's stream memory operations
+ * (core/ce.c says why).
  */
 template <typename T>
 __global__ void braid_ce_step_kernel(const __grid_constant__ struct braid_ce_step s) {
