@@ -8,8 +8,9 @@
  * rank here hands its data to the copy engines, chunk by chunk, into scratch
  * slots in the peer's memory, and runs one small kernel that takes the
  * peer's chunks as they land in its own slots: reduced with its own data
- * (all-reduce, reduce-scatter) or copied (all-gather). The links carry the
- * same bytes as the ring's; the SMs only reduce from local memory.
+ * (all-reduce, reduce-scatter) or copied (all-gather, send/receive). The
+ * links carry the same bytes as the kernels'; the SMs only reduce or copy
+ * within local memory.
  *
  * Each rank has one allocation: a flag page (ce_args.h's braid_ce_flags)
  * and `nslots` slots. Chunks are numbered over the communicator's life,
@@ -59,14 +60,13 @@
 
 #define CE_TAG 0x30000000 /* beside the transport's 0x4... and the checker's 0x2... tags */
 
-
 typedef CUresult (*ce_copy_fn)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
 
-enum ce_state { CE_NONE = 0, CE_WANTED, CE_SENT, CE_READY, CE_UNUSABLE };
+enum ce_state { CE_NONE = 0, CE_SENT, CE_READY, CE_UNUSABLE };
 
 struct braid_ce {
   enum ce_state state;
-  int usable;             /* this rank can: stream memory operations, kernels, P2P to the peer */
+  int usable;             /* this rank can: kernels, the driver's copy, its scratch allocated */
   char* mem;              /* flag page, then the slots */
   char* peer_mem;         /* the peer's, as mapped here */
   void* opened;           /* IPC mapping to close, or NULL (same process) */
@@ -115,13 +115,10 @@ int ce_ready(const struct ncclComm* comm, size_t bytes, int capturing) {
   return !capturing && comm->ce && comm->ce->state == CE_READY && ce_candidate(comm, bytes);
 }
 
-void ce_want(struct ncclComm* comm) {
-  if (comm->ce == NULL && BRAID_CALLOC(&comm->ce, 1, "copy-engine state") != ncclSuccess) return;
-  if (comm->ce->state == CE_NONE) comm->ce->state = CE_WANTED;
-}
+void ce_want(struct ncclComm* comm) { comm->ce_wanted = 1; }
 
 int ce_pending(const struct ncclComm* comm) {
-  return comm->ce && (comm->ce->state == CE_WANTED || comm->ce->state == CE_SENT);
+  return comm->ce_wanted && (comm->ce == NULL || comm->ce->state == CE_SENT);
 }
 
 /* Whether this rank can run the exchange at all (the peer says the same for itself). */
@@ -153,24 +150,43 @@ fail:
   return res;
 }
 
+/*
+ * This rank's scratch, exported. A failure here (out of device memory, say)
+ * is not the caller's: the exchange is left off on both ranks (the peer
+ * learns it from the info sent) and the kernels run instead.
+ */
+static ncclResult_t ce_scratch(struct braid_ce* ce, struct ce_info* info) {
+  ncclResult_t res = ncclSuccess;
+  size_t bytes = BRAID_CE_FLAGS_BYTES + ce->nslots * ce->slot_bytes;
+  BRAID_TRY(ce_kernels_load(ce->step_kernel));
+  BRAID_CUDA_TRY(cudaMalloc((void**)&ce->mem, bytes));
+  BRAID_CUDA_TRY(cudaMemset(ce->mem, 0, BRAID_CE_FLAGS_BYTES));
+  BRAID_CUDA_TRY(cudaIpcGetMemHandle(&info->handle, ce->mem));
+  info->ptr = ce->mem;
+  INFO(BRAID_LOG_ALLOC, "copy-engine scratch: %u slots of %zu bytes at %p", ce->nslots,
+       ce->slot_bytes, ce->mem);
+  return ncclSuccess;
+fail:
+  return res;
+}
+
 ncclResult_t ce_setup(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
-  struct braid_ce* ce = comm->ce;
   struct ce_info info;
-  if (ce == NULL || ce->state != CE_WANTED) return ncclSuccess;
+  if (!comm->ce_wanted || comm->ce != NULL) return ncclSuccess;
+  BRAID_TRY(BRAID_CALLOC(&comm->ce, 1, "copy-engine state"));
+  struct braid_ce* ce = comm->ce;
   memset(&info, 0, sizeof info);
   ce->slot_bytes = ce_slot_bytes();
   ce->nslots = ce_nslots();
   ce->usable = ce_usable_here(ce);
-  if (ce->usable) {
-    size_t bytes = BRAID_CE_FLAGS_BYTES + ce->nslots * ce->slot_bytes;
-    BRAID_TRY(ce_kernels_load(ce->step_kernel));
-    BRAID_CUDA_TRY(cudaMalloc((void**)&ce->mem, bytes));
-    BRAID_CUDA_TRY(cudaMemset(ce->mem, 0, BRAID_CE_FLAGS_BYTES));
-    BRAID_CUDA_TRY(cudaIpcGetMemHandle(&info.handle, ce->mem));
-    info.ptr = ce->mem;
-    INFO(BRAID_LOG_ALLOC, "copy-engine scratch: %u slots of %zu bytes at %p", ce->nslots,
-         ce->slot_bytes, ce->mem);
+  if (ce->usable && ce_scratch(ce, &info) != ncclSuccess) {
+    WARN("rank %d: copy-engine exchange left off, its scratch could not be set up (%u x %zu "
+         "bytes): %s", comm->rank, ce->nslots, ce->slot_bytes, braid_err_last());
+    (void)cudaGetLastError();
+    if (ce->mem) (void)cudaFree(ce->mem);
+    ce->mem = NULL;
+    ce->usable = 0;
   }
   info.pid_hash = comm->peers[comm->rank].pid_hash;
   info.cuda_dev = comm->cuda_dev;
@@ -192,8 +208,8 @@ ncclResult_t ce_connect(struct ncclComm* comm) {
   if (ce == NULL || ce->state != CE_SENT) return ncclSuccess;
   BRAID_TRY(bootstrap_recv(comm->bootstrap, peer, CE_TAG, &theirs, sizeof theirs));
   if (!ce->usable || !theirs.usable) {
-    INFO(BRAID_LOG_INIT, "copy-engine exchange off: rank %d cannot run it (stream memory "
-         "operations or kernels missing)", ce->usable ? peer : comm->rank);
+    INFO(BRAID_LOG_INIT, "copy-engine exchange off: rank %d cannot run it (no kernels, no "
+         "driver copy, or no scratch)", ce->usable ? peer : comm->rank);
     ce->state = CE_UNUSABLE; /* both ranks conclude the same */
     return ncclSuccess;
   }

@@ -78,6 +78,7 @@ struct ncclComm {
   uint32_t split_next, split_turn;   /* split jobs of this parent run one at a time, in call order */
   struct braid_watchdog* watchdog;   /* op ledger and hang verdicts (watchdog.c) */
   struct braid_ce* ce;               /* copy-engine exchange (ce.c), or NULL */
+  int ce_wanted;                     /* an operation asked for it: set it up at the next connect */
 
   volatile braid_comm_state_t state;
   volatile ncclResult_t async_error; /* ncclInProgress while a nonblocking init runs */

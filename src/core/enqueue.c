@@ -69,6 +69,10 @@ static int enq_p2p_nchannels(const struct ncclComm* comm, size_t bytes, int self
   return n > (size_t)max ? max : (int)n;
 }
 
+static size_t enq_op_bytes(const struct braid_op* op) {
+  return op ? op->count * redop_type_size(op->dtype) : 0;
+}
+
 /* The message size as nccl-tests reports it, which the tuning model is calibrated on. */
 static size_t enq_tune_bytes(const struct ncclComm* comm, const struct braid_op* op) {
   size_t bytes = op->count * redop_type_size(op->dtype);
@@ -268,6 +272,7 @@ void enqueue_p2p_needs(struct ncclComm* comm) {
     struct braid_tune_choice choice;
     if (op->coll == BRAID_COLL_SENDRECV) {
       transport_p2p_need(comm, op->peer, op->is_send, comm->channels->p2p_nchannels);
+      if (op->peer != comm->rank && ce_candidate(comm, enq_op_bytes(op))) ce_want(comm);
       continue;
     }
     /* The copy-engine exchange's scratch; the kernels' connections too, should it be off. */
@@ -496,11 +501,68 @@ fail:
   return res;
 }
 
+static int enq_overlap(const void* a, size_t na, const void* b, size_t nb) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return x < y + nb && y < x + na;
+}
+
+/*
+ * Two ranks joined by P2P: the i-th send to the peer and the i-th receive
+ * from it, of one size, go as a copy-engine exchange (core/ce.c) where it is
+ * on for that size; the i-th self send/receive of the same size rides along
+ * (the exchange's kernel copies it while the peer's data travels: the shape
+ * of a two-rank all-to-all). Both ranks see the same pairs, so they agree.
+ * Marks the pairs taken in taken[2 * i] (to the peer) and taken[2 * i + 1]
+ * (to itself).
+ */
+static ncclResult_t enq_p2p_ce(struct ncclComm* comm, struct launch_plan* plan, cudaStream_t stream,
+                               enum cudaStreamCaptureStatus capture, unsigned char* taken) {
+  ncclResult_t res = ncclSuccess;
+  const struct braid_group_comm* g = comm->group;
+  const int me = comm->rank, peer = 1 - comm->rank;
+  for (int i = 0;; i++) {
+    const struct braid_op* s = enq_p2p_find(g, peer, 1, i);
+    const struct braid_op* r = enq_p2p_find(g, peer, 0, i);
+    if (s == NULL && r == NULL) break;
+    size_t bytes = enq_op_bytes(s);
+    if (s == NULL || r == NULL || bytes == 0 || enq_op_bytes(r) != bytes ||
+        !ce_ready(comm, bytes, capture != cudaStreamCaptureStatusNone))
+      continue;
+    struct braid_ce_op ce;
+    memset(&ce, 0, sizeof ce);
+    ce.send = s->sendbuff;
+    ce.out = r->recvbuff;
+    ce.count = bytes;
+    ce.dtype = ncclUint8;
+    const struct braid_op* s0 = enq_p2p_find(g, me, 1, i);
+    const struct braid_op* r0 = enq_p2p_find(g, me, 0, i);
+    if (s0 && r0 && enq_op_bytes(s0) == bytes && enq_op_bytes(r0) == bytes &&
+        !enq_overlap(r0->recvbuff, bytes, s->sendbuff, bytes)) {
+      ce.own = s0->sendbuff;
+      ce.own_out = r0->recvbuff == s0->sendbuff ? NULL : r0->recvbuff;
+      taken[2 * i + 1] = 1;
+    }
+    if (plan->args.nwork > 0) BRAID_TRY(enq_launch(comm, plan, stream, capture));
+    INFO(BRAID_LOG_TUNING, "SendRecv %zu bytes on 2 ranks%s: through the copy engines", bytes,
+         ce.own ? " with the self copy" : "");
+    BRAID_TRY(enq_ce_run(comm, &ce, stream, 0));
+    taken[2 * i] = 1;
+  }
+  return ncclSuccess;
+fail:
+  return res;
+}
+
 static ncclResult_t enq_p2p_works(struct ncclComm* comm, struct launch_plan* plan,
                                   cudaStream_t stream, enum cudaStreamCaptureStatus capture) {
   ncclResult_t res = ncclSuccess;
   const struct braid_group_comm* g = comm->group;
   int n = comm->nranks;
+  unsigned char* taken = NULL; /* enq_p2p_ce's pairs */
+  if (n == 2 && comm->ce_wanted) {
+    BRAID_TRY(BRAID_CALLOC(&taken, 2 * (size_t)g->nops + 2, "copy-engine pairs"));
+    BRAID_TRY(enq_p2p_ce(comm, plan, stream, capture, taken));
+  }
   for (int d = 0; d < n; d++) {
     int to = (comm->rank + d) % n, from = (comm->rank - d + n) % n;
     for (int i = 0;; i++) {
@@ -514,14 +576,17 @@ static ncclResult_t enq_p2p_works(struct ncclComm* comm, struct launch_plan* pla
                     "same group (every self-send needs a self-recv)",
                     comm->rank);
       }
+      if (taken && taken[2 * i + (d == 0)]) continue; /* gone through the copy engines */
       struct braid_work w;
       BRAID_TRY(enq_p2p_fill(comm, &w, s, r));
       if (w.nchannels == 0) continue; /* only empty messages: nothing moves */
       BRAID_TRY(enq_add_work(comm, plan, &w, stream, capture));
     }
   }
+  free(taken);
   return ncclSuccess;
 fail:
+  free(taken);
   return res;
 }
 

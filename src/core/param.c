@@ -89,9 +89,10 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "from 8 MB); the same on every rank."),
   ROW(CE_MIN_BYTES, NULL, INT, "0",
       "Two ranks joined by P2P: smallest all-reduce, reduce-scatter or all-gather (in bytes, as "
-      "nccl-tests counts its size) whose data moves through the copy engines (cudaMemcpyAsync "
-      "into the peer's scratch) instead of the ring's kernels; not under stream capture. 0 "
-      "(default): never, until measured on the 2x H200. The same on every rank."),
+      "nccl-tests counts its size), or send/receive pair of one size each way (bytes per "
+      "message), whose data moves through the copy engines (copies into the peer's scratch) "
+      "instead of the kernels; not under stream capture. 0 (default): never, until measured "
+      "on the 2x H200. The same on every rank."),
   ROW(CE_SLOT_BYTES, NULL, INT, "16777216",
       "Copy-engine exchange: bytes per scratch slot (the largest chunk), 1 MB to 1 GB; the same "
       "on every rank."),
