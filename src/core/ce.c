@@ -8,13 +8,14 @@
  * rank here hands its data to the copy engines, chunk by chunk, into scratch
  * slots in the peer's memory, and runs one small kernel that takes the
  * peer's chunks as they land in its own slots: reduced with its own data
- * (all-reduce, reduce-scatter) or copied (all-gather, send/receive). The
+ * (all-reduce, reduce-scatter) or copied (all-gather, broadcast, send/receive). The
  * links carry the same bytes as the kernels'; the SMs only reduce or copy
  * within local memory.
  *
  * Each rank has one allocation: a flag page (ce_args.h's braid_ce_flags)
- * and `nslots` slots. Chunks are numbered over the communicator's life,
- * alike on both ranks (both split every operation the same way); chunk g
+ * and `nslots` slots. Chunks are numbered over the communicator's life, in
+ * each direction (a rank's send_seq is the peer's recv_seq: both chunk a
+ * direction alike, from its size), so one side may send nothing; chunk g
  * goes to slot g % nslots, on copy stream g % 2 (two streams, so one copies
  * while the other steps). On chunk g's copy stream:
  *   step: publish the stream's previous chunk p (the peer's arrived[p's slot]
@@ -72,7 +73,8 @@ struct braid_ce {
   void* opened;           /* IPC mapping to close, or NULL (same process) */
   size_t slot_bytes;
   uint32_t nslots;
-  uint64_t seq;           /* chunks so far, each way */
+  uint64_t send_seq;      /* chunks sent so far (the peer's recv_seq) */
+  uint64_t recv_seq;      /* chunks received so far (the peer's send_seq) */
   cudaStream_t copy[2];   /* the copy engines' work: chunk g on copy[g % 2] */
   cudaStream_t aux;       /* reading the flag page at free */
   cudaEvent_t fork, join[2];
@@ -258,57 +260,31 @@ static size_t ce_chunk_bytes(const struct braid_ce* ce, size_t bytes) {
   return want < ce->slot_bytes ? want : ce->slot_bytes;
 }
 
-static int ce_overlap(const void* a, const void* b, size_t bytes) {
+static int ce_overlap(const void* a, size_t na, const void* b, size_t nb) {
   uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return x < y + bytes && y < x + bytes;
+  return na > 0 && nb > 0 && x < y + nb && y < x + na;
 }
 
-ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cudaStream_t stream,
-                         uint64_t ledger_seq) {
+static ncclResult_t ce_launch(const struct braid_ce_args* a, int dtype, int devop, int grid,
+                              cudaStream_t stream) {
   ncclResult_t res = ncclSuccess;
-  struct braid_ce* ce = comm->ce;
-  const size_t esize = redop_type_size(op->dtype);
-  const size_t bytes = op->count * esize;
-  const size_t chunk = ce_chunk_bytes(ce, bytes) / esize * esize; /* 1 MB multiples hold any type */
-  const uint64_t nchunks = (bytes + chunk - 1) / chunk;
-  struct braid_ce_args a;
-  memset(&a, 0, sizeof a);
-  a.comm = comm->dev->comm;
-  a.flags = (struct braid_ce_flags*)ce->mem;
-  a.peer_freed = ((struct braid_ce_flags*)ce->peer_mem)->freed;
-  a.slots = ce->mem + BRAID_CE_FLAGS_BYTES;
-  a.own = op->own;
-  a.out = op->out;
-  a.count = op->count;
-  a.chunk_elems = chunk / esize;
-  a.slot_bytes = ce->slot_bytes;
-  a.scalar = op->scalar;
-  a.scalar_device = op->scalar_device;
-  a.ledger_seq = ledger_seq;
-  a.seq0 = (uint32_t)ce->seq;
-  a.nslots = ce->nslots;
-  a.own_out = op->reduce ? NULL : op->own_out;
-  a.mode = op->reduce ? BRAID_CE_REDUCE : BRAID_CE_COPY;
-  a.mine_first = comm->rank == 0;
-  a.wait_sent = ce_overlap(op->send, op->out, bytes); /* in place */
-  int devop = op->reduce ? op->devop : 0;
-  int dtype = op->reduce ? op->dtype : ncclUint8;
-  if (!op->reduce) { /* a copy moves bytes, whatever the type */
-    a.count = bytes;
-    a.chunk_elems = chunk;
-  }
-  /* The copy streams start after what the user's stream holds (the data to send is ready). */
-  BRAID_CUDA_TRY(cudaEventRecord(ce->fork, stream));
-  for (int i = 0; i < 2; i++) BRAID_CUDA_TRY(cudaStreamWaitEvent(ce->copy[i], ce->fork, 0));
-  {
-    void* params[] = {&a};
-    dim3 g = {BRAID_CE_BLOCKS, 1, 1}, b = {BRAID_CE_THREADS, 1, 1};
-    BRAID_CUDA_TRY(cudaLaunchKernel(braid_ce_kernel_table[dtype][devop], g, b, params, 0, stream));
-  }
+  void* params[] = {(void*)a};
+  dim3 g = {(unsigned)grid, 1, 1}, b = {BRAID_CE_THREADS, 1, 1};
+  BRAID_CUDA_TRY(cudaLaunchKernel(braid_ce_kernel_table[dtype][devop], g, b, params, 0, stream));
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+/* Sends `bytes` from `src` in chunks of `chunk` on the copy streams (top comment). */
+static ncclResult_t ce_send(struct ncclComm* comm, struct braid_ce* ce, const char* src,
+                            size_t bytes, size_t chunk, int publish_sent) {
+  ncclResult_t res = ncclSuccess;
+  const uint64_t nchunks = bytes == 0 ? 0 : (bytes + chunk - 1) / chunk;
   /* Per copy stream, the chunk it copied last and has yet to publish (-1: none). */
   int64_t unpublished[2] = {-1, -1};
   for (uint64_t k = 0; k <= nchunks; k++) {
-    const uint64_t g = ce->seq + k;
+    const uint64_t g = ce->send_seq + k;
     for (int i = 0; i < 2; i++) {
       /* Before chunk g's copy on its stream; after the last chunk, on both streams. */
       if (k < nchunks && (uint64_t)i != (g & 1)) continue;
@@ -318,7 +294,7 @@ ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cu
       if (unpublished[i] >= 0) {
         const uint64_t p = (uint64_t)unpublished[i];
         st.arrived = (uint32_t*)(ce->peer_mem + CE_ARRIVED(p % ce->nslots));
-        st.sent = a.wait_sent ? (uint32_t*)(ce->mem + CE_SENT(i)) : NULL;
+        st.sent = publish_sent ? (uint32_t*)(ce->mem + CE_SENT(i)) : NULL;
         st.value = (uint32_t)(p + 1);
       }
       if (k < nchunks && g >= ce->nslots) { /* the slot held chunk g - nslots: the peer must be done */
@@ -336,21 +312,85 @@ ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cu
     const size_t len = bytes - k * chunk < chunk ? bytes - k * chunk : chunk;
     CUresult r = ce->copy_fn(
         (CUdeviceptr)(uintptr_t)(ce->peer_mem + BRAID_CE_FLAGS_BYTES + (g % ce->nslots) * ce->slot_bytes),
-        (CUdeviceptr)(uintptr_t)((const char*)op->send + k * chunk), len, (CUstream)ce->copy[g & 1]);
+        (CUdeviceptr)(uintptr_t)(src + k * chunk), len, (CUstream)ce->copy[g & 1]);
     BRAID_CHECK(r == CUDA_SUCCESS, ncclUnhandledCudaError,
                 "rank %d: cuMemcpyDtoDAsync of %zu bytes to rank %d's copy-engine slot failed "
                 "(CUresult %d)",
                 comm->rank, len, 1 - comm->rank, (int)r);
     unpublished[g & 1] = (int64_t)g;
   }
-  ce->seq += nchunks;
+  ce->send_seq += nchunks;
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cudaStream_t stream,
+                         uint64_t ledger_seq) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_ce* ce = comm->ce;
+  const size_t esize = redop_type_size(op->dtype);
+  const size_t send_bytes = op->send_count * esize, recv_bytes = op->count * esize;
+  /* Both ends of a direction chunk it alike: from its size (1 MB multiples hold any type). */
+  const size_t send_chunk = ce_chunk_bytes(ce, send_bytes) / esize * esize;
+  const size_t recv_chunk = ce_chunk_bytes(ce, recv_bytes) / esize * esize;
+  const uint64_t nrecv = recv_bytes == 0 ? 0 : (recv_bytes + recv_chunk - 1) / recv_chunk;
+  const uint64_t nsend = send_bytes == 0 ? 0 : (send_bytes + send_chunk - 1) / send_chunk;
+  struct braid_ce_args a;
+  memset(&a, 0, sizeof a);
+  a.comm = comm->dev->comm;
+  a.flags = (struct braid_ce_flags*)ce->mem;
+  a.peer_freed = ((struct braid_ce_flags*)ce->peer_mem)->freed;
+  a.slots = ce->mem + BRAID_CE_FLAGS_BYTES;
+  a.own = op->own;
+  a.out = op->out;
+  a.count = op->count;
+  a.chunk_elems = recv_chunk / esize;
+  a.slot_bytes = ce->slot_bytes;
+  a.scalar = op->scalar;
+  a.scalar_device = op->scalar_device;
+  a.ledger_seq = ledger_seq;
+  a.seq0 = (uint32_t)ce->recv_seq;
+  a.nslots = ce->nslots;
+  a.own_out = op->reduce ? NULL : op->own_out;
+  a.mode = op->reduce ? BRAID_CE_REDUCE : BRAID_CE_COPY;
+  a.mine_first = comm->rank == 0;
+  /*
+   * The output overlaps what goes out (in place): chunk k may be written once this rank's
+   * chunk k is copied out, where both directions are chunked alike; else once all of it is.
+   */
+  if (ce_overlap(op->send, send_bytes, op->out, recv_bytes)) {
+    if (send_bytes == recv_bytes) {
+      a.wait_sent = BRAID_CE_SENT_CHUNK;
+      a.sent0 = (uint32_t)ce->send_seq;
+    } else {
+      a.wait_sent = BRAID_CE_SENT_ALL;
+      for (uint64_t g = ce->send_seq; g < ce->send_seq + nsend; g++) a.sent_all[g & 1] = (uint32_t)(g + 1);
+    }
+  }
+  int devop = op->reduce ? op->devop : 0;
+  int dtype = op->reduce ? op->dtype : ncclUint8;
+  if (!op->reduce) { /* a copy moves bytes, whatever the type */
+    a.count = recv_bytes;
+    a.chunk_elems = recv_chunk;
+  }
+  /* The copy streams start after what the user's stream holds (the data to send is ready). */
+  BRAID_CUDA_TRY(cudaEventRecord(ce->fork, stream));
+  for (int i = 0; i < 2; i++) BRAID_CUDA_TRY(cudaStreamWaitEvent(ce->copy[i], ce->fork, 0));
+  /* The kernel first: it must be running before the copy streams' waits are queued. */
+  if (nrecv > 0) BRAID_TRY(ce_launch(&a, dtype, devop, BRAID_CE_BLOCKS, stream));
+  BRAID_TRY(ce_send(comm, ce, op->send, send_bytes, send_chunk, a.wait_sent != 0));
+  ce->recv_seq += nrecv;
   /* The user's stream goes on once this rank's data is out too (its buffer may be reused). */
   for (int i = 0; i < 2; i++) {
     BRAID_CUDA_TRY(cudaEventRecord(ce->join[i], ce->copy[i]));
     BRAID_CUDA_TRY(cudaStreamWaitEvent(stream, ce->join[i], 0));
   }
-  TRACE(BRAID_LOG_COLL, "copy-engine exchange: %zu bytes in %llu chunks of %zu, %s", bytes,
-        (unsigned long long)nchunks, chunk, op->reduce ? "reduced" : "copied");
+  /* Nothing received: the ledger hears from a kernel of no chunks once the sends are done. */
+  if (nrecv == 0 && ledger_seq != 0) BRAID_TRY(ce_launch(&a, dtype, devop, BRAID_CE_BLOCKS, stream));
+  TRACE(BRAID_LOG_COLL, "copy-engine exchange: %zu bytes out in %llu chunks, %zu in in %llu, %s",
+        send_bytes, (unsigned long long)nsend, recv_bytes, (unsigned long long)nrecv,
+        op->reduce ? "reduced" : "copied");
   return ncclSuccess;
 fail:
   return res;
@@ -364,12 +404,13 @@ fail:
 static void ce_wait_peer_done(struct ncclComm* comm, struct braid_ce* ce) {
   struct braid_ce_flags f;
   double start = braid_time_sec();
-  while (ce->seq > 0 && !*comm->abort_flag && braid_time_sec() - start < 5.0) {
+  while (ce->send_seq > 0 && !*comm->abort_flag && braid_time_sec() - start < 5.0) {
     if (cudaMemcpyAsync(&f, ce->mem, sizeof f, cudaMemcpyDeviceToHost, ce->aux) != cudaSuccess ||
         cudaStreamSynchronize(ce->aux) != cudaSuccess)
       break;
     int done = 1;
-    for (uint64_t g = ce->seq > ce->nslots ? ce->seq - ce->nslots : 0; g < ce->seq; g++)
+    for (uint64_t g = ce->send_seq > ce->nslots ? ce->send_seq - ce->nslots : 0; g < ce->send_seq;
+         g++)
       if ((int32_t)(f.freed[g % ce->nslots] - (uint32_t)(g + 1)) < 0) done = 0;
     if (done) return;
     usleep(100);

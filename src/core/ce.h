@@ -15,14 +15,15 @@
 
 struct ncclComm;
 
-/* One exchange: both ranks call with the same sizes. */
+/* One exchange: a rank's send_count is the peer's count (either may be 0). */
 struct braid_ce_op {
-  const void* send;     /* what goes to the peer: count elements */
+  const void* send;     /* what goes to the peer: send_count elements */
+  size_t send_count;
   const void* own;      /* this rank's data: reduced with the peer's, or copied to own_out */
   void* out;            /* where the peer's value (reduced with own) lands: count elements */
   void* own_out;        /* copy: where `own` goes (NULL: nowhere, or already there) */
   int reduce;           /* 1: out = op(rank 0's, rank 1's); 0: out = the peer's */
-  size_t count;
+  size_t count;         /* elements received (own and own_out hold as many) */
   ncclDataType_t dtype;
   int devop;            /* braid_devop_t */
   uint64_t scalar;

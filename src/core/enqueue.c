@@ -119,7 +119,7 @@ static int enq_pair_ok(const struct ncclComm* comm, const struct braid_op* op, i
 /* The collectives the copy-engine exchange runs (core/ce.c). */
 static int enq_ce_coll(int coll) {
   return coll == BRAID_COLL_ALLREDUCE || coll == BRAID_COLL_REDUCESCATTER ||
-         coll == BRAID_COLL_ALLGATHER;
+         coll == BRAID_COLL_ALLGATHER || coll == BRAID_COLL_BROADCAST;
 }
 
 /*
@@ -136,7 +136,8 @@ static int enq_ce_scalar_ok(const struct braid_op* op) {
  * all-reduce sends everything and reduces what comes; reduce-scatter sends
  * the peer's part and reduces into its own; all-gather sends its part and
  * copies what comes into the peer's place (its own part goes to its place in
- * the kernel meanwhile).
+ * the kernel meanwhile); broadcast's root sends (its own copy is the
+ * caller's, enq_ce_root_copy), the other rank receives.
  */
 static int enq_ce_op(const struct ncclComm* comm, const struct braid_op* op, int capturing,
                      struct braid_ce_op* ce) {
@@ -146,12 +147,12 @@ static int enq_ce_op(const struct ncclComm* comm, const struct braid_op* op, int
   const size_t bytes = op->count * redop_type_size(op->dtype);
   const int me = comm->rank, peer = 1 - comm->rank;
   memset(ce, 0, sizeof *ce);
-  ce->count = op->count;
+  ce->count = ce->send_count = op->count;
   ce->dtype = op->dtype;
   ce->devop = op->devop;
   ce->scalar = op->scalar;
   ce->scalar_device = (op->work_flags & BRAID_WORK_SCALAR_DEVICE) != 0;
-  ce->reduce = op->coll != BRAID_COLL_ALLGATHER;
+  ce->reduce = op->coll == BRAID_COLL_ALLREDUCE || op->coll == BRAID_COLL_REDUCESCATTER;
   if (op->coll == BRAID_COLL_ALLREDUCE) {
     ce->send = ce->own = op->sendbuff;
     ce->out = op->recvbuff;
@@ -159,13 +160,35 @@ static int enq_ce_op(const struct ncclComm* comm, const struct braid_op* op, int
     ce->send = (const char*)op->sendbuff + peer * bytes;
     ce->own = (const char*)op->sendbuff + me * bytes;
     ce->out = op->recvbuff;
-  } else {
+  } else if (op->coll == BRAID_COLL_ALLGATHER) {
     ce->send = ce->own = op->sendbuff;
     ce->out = (char*)op->recvbuff + peer * bytes;
     char* mine = (char*)op->recvbuff + me * bytes;
     ce->own_out = mine == op->sendbuff ? NULL : mine; /* in place: already there */
+  } else { /* broadcast */
+    ce->dtype = ncclUint8;
+    ce->count = ce->send_count = bytes;
+    if (op->root == me) {
+      ce->send = op->sendbuff;
+      ce->count = 0;
+    } else {
+      ce->out = op->recvbuff;
+      ce->send_count = 0;
+    }
   }
   return 1;
+}
+
+/* Broadcast's root keeps its own data: recvbuff from sendbuff, unless in place. */
+static ncclResult_t enq_ce_root_copy(const struct ncclComm* comm, const struct braid_op* op,
+                                     cudaStream_t stream) {
+  ncclResult_t res = ncclSuccess;
+  if (op->coll == BRAID_COLL_BROADCAST && op->root == comm->rank && op->sendbuff != op->recvbuff)
+    BRAID_CUDA_TRY(cudaMemcpyAsync(op->recvbuff, op->sendbuff, enq_op_bytes(op),
+                                   cudaMemcpyDeviceToDevice, stream));
+  return ncclSuccess;
+fail:
+  return res;
 }
 
 static int enq_is_reduction(int coll) {
@@ -503,13 +526,13 @@ fail:
 
 static int enq_overlap(const void* a, size_t na, const void* b, size_t nb) {
   uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return x < y + nb && y < x + na;
+  return na > 0 && nb > 0 && x < y + nb && y < x + na;
 }
 
 /*
  * Two ranks joined by P2P: the i-th send to the peer and the i-th receive
- * from it, of one size, go as a copy-engine exchange (core/ce.c) where it is
- * on for that size; the i-th self send/receive of the same size rides along
+ * from it (either may be missing) go as a copy-engine exchange (core/ce.c)
+ * where it is on for the larger; the i-th self send/receive of the received size rides along
  * (the exchange's kernel copies it while the peer's data travels: the shape
  * of a two-rank all-to-all). Both ranks see the same pairs, so they agree.
  * Marks the pairs taken in taken[2 * i] (to the peer) and taken[2 * i + 1]
@@ -524,27 +547,28 @@ static ncclResult_t enq_p2p_ce(struct ncclComm* comm, struct launch_plan* plan, 
     const struct braid_op* s = enq_p2p_find(g, peer, 1, i);
     const struct braid_op* r = enq_p2p_find(g, peer, 0, i);
     if (s == NULL && r == NULL) break;
-    size_t bytes = enq_op_bytes(s);
-    if (s == NULL || r == NULL || bytes == 0 || enq_op_bytes(r) != bytes ||
-        !ce_ready(comm, bytes, capture != cudaStreamCaptureStatusNone))
+    /* The peer sees the same two sizes, swapped: the larger decides on both ranks. */
+    const size_t out_bytes = enq_op_bytes(s), in_bytes = enq_op_bytes(r);
+    if (!ce_ready(comm, BRAID_MAX(out_bytes, in_bytes), capture != cudaStreamCaptureStatusNone))
       continue;
     struct braid_ce_op ce;
     memset(&ce, 0, sizeof ce);
-    ce.send = s->sendbuff;
-    ce.out = r->recvbuff;
-    ce.count = bytes;
+    ce.send = s ? s->sendbuff : NULL;
+    ce.send_count = out_bytes;
+    ce.out = r ? r->recvbuff : NULL;
+    ce.count = in_bytes;
     ce.dtype = ncclUint8;
     const struct braid_op* s0 = enq_p2p_find(g, me, 1, i);
     const struct braid_op* r0 = enq_p2p_find(g, me, 0, i);
-    if (s0 && r0 && enq_op_bytes(s0) == bytes && enq_op_bytes(r0) == bytes &&
-        !enq_overlap(r0->recvbuff, bytes, s->sendbuff, bytes)) {
+    if (in_bytes > 0 && s0 && r0 && enq_op_bytes(s0) == in_bytes &&
+        enq_op_bytes(r0) == in_bytes && !enq_overlap(r0->recvbuff, in_bytes, ce.send, out_bytes)) {
       ce.own = s0->sendbuff;
       ce.own_out = r0->recvbuff == s0->sendbuff ? NULL : r0->recvbuff;
       taken[2 * i + 1] = 1;
     }
     if (plan->args.nwork > 0) BRAID_TRY(enq_launch(comm, plan, stream, capture));
-    INFO(BRAID_LOG_TUNING, "SendRecv %zu bytes on 2 ranks%s: through the copy engines", bytes,
-         ce.own ? " with the self copy" : "");
+    INFO(BRAID_LOG_TUNING, "SendRecv %zu bytes out, %zu in on 2 ranks%s: through the copy engines",
+         out_bytes, in_bytes, ce.own ? " with the self copy" : "");
     BRAID_TRY(enq_ce_run(comm, &ce, stream, 0));
     taken[2 * i] = 1;
   }
@@ -634,7 +658,8 @@ ncclResult_t enqueue_launch(struct ncclComm* comm) {
       INFO(BRAID_LOG_TUNING, "%s %zu elements on 2 ranks: through the copy engines",
            braid_coll_name(op->coll), op->count);
       uint64_t seq = i == ce_last ? watchdog_launch_seq(comm, 0, BRAID_CE_BLOCKS) : 0;
-      res = enq_ce_run(comm, &ce, stream, seq);
+      res = enq_ce_root_copy(comm, op, stream);
+      if (res == ncclSuccess) res = enq_ce_run(comm, &ce, stream, seq);
       if (res != ncclSuccess) {
         watchdog_forget_pending(comm);
         goto fail;

@@ -88,9 +88,9 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "(on one shared H200 faster than the ring from 32 KB to 512 KB, even at 2 MB, slower "
       "from 8 MB); the same on every rank."),
   ROW(CE_MIN_BYTES, NULL, INT, "0",
-      "Two ranks joined by P2P: smallest all-reduce, reduce-scatter or all-gather (in bytes, as "
-      "nccl-tests counts its size), or send/receive pair of one size each way (bytes per "
-      "message), whose data moves through the copy engines (copies into the peer's scratch) "
+      "Two ranks joined by P2P: smallest all-reduce, reduce-scatter, all-gather or broadcast "
+      "(in bytes, as nccl-tests counts its size), or send/receive (the larger message of a "
+      "pair), whose data moves through the copy engines (copies into the peer's scratch) "
       "instead of the kernels; not under stream capture. 0 (default): never, until measured "
       "on the 2x H200. The same on every rank."),
   ROW(CE_SLOT_BYTES, NULL, INT, "16777216",

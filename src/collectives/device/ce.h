@@ -85,8 +85,12 @@ __global__ void __launch_bounds__(BRAID_CE_THREADS)
     if (threadIdx.x == 0) {
       stop = 0;
       int spins = 0;
+      const uint32_t s = a.sent0 + (uint32_t)k;
       while (!ce_reached(&a.flags->arrived[slot], g + 1) ||
-             (a.wait_sent && !ce_reached(&a.flags->sent[g & 1], g + 1))) {
+             (a.wait_sent == BRAID_CE_SENT_CHUNK && !ce_reached(&a.flags->sent[s & 1], s + 1)) ||
+             (a.wait_sent == BRAID_CE_SENT_ALL &&
+              (!ce_reached(&a.flags->sent[0], a.sent_all[0]) ||
+               !ce_reached(&a.flags->sent[1], a.sent_all[1])))) {
         if (++spins == BRAID_CE_ABORT_CHECK_SPINS) {
           spins = 0;
           if (*a.comm->abort_flag) {

@@ -40,6 +40,13 @@ enum braid_ce_mode {
   BRAID_CE_COPY = 1    /* out = the peer's value (and own_out = own, where given) */
 };
 
+/* When the kernel may write its output, where that overlaps what this rank sends. */
+enum braid_ce_sent {
+  BRAID_CE_SENT_NONE = 0,  /* no overlap */
+  BRAID_CE_SENT_CHUNK = 1, /* chunk k once this rank's chunk k is out (both directions alike) */
+  BRAID_CE_SENT_ALL = 2    /* anything once all of this rank's chunks are out */
+};
+
 struct braid_ce_args {
   struct braid_dev_comm* comm;  /* the abort flag and the ledger */
   struct braid_ce_flags* flags; /* this rank's */
@@ -53,11 +60,13 @@ struct braid_ce_args {
   uint64_t slot_bytes;
   uint64_t scalar;              /* PreMulSum: the scalar's bits, or a device pointer to it */
   uint64_t ledger_seq;          /* 0: no ledger report */
-  uint32_t seq0;                /* the operation's first chunk */
+  uint32_t seq0;                /* the operation's first chunk received */
   uint32_t nslots;
   int32_t mode;                 /* braid_ce_mode */
   int32_t mine_first;           /* REDUCE: this rank is rank 0, its value goes first */
-  int32_t wait_sent;            /* out overlaps what this rank's copy stream reads */
+  int32_t wait_sent;            /* braid_ce_sent: out overlaps what this rank's copies read */
+  uint32_t sent0;               /* SENT_CHUNK: this rank's first chunk sent */
+  uint32_t sent_all[2];         /* SENT_ALL: what sent[i] must reach first (0: nothing) */
   int32_t scalar_device;        /* `scalar` is a device pointer */
 };
 
