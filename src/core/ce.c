@@ -67,19 +67,19 @@ enum ce_state { CE_NONE = 0, CE_SENT, CE_READY, CE_UNUSABLE };
 
 struct braid_ce {
   enum ce_state state;
-  int usable;             /* this rank can: kernels, the driver's copy, its scratch allocated */
-  char* mem;              /* flag page, then the slots */
-  char* peer_mem;         /* the peer's, as mapped here */
-  void* opened;           /* IPC mapping to close, or NULL (same process) */
+  int usable;     /* this rank can: kernels, the driver's copy, its scratch allocated */
+  char* mem;      /* flag page, then the slots */
+  char* peer_mem; /* the peer's, as mapped here */
+  void* opened;   /* IPC mapping to close, or NULL (same process) */
   size_t slot_bytes;
   uint32_t nslots;
-  uint64_t send_seq;      /* chunks sent so far (the peer's recv_seq) */
-  uint64_t recv_seq;      /* chunks received so far (the peer's send_seq) */
-  cudaStream_t copy[2];   /* the copy engines' work: chunk g on copy[g % 2] */
-  cudaStream_t aux;       /* reading the flag page at free */
+  uint64_t send_seq;    /* chunks sent so far (the peer's recv_seq) */
+  uint64_t recv_seq;    /* chunks received so far (the peer's send_seq) */
+  cudaStream_t copy[2]; /* the copy engines' work: chunk g on copy[g % 2] */
+  cudaStream_t aux;     /* reading the flag page at free */
   cudaEvent_t fork, join[2];
   const void* step_kernel;
-  ce_copy_fn copy_fn;     /* cuMemcpyDtoDAsync */
+  ce_copy_fn copy_fn; /* cuMemcpyDtoDAsync */
 };
 
 struct ce_info {
@@ -103,7 +103,10 @@ static uint32_t ce_nslots(void) {
   int64_t v = braid_param_int(BRAID_P_CE_NSLOTS);
   if (v < 2) v = 2;
   if (v > BRAID_CE_MAX_SLOTS) v = BRAID_CE_MAX_SLOTS;
-  return (uint32_t)v;
+  /* A power of two: the kernel's 32-bit chunk numbers then pick the host's 64-bit ones' slots. */
+  uint32_t p = 2;
+  while (p * 2 <= (uint64_t)v) p *= 2;
+  return p;
 }
 
 int ce_candidate(const struct ncclComm* comm, size_t bytes) {
@@ -162,7 +165,10 @@ static ncclResult_t ce_scratch(struct braid_ce* ce, struct ce_info* info) {
   size_t bytes = BRAID_CE_FLAGS_BYTES + ce->nslots * ce->slot_bytes;
   BRAID_TRY(ce_kernels_load(ce->step_kernel));
   BRAID_CUDA_TRY(cudaMalloc((void**)&ce->mem, bytes));
-  BRAID_CUDA_TRY(cudaMemset(ce->mem, 0, BRAID_CE_FLAGS_BYTES));
+  /* Zeroed before the peer learns the address (a legacy-stream memset may still be queued). */
+  BRAID_CUDA_TRY(cudaStreamCreateWithFlags(&ce->aux, cudaStreamNonBlocking));
+  BRAID_CUDA_TRY(cudaMemsetAsync(ce->mem, 0, BRAID_CE_FLAGS_BYTES, ce->aux));
+  BRAID_CUDA_TRY(cudaStreamSynchronize(ce->aux));
   BRAID_CUDA_TRY(cudaIpcGetMemHandle(&info->handle, ce->mem));
   info->ptr = ce->mem;
   INFO(BRAID_LOG_ALLOC, "copy-engine scratch: %u slots of %zu bytes at %p", ce->nslots,
@@ -183,8 +189,10 @@ ncclResult_t ce_setup(struct ncclComm* comm) {
   ce->nslots = ce_nslots();
   ce->usable = ce_usable_here(ce);
   if (ce->usable && ce_scratch(ce, &info) != ncclSuccess) {
-    WARN("rank %d: copy-engine exchange left off, its scratch could not be set up (%u x %zu "
-         "bytes): %s", comm->rank, ce->nslots, ce->slot_bytes, braid_err_last());
+    WARN(
+        "rank %d: copy-engine exchange left off, its scratch could not be set up (%u x %zu "
+        "bytes): %s",
+        comm->rank, ce->nslots, ce->slot_bytes, braid_err_last());
     (void)cudaGetLastError();
     if (ce->mem) (void)cudaFree(ce->mem);
     ce->mem = NULL;
@@ -210,8 +218,10 @@ ncclResult_t ce_connect(struct ncclComm* comm) {
   if (ce == NULL || ce->state != CE_SENT) return ncclSuccess;
   BRAID_TRY(bootstrap_recv(comm->bootstrap, peer, CE_TAG, &theirs, sizeof theirs));
   if (!ce->usable || !theirs.usable) {
-    INFO(BRAID_LOG_INIT, "copy-engine exchange off: rank %d cannot run it (no kernels, no "
-         "driver copy, or no scratch)", ce->usable ? peer : comm->rank);
+    INFO(BRAID_LOG_INIT,
+         "copy-engine exchange off: rank %d cannot run it (no kernels, no "
+         "driver copy, or no scratch)",
+         ce->usable ? peer : comm->rank);
     ce->state = CE_UNUSABLE; /* both ranks conclude the same */
     return ncclSuccess;
   }
@@ -239,7 +249,6 @@ ncclResult_t ce_connect(struct ncclComm* comm) {
     BRAID_CUDA_TRY(cudaStreamCreateWithFlags(&ce->copy[i], cudaStreamNonBlocking));
     BRAID_CUDA_TRY(cudaEventCreateWithFlags(&ce->join[i], cudaEventDisableTiming));
   }
-  BRAID_CUDA_TRY(cudaStreamCreateWithFlags(&ce->aux, cudaStreamNonBlocking));
   BRAID_CUDA_TRY(cudaEventCreateWithFlags(&ce->fork, cudaEventDisableTiming));
   ce->state = CE_READY;
   INFO(BRAID_LOG_INIT, "copy-engine exchange with rank %d ready", peer);
@@ -278,7 +287,7 @@ fail:
 
 /* Sends `bytes` from `src` in chunks of `chunk` on the copy streams (top comment). */
 static ncclResult_t ce_send(struct ncclComm* comm, struct braid_ce* ce, const char* src,
-                            size_t bytes, size_t chunk, int publish_sent) {
+                            size_t bytes, size_t chunk) {
   ncclResult_t res = ncclSuccess;
   const uint64_t nchunks = bytes == 0 ? 0 : (bytes + chunk - 1) / chunk;
   /* Per copy stream, the chunk it copied last and has yet to publish (-1: none). */
@@ -294,10 +303,12 @@ static ncclResult_t ce_send(struct ncclComm* comm, struct braid_ce* ce, const ch
       if (unpublished[i] >= 0) {
         const uint64_t p = (uint64_t)unpublished[i];
         st.arrived = (uint32_t*)(ce->peer_mem + CE_ARRIVED(p % ce->nslots));
-        st.sent = publish_sent ? (uint32_t*)(ce->mem + CE_SENT(i)) : NULL;
+        st.sent =
+            (uint32_t*)(ce->mem + CE_SENT(i)); /* always: a stale word could read as reached */
         st.value = (uint32_t)(p + 1);
       }
-      if (k < nchunks && g >= ce->nslots) { /* the slot held chunk g - nslots: the peer must be done */
+      if (k < nchunks &&
+          g >= ce->nslots) { /* the slot held chunk g - nslots: the peer must be done */
         st.freed = (const uint32_t*)(ce->mem + CE_FREED(g % ce->nslots));
         st.want = (uint32_t)(g - ce->nslots + 1);
       }
@@ -310,9 +321,10 @@ static ncclResult_t ce_send(struct ncclComm* comm, struct braid_ce* ce, const ch
     }
     if (k == nchunks) break;
     const size_t len = bytes - k * chunk < chunk ? bytes - k * chunk : chunk;
-    CUresult r = ce->copy_fn(
-        (CUdeviceptr)(uintptr_t)(ce->peer_mem + BRAID_CE_FLAGS_BYTES + (g % ce->nslots) * ce->slot_bytes),
-        (CUdeviceptr)(uintptr_t)(src + k * chunk), len, (CUstream)ce->copy[g & 1]);
+    CUresult r =
+        ce->copy_fn((CUdeviceptr)(uintptr_t)(ce->peer_mem + BRAID_CE_FLAGS_BYTES +
+                                             (g % ce->nslots) * ce->slot_bytes),
+                    (CUdeviceptr)(uintptr_t)(src + k * chunk), len, (CUstream)ce->copy[g & 1]);
     BRAID_CHECK(r == CUDA_SUCCESS, ncclUnhandledCudaError,
                 "rank %d: cuMemcpyDtoDAsync of %zu bytes to rank %d's copy-engine slot failed "
                 "(CUresult %d)",
@@ -336,6 +348,7 @@ ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cu
   const size_t recv_chunk = ce_chunk_bytes(ce, recv_bytes) / esize * esize;
   const uint64_t nrecv = recv_bytes == 0 ? 0 : (recv_bytes + recv_chunk - 1) / recv_chunk;
   const uint64_t nsend = send_bytes == 0 ? 0 : (send_bytes + send_chunk - 1) / send_chunk;
+  (void)nsend; /* the trace only */
   struct braid_ce_args a;
   memset(&a, 0, sizeof a);
   a.comm = comm->dev->comm;
@@ -359,13 +372,21 @@ ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cu
    * The output overlaps what goes out (in place): chunk k may be written once this rank's
    * chunk k is copied out, where both directions are chunked alike; else once all of it is.
    */
+  const char* send = op->send;
+  void* staged = NULL;
   if (ce_overlap(op->send, send_bytes, op->out, recv_bytes)) {
-    if (send_bytes == recv_bytes) {
+    if (op->send == op->out && send_bytes == recv_bytes) {
       a.wait_sent = BRAID_CE_SENT_CHUNK;
       a.sent0 = (uint32_t)ce->send_seq;
     } else {
-      a.wait_sent = BRAID_CE_SENT_ALL;
-      for (uint64_t g = ce->send_seq; g < ce->send_seq + nsend; g++) a.sent_all[g & 1] = (uint32_t)(g + 1);
+      /*
+       * Any other overlap: send from a copy. Waiting for all of this rank's chunks to be out
+       * before writing could deadlock (both ranks waiting on slots the other frees).
+       */
+      BRAID_CUDA_TRY(cudaMallocAsync(&staged, send_bytes, stream));
+      BRAID_CUDA_TRY(
+          cudaMemcpyAsync(staged, op->send, send_bytes, cudaMemcpyDeviceToDevice, stream));
+      send = staged;
     }
   }
   int devop = op->reduce ? op->devop : 0;
@@ -379,15 +400,17 @@ ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cu
   for (int i = 0; i < 2; i++) BRAID_CUDA_TRY(cudaStreamWaitEvent(ce->copy[i], ce->fork, 0));
   /* The kernel first: it must be running before the copy streams' waits are queued. */
   if (nrecv > 0) BRAID_TRY(ce_launch(&a, dtype, devop, BRAID_CE_BLOCKS, stream));
-  BRAID_TRY(ce_send(comm, ce, op->send, send_bytes, send_chunk, a.wait_sent != 0));
+  BRAID_TRY(ce_send(comm, ce, send, send_bytes, send_chunk));
   ce->recv_seq += nrecv;
   /* The user's stream goes on once this rank's data is out too (its buffer may be reused). */
   for (int i = 0; i < 2; i++) {
     BRAID_CUDA_TRY(cudaEventRecord(ce->join[i], ce->copy[i]));
     BRAID_CUDA_TRY(cudaStreamWaitEvent(stream, ce->join[i], 0));
   }
+  if (staged) BRAID_CUDA_TRY(cudaFreeAsync(staged, stream)); /* after the joins */
   /* Nothing received: the ledger hears from a kernel of no chunks once the sends are done. */
-  if (nrecv == 0 && ledger_seq != 0) BRAID_TRY(ce_launch(&a, dtype, devop, BRAID_CE_BLOCKS, stream));
+  if (nrecv == 0 && ledger_seq != 0)
+    BRAID_TRY(ce_launch(&a, dtype, devop, BRAID_CE_BLOCKS, stream));
   TRACE(BRAID_LOG_COLL, "copy-engine exchange: %zu bytes out in %llu chunks, %zu in in %llu, %s",
         send_bytes, (unsigned long long)nsend, recv_bytes, (unsigned long long)nrecv,
         op->reduce ? "reduced" : "copied");
@@ -415,6 +438,11 @@ static void ce_wait_peer_done(struct ncclComm* comm, struct braid_ce* ce) {
     if (done) return;
     usleep(100);
   }
+  if (!*comm->abort_flag)
+    WARN(
+        "rank %d: rank %d did not finish with this rank's last copy-engine chunks within 5 s; "
+        "freeing the scratch anyway",
+        comm->rank, 1 - comm->rank);
 }
 
 void ce_free(struct ncclComm* comm) {

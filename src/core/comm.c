@@ -338,7 +338,7 @@ void comm_free(struct ncclComm* comm) {
   live_remove(comm); /* first: from here on the handle is refused */
   if (comm->cuda_dev >= 0) (void)cudaSetDevice(comm->cuda_dev);
   watchdog_stop(comm); /* first: its thread reads the connections */
-  ce_free(comm); /* before dev_state: it may wait on the peer's last writes */
+  ce_free(comm);       /* before dev_state: it may wait on the peer's last writes */
   dev_state_free(comm);
   transport_channels_free(comm);
   topo_comm_free(comm);

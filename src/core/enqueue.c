@@ -165,7 +165,7 @@ static int enq_ce_op(const struct ncclComm* comm, const struct braid_op* op, int
     ce->out = (char*)op->recvbuff + peer * bytes;
     char* mine = (char*)op->recvbuff + me * bytes;
     ce->own_out = mine == op->sendbuff ? NULL : mine; /* in place: already there */
-  } else { /* broadcast */
+  } else { /* broadcast: the root sends, the other receives */
     ce->dtype = ncclUint8;
     ce->count = ce->send_count = bytes;
     if (op->root == me) {
@@ -560,8 +560,8 @@ static ncclResult_t enq_p2p_ce(struct ncclComm* comm, struct launch_plan* plan, 
     ce.dtype = ncclUint8;
     const struct braid_op* s0 = enq_p2p_find(g, me, 1, i);
     const struct braid_op* r0 = enq_p2p_find(g, me, 0, i);
-    if (in_bytes > 0 && s0 && r0 && enq_op_bytes(s0) == in_bytes &&
-        enq_op_bytes(r0) == in_bytes && !enq_overlap(r0->recvbuff, in_bytes, ce.send, out_bytes)) {
+    if (in_bytes > 0 && s0 && r0 && enq_op_bytes(s0) == in_bytes && enq_op_bytes(r0) == in_bytes &&
+        !enq_overlap(r0->recvbuff, in_bytes, ce.send, out_bytes)) {
       ce.own = s0->sendbuff;
       ce.own_out = r0->recvbuff == s0->sendbuff ? NULL : r0->recvbuff;
       taken[2 * i + 1] = 1;
@@ -646,8 +646,10 @@ ncclResult_t enqueue_launch(struct ncclComm* comm) {
   struct braid_ce_op ce;
   for (int i = 0; i < g->nops; i++) {
     const struct braid_op* op = &g->ops[i];
-    if (op->coll == BRAID_COLL_SENDRECV) has_p2p |= op->count > 0;
-    else if (op->count > 0) ce_last = enq_ce_op(comm, op, capturing, &ce) ? i : -1;
+    if (op->coll == BRAID_COLL_SENDRECV)
+      has_p2p |= op->count > 0;
+    else if (op->count > 0)
+      ce_last = enq_ce_op(comm, op, capturing, &ce) ? i : -1;
   }
   if (has_p2p) ce_last = -1;
   for (int i = 0; i < g->nops; i++) {

@@ -87,10 +87,7 @@ __global__ void __launch_bounds__(BRAID_CE_THREADS)
       int spins = 0;
       const uint32_t s = a.sent0 + (uint32_t)k;
       while (!ce_reached(&a.flags->arrived[slot], g + 1) ||
-             (a.wait_sent == BRAID_CE_SENT_CHUNK && !ce_reached(&a.flags->sent[s & 1], s + 1)) ||
-             (a.wait_sent == BRAID_CE_SENT_ALL &&
-              (!ce_reached(&a.flags->sent[0], a.sent_all[0]) ||
-               !ce_reached(&a.flags->sent[1], a.sent_all[1])))) {
+             (a.wait_sent == BRAID_CE_SENT_CHUNK && !ce_reached(&a.flags->sent[s & 1], s + 1))) {
         if (++spins == BRAID_CE_ABORT_CHECK_SPINS) {
           spins = 0;
           if (*a.comm->abort_flag) {

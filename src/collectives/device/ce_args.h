@@ -43,8 +43,8 @@ enum braid_ce_mode {
 /* When the kernel may write its output, where that overlaps what this rank sends. */
 enum braid_ce_sent {
   BRAID_CE_SENT_NONE = 0,  /* no overlap */
-  BRAID_CE_SENT_CHUNK = 1, /* chunk k once this rank's chunk k is out (both directions alike) */
-  BRAID_CE_SENT_ALL = 2    /* anything once all of this rank's chunks are out */
+  BRAID_CE_SENT_CHUNK = 1  /* out == send, one size: chunk k once this rank's chunk k is out
+                              (other overlaps send from a copy: core/ce.c) */
 };
 
 struct braid_ce_args {
@@ -66,7 +66,6 @@ struct braid_ce_args {
   int32_t mine_first;           /* REDUCE: this rank is rank 0, its value goes first */
   int32_t wait_sent;            /* braid_ce_sent: out overlaps what this rank's copies read */
   uint32_t sent0;               /* SENT_CHUNK: this rank's first chunk sent */
-  uint32_t sent_all[2];         /* SENT_ALL: what sent[i] must reach first (0: nothing) */
   int32_t scalar_device;        /* `scalar` is a device pointer */
 };
 
