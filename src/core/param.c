@@ -97,8 +97,8 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "Copy-engine exchange: bytes per scratch slot (the largest chunk), 1 MB to 1 GB; the same "
       "on every rank."),
   ROW(CE_NSLOTS, NULL, INT, "4",
-      "Copy-engine exchange: scratch slots per rank (chunks in flight), 2 to 16; the same on "
-      "every rank."),
+      "Copy-engine exchange: scratch slots per rank (chunks in flight), 2 to 16, rounded down "
+      "to a power of two; the same on every rank."),
   ROW(OFI_PROVIDER, NULL, STRING, NULL,
       "OFI backend: libfabric provider, e.g. \"tcp;ofi_rxm\" or efa; default: libfabric's first "
       "reliable-datagram provider with tagged messages (libfabric's own FI_PROVIDER also filters)."),
