@@ -369,8 +369,8 @@ ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cu
   a.mode = op->reduce ? BRAID_CE_REDUCE : BRAID_CE_COPY;
   a.mine_first = comm->rank == 0;
   /*
-   * The output overlaps what goes out (in place): chunk k may be written once this rank's
-   * chunk k is copied out, where both directions are chunked alike; else once all of it is.
+   * The output is what goes out (in place, one size): chunk k may be written once this rank's
+   * chunk k is copied out (both directions are chunked alike).
    */
   const char* send = op->send;
   void* staged = NULL;
