@@ -269,11 +269,6 @@ static size_t ce_chunk_bytes(const struct braid_ce* ce, size_t bytes) {
   return want < ce->slot_bytes ? want : ce->slot_bytes;
 }
 
-static int ce_overlap(const void* a, size_t na, const void* b, size_t nb) {
-  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return na > 0 && nb > 0 && x < y + nb && y < x + na;
-}
-
 static ncclResult_t ce_launch(const struct braid_ce_args* a, int dtype, int devop, int grid,
                               cudaStream_t stream) {
   ncclResult_t res = ncclSuccess;
@@ -374,7 +369,7 @@ ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cu
    */
   const char* send = op->send;
   void* staged = NULL;
-  if (ce_overlap(op->send, send_bytes, op->out, recv_bytes)) {
+  if (braid_ranges_overlap(op->send, send_bytes, op->out, recv_bytes)) {
     if (op->send == op->out && send_bytes == recv_bytes) {
       a.wait_sent = BRAID_CE_SENT_CHUNK;
       a.sent0 = (uint32_t)ce->send_seq;

@@ -524,11 +524,6 @@ fail:
   return res;
 }
 
-static int enq_overlap(const void* a, size_t na, const void* b, size_t nb) {
-  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return na > 0 && nb > 0 && x < y + nb && y < x + na;
-}
-
 /*
  * Two ranks joined by P2P: the i-th send to the peer and the i-th receive
  * from it (either may be missing) go as a copy-engine exchange (core/ce.c)
@@ -561,7 +556,7 @@ static ncclResult_t enq_p2p_ce(struct ncclComm* comm, struct launch_plan* plan, 
     const struct braid_op* s0 = enq_p2p_find(g, me, 1, i);
     const struct braid_op* r0 = enq_p2p_find(g, me, 0, i);
     if (in_bytes > 0 && s0 && r0 && enq_op_bytes(s0) == in_bytes && enq_op_bytes(r0) == in_bytes &&
-        !enq_overlap(r0->recvbuff, in_bytes, ce.send, out_bytes)) {
+        !braid_ranges_overlap(r0->recvbuff, in_bytes, ce.send, out_bytes)) {
       ce.own = s0->sendbuff;
       ce.own_out = r0->recvbuff == s0->sendbuff ? NULL : r0->recvbuff;
       taken[2 * i + 1] = 1;

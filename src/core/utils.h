@@ -53,4 +53,10 @@ ncclResult_t braid_random_bytes(void* buf, size_t size);
  */
 void* braid_driver_fn(const char* name);
 
+/* Whether byte ranges [a, a + na) and [b, b + nb) share a byte (empty ranges share none). */
+static inline int braid_ranges_overlap(const void* a, size_t na, const void* b, size_t nb) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return na > 0 && nb > 0 && x < y + nb && y < x + na;
+}
+
 #endif
