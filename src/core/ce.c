@@ -63,11 +63,16 @@
 
 typedef CUresult (*ce_copy_fn)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
 
-enum ce_state { CE_NONE = 0, CE_SENT, CE_READY, CE_UNUSABLE };
+/*
+ * NONE -> SENT (ce_setup) -> AGREEING (ce_connect) -> READY or UNUSABLE
+ * (ce_agree); READY -> BROKEN when an exchange fails half-way.
+ */
+enum ce_state { CE_NONE = 0, CE_SENT, CE_AGREEING, CE_READY, CE_UNUSABLE, CE_BROKEN };
 
 struct braid_ce {
   enum ce_state state;
   int usable;     /* this rank can: kernels, the driver's copy, its scratch allocated */
+  int mapped_ok;  /* this rank mapped the peer's scratch and made its streams (ce_connect) */
   char* mem;      /* flag page, then the slots */
   char* peer_mem; /* the peer's, as mapped here */
   void* opened;   /* IPC mapping to close, or NULL (same process) */
@@ -123,7 +128,8 @@ int ce_ready(const struct ncclComm* comm, size_t bytes, int capturing) {
 void ce_want(struct ncclComm* comm) { comm->ce_wanted = 1; }
 
 int ce_pending(const struct ncclComm* comm) {
-  return comm->ce_wanted && (comm->ce == NULL || comm->ce->state == CE_SENT);
+  return comm->ce_wanted &&
+         (comm->ce == NULL || comm->ce->state == CE_SENT || comm->ce->state == CE_AGREEING);
 }
 
 /* Whether this rank can run the exchange at all (the peer says the same for itself). */
@@ -210,6 +216,44 @@ fail:
   return res;
 }
 
+/* Maps the peer's scratch and makes the streams; a failure leaves what was made for ce_free. */
+static ncclResult_t ce_map(struct ncclComm* comm, struct braid_ce* ce,
+                           const struct ce_info* theirs) {
+  ncclResult_t res = ncclSuccess;
+  const int peer = 1 - comm->rank;
+  BRAID_CHECK(braid_param_int(BRAID_P_CE_FAIL_CONNECT) != comm->rank, ncclInternalError,
+              "rank %d's copy-engine setup fails on purpose (BRAID_CE_FAIL_CONNECT)", comm->rank);
+  if (theirs->pid_hash == comm->peers[comm->rank].pid_hash) {
+    ce->peer_mem = theirs->ptr; /* same process: peer access is on (the ring's P2P link) */
+  } else {
+    cudaError_t err =
+        cudaIpcOpenMemHandle(&ce->opened, theirs->handle, cudaIpcMemLazyEnablePeerAccess);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      ce->opened = NULL;
+      res = braid_err(ncclUnhandledCudaError,
+                      "rank %d cannot map rank %d's copy-engine scratch (cudaIpcOpenMemHandle: %s)",
+                      comm->rank, peer, cudaGetErrorString(err));
+      goto fail;
+    }
+    ce->peer_mem = ce->opened;
+  }
+  for (int i = 0; i < 2; i++) {
+    BRAID_CUDA_TRY(cudaStreamCreateWithFlags(&ce->copy[i], cudaStreamNonBlocking));
+    BRAID_CUDA_TRY(cudaEventCreateWithFlags(&ce->join[i], cudaEventDisableTiming));
+  }
+  BRAID_CUDA_TRY(cudaEventCreateWithFlags(&ce->fork, cudaEventDisableTiming));
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+/*
+ * Setup's second phase: the peer's info, then this rank's mapping of its
+ * scratch, whose outcome goes to the peer (the third phase, ce_agree, reads
+ * the peer's): a rank must not use the exchange while the other runs the
+ * kernels, so either rank failing leaves it off on both.
+ */
 ncclResult_t ce_connect(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   struct braid_ce* ce = comm->ce;
@@ -222,45 +266,87 @@ ncclResult_t ce_connect(struct ncclComm* comm) {
          "copy-engine exchange off: rank %d cannot run it (no kernels, no "
          "driver copy, or no scratch)",
          ce->usable ? peer : comm->rank);
-    ce->state = CE_UNUSABLE; /* both ranks conclude the same */
+    ce->state = CE_UNUSABLE; /* both ranks conclude the same, with no more messages */
     return ncclSuccess;
   }
+  /* Both ranks check both sizes: a mismatch fails the call on both. */
   BRAID_CHECK(theirs.slot_bytes == ce->slot_bytes && theirs.nslots == ce->nslots, ncclInvalidUsage,
               "rank %d has %u copy-engine slots of %llu bytes but rank %d has %u of %zu; set the "
               "same BRAID_CE_SLOT_BYTES and BRAID_CE_NSLOTS on every rank",
               peer, theirs.nslots, (unsigned long long)theirs.slot_bytes, comm->rank, ce->nslots,
               ce->slot_bytes);
-  if (theirs.pid_hash == comm->peers[comm->rank].pid_hash) {
-    ce->peer_mem = theirs.ptr; /* same process: peer access is on (the ring's P2P link) */
-  } else {
-    cudaError_t err =
-        cudaIpcOpenMemHandle(&ce->opened, theirs.handle, cudaIpcMemLazyEnablePeerAccess);
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();
-      res = braid_err(ncclUnhandledCudaError,
-                      "rank %d cannot map rank %d's copy-engine scratch (cudaIpcOpenMemHandle: "
-                      "%s); set BRAID_CE_MIN_BYTES=0 to leave the copy engines out",
-                      comm->rank, peer, cudaGetErrorString(err));
-      goto fail;
-    }
-    ce->peer_mem = ce->opened;
+  int32_t ok = ce_map(comm, ce, &theirs) == ncclSuccess;
+  if (!ok) {
+    WARN(
+        "rank %d: copy-engine exchange left off on both ranks (the error above); the kernels run "
+        "instead",
+        comm->rank);
+    (void)cudaGetLastError();
   }
-  for (int i = 0; i < 2; i++) {
-    BRAID_CUDA_TRY(cudaStreamCreateWithFlags(&ce->copy[i], cudaStreamNonBlocking));
-    BRAID_CUDA_TRY(cudaEventCreateWithFlags(&ce->join[i], cudaEventDisableTiming));
-  }
-  BRAID_CUDA_TRY(cudaEventCreateWithFlags(&ce->fork, cudaEventDisableTiming));
-  ce->state = CE_READY;
-  INFO(BRAID_LOG_INIT, "copy-engine exchange with rank %d ready", peer);
+  BRAID_TRY(bootstrap_send(comm->bootstrap, peer, CE_TAG + 1, &ok, sizeof ok));
+  ce->mapped_ok = ok;
+  ce->state = CE_AGREEING;
   return ncclSuccess;
 fail:
   ce->state = CE_UNUSABLE;
   return res;
 }
 
+/*
+ * Drops what a setup that both ranks gave up made: nothing will run through
+ * it. The scratch stays until ce_free: the peer may still have it mapped.
+ */
+static void ce_release(struct braid_ce* ce) {
+  for (int i = 0; i < 2; i++) {
+    if (ce->copy[i]) (void)cudaStreamDestroy(ce->copy[i]);
+    if (ce->join[i]) (void)cudaEventDestroy(ce->join[i]);
+    ce->copy[i] = NULL;
+    ce->join[i] = NULL;
+  }
+  if (ce->fork) (void)cudaEventDestroy(ce->fork);
+  if (ce->opened) (void)cudaIpcCloseMemHandle(ce->opened);
+  ce->fork = NULL;
+  ce->opened = NULL;
+  ce->peer_mem = NULL;
+  (void)cudaGetLastError();
+}
+
+ncclResult_t ce_agree(struct ncclComm* comm) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_ce* ce = comm->ce;
+  int32_t theirs = 0;
+  const int peer = 1 - comm->rank;
+  if (ce == NULL || ce->state != CE_AGREEING) return ncclSuccess;
+  ce->state = CE_UNUSABLE; /* until both are known to be ready */
+  BRAID_TRY(bootstrap_recv(comm->bootstrap, peer, CE_TAG + 1, &theirs, sizeof theirs));
+  if (!ce->mapped_ok || !theirs) {
+    if (ce->mapped_ok)
+      INFO(BRAID_LOG_INIT, "copy-engine exchange off: rank %d could not set it up", peer);
+    ce_release(ce);
+    return ncclSuccess;
+  }
+  ce->state = CE_READY;
+  INFO(BRAID_LOG_INIT, "copy-engine exchange with rank %d ready", peer);
+  return ncclSuccess;
+fail:
+  ce_release(ce);
+  return res;
+}
+
 #define CE_FREED(slot) (offsetof(struct braid_ce_flags, freed) + (slot) * sizeof(uint32_t))
 #define CE_ARRIVED(slot) (offsetof(struct braid_ce_flags, arrived) + (slot) * sizeof(uint32_t))
 #define CE_SENT(i) (offsetof(struct braid_ce_flags, sent) + (i) * sizeof(uint32_t))
+
+void ce_fail(struct ncclComm* comm, ncclResult_t res) {
+  ncclResult_t none = ncclSuccess;
+  if (comm->ce == NULL || comm->ce->state != CE_READY) return;
+  comm->ce->state = CE_BROKEN;
+  WARN("rank %d: an operation through the copy engines failed; this communicator is unusable",
+       comm->rank);
+  if (__atomic_compare_exchange_n((ncclResult_t*)&comm->async_error, &none, res, 0,
+                                  __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+    comm_error_record(comm, res);
+}
 
 /* Bytes per chunk: a slot, or less for operations of a few slots (the pipeline fills sooner). */
 static size_t ce_chunk_bytes(const struct braid_ce* ce, size_t bytes) {
@@ -343,7 +429,6 @@ ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cu
   const size_t recv_chunk = ce_chunk_bytes(ce, recv_bytes) / esize * esize;
   const uint64_t nrecv = recv_bytes == 0 ? 0 : (recv_bytes + recv_chunk - 1) / recv_chunk;
   const uint64_t nsend = send_bytes == 0 ? 0 : (send_bytes + send_chunk - 1) / send_chunk;
-  (void)nsend; /* the trace only */
   struct braid_ce_args a;
   memset(&a, 0, sizeof a);
   a.comm = comm->dev->comm;
@@ -390,6 +475,11 @@ ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cu
     a.count = recv_bytes;
     a.chunk_elems = recv_chunk;
   }
+  /* The report waits for each copy stream's last chunk of this operation (ce_args.h). */
+  for (uint64_t g = ce->send_seq + (nsend > 2 ? nsend - 2 : 0); g < ce->send_seq + nsend; g++) {
+    a.sent_last[g & 1] = (uint32_t)(g + 1);
+    a.sent_wait |= 1 << (g & 1);
+  }
   /* The copy streams start after what the user's stream holds (the data to send is ready). */
   BRAID_CUDA_TRY(cudaEventRecord(ce->fork, stream));
   for (int i = 0; i < 2; i++) BRAID_CUDA_TRY(cudaStreamWaitEvent(ce->copy[i], ce->fork, 0));
@@ -411,7 +501,40 @@ ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cu
         op->reduce ? "reduced" : "copied");
   return ncclSuccess;
 fail:
+  /* The peer's chunk counts move on: this rank's no longer match them (ce_check_intact). */
+  ce_fail(comm, res);
+  if (staged) { /* best effort, behind whatever copies of it were queued */
+    for (int i = 0; i < 2; i++)
+      if (cudaEventRecord(ce->join[i], ce->copy[i]) == cudaSuccess)
+        (void)cudaStreamWaitEvent(stream, ce->join[i], 0);
+    (void)cudaFreeAsync(staged, stream);
+    (void)cudaGetLastError();
+  }
   return res;
+}
+
+ncclResult_t ce_ledger_report(struct ncclComm* comm, cudaStream_t stream, uint64_t ledger_seq) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_ce_args a;
+  if (ledger_seq == 0) return ncclSuccess;
+  memset(&a, 0, sizeof a);
+  a.comm = comm->dev->comm;
+  a.flags = (struct braid_ce_flags*)comm->ce->mem;
+  a.chunk_elems = 1; /* no chunks: the kernel only reports */
+  a.ledger_seq = ledger_seq;
+  BRAID_TRY(ce_launch(&a, ncclUint8, 0, 1, stream));
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+ncclResult_t ce_check_intact(struct ncclComm* comm) {
+  if (comm->ce == NULL || comm->ce->state != CE_BROKEN) return ncclSuccess;
+  ncclResult_t code = comm->async_error != ncclSuccess ? comm->async_error : ncclInvalidUsage;
+  return braid_err(code,
+                   "rank %d: a copy-engine exchange failed half-way on this communicator (see "
+                   "its async error), so its ranks no longer agree on what comes next; abort it",
+                   comm->rank);
 }
 
 /*

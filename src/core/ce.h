@@ -42,10 +42,16 @@ int ce_ready(const struct ncclComm* comm, size_t bytes, int capturing);
 void ce_want(struct ncclComm* comm);
 /* Whether setup was asked for and not done. */
 int ce_pending(const struct ncclComm* comm);
-/* Setup, in two phases across communicators (as the transports' connections): allocate and send. */
+/*
+ * Setup, in three phases across communicators (as the transports'
+ * connections, so one thread can set up both ranks' comms): allocate and
+ * send what the peer needs ...
+ */
 ncclResult_t ce_setup(struct ncclComm* comm);
-/* ... then receive the peer's and map it. */
+/* ... receive the peer's and map it, and tell the peer whether that worked ... */
 ncclResult_t ce_connect(struct ncclComm* comm);
+/* ... then learn whether the peer's worked: on only when both did (else the kernels run). */
+ncclResult_t ce_agree(struct ncclComm* comm);
 /*
  * Enqueues one exchange on `stream`: the copy engine sends op->send to the
  * peer, chunk by chunk, while a kernel on `stream` takes the peer's chunks
@@ -54,6 +60,24 @@ ncclResult_t ce_connect(struct ncclComm* comm);
  */
 ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cudaStream_t stream,
                          uint64_t ledger_seq);
+/*
+ * A launch on `stream` that only reports `ledger_seq` to the op ledger, for
+ * a group whose last work was an exchange that did not report (send/receive
+ * pairs): it runs after the exchanges' sends have left.
+ */
+ncclResult_t ce_ledger_report(struct ncclComm* comm, cudaStream_t stream, uint64_t ledger_seq);
+/*
+ * An error when an exchange failed half-way on this communicator: the two
+ * ranks' chunk counts no longer agree, so no operation may run (the comm's
+ * async error says so too).
+ */
+ncclResult_t ce_check_intact(struct ncclComm* comm);
+/*
+ * A launch that held an exchange failed (`res`): the peer's chunk counts
+ * have moved on without this rank's, so the exchange is broken for good and
+ * the comm's async error set.
+ */
+void ce_fail(struct ncclComm* comm, ncclResult_t res);
 /* Frees what setup made (after the comm's work is done). */
 void ce_free(struct ncclComm* comm);
 

@@ -52,6 +52,7 @@ struct launch_plan {
   int dtype, devop;
   int grid;
   int family; /* the kernels its works need (enq_family); a launch holds one family */
+  int ce_ran; /* a copy-engine exchange ran in this group */
 };
 
 /* Which kernel table a work's kernel comes from (kernel_table.h). */
@@ -387,19 +388,34 @@ fail:
   return res;
 }
 
-/* Runs a copy-engine exchange in this comm's order of launches (as enq_launch; never captured). */
-static ncclResult_t enq_ce_run(struct ncclComm* comm, const struct braid_ce_op* ce,
-                               cudaStream_t stream, uint64_t ledger_seq) {
+/*
+ * Runs a copy-engine exchange in this comm's order of launches (as enq_launch; never
+ * captured), or with `ce` NULL only its ledger report.
+ */
+static ncclResult_t enq_ce_run(struct ncclComm* comm, struct launch_plan* plan,
+                               const struct braid_ce_op* ce, cudaStream_t stream,
+                               uint64_t ledger_seq) {
   ncclResult_t res = ncclSuccess;
   struct braid_dev_state* d = comm->dev;
   if (d->launched && d->last_stream != stream)
     BRAID_CUDA_TRY(cudaStreamWaitEvent(stream, d->last_launch, 0));
-  BRAID_TRY(ce_exchange(comm, ce, stream, ledger_seq));
+  if (ce) {
+    plan->ce_ran = 1;
+    BRAID_TRY(ce_exchange(comm, ce, stream, ledger_seq));
+  } else {
+    BRAID_TRY(ce_ledger_report(comm, stream, ledger_seq));
+  }
   BRAID_CUDA_TRY(cudaEventRecord(d->last_launch, stream));
   d->last_stream = stream;
   d->launched = 1;
   return ncclSuccess;
 fail:
+  /* Whatever was queued: an abort waits for it before it frees what it reads. */
+  if (cudaEventRecord(d->last_launch, stream) == cudaSuccess) {
+    d->last_stream = stream;
+    d->launched = 1;
+  }
+  (void)cudaGetLastError();
   return res;
 }
 
@@ -564,7 +580,7 @@ static ncclResult_t enq_p2p_ce(struct ncclComm* comm, struct launch_plan* plan, 
     if (plan->args.nwork > 0) BRAID_TRY(enq_launch(comm, plan, stream, capture));
     INFO(BRAID_LOG_TUNING, "SendRecv %zu bytes out, %zu in on 2 ranks%s: through the copy engines",
          out_bytes, in_bytes, ce.own ? " with the self copy" : "");
-    BRAID_TRY(enq_ce_run(comm, &ce, stream, 0));
+    BRAID_TRY(enq_ce_run(comm, plan, &ce, stream, 0));
     taken[2 * i] = 1;
   }
   return ncclSuccess;
@@ -623,7 +639,9 @@ ncclResult_t enqueue_launch(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   struct braid_group_comm* g = comm->group;
   struct launch_plan* plan = NULL;
+  int ce_group = 0; /* an operation of the group goes through the copy engines */
   if (g == NULL || g->nops == 0) return ncclSuccess;
+  BRAID_TRY(ce_check_intact(comm));
   cudaStream_t stream = g->ops[0].stream;
   enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   for (int i = 0; i < g->nops; i++) watchdog_issue(comm, &g->ops[i]);
@@ -641,10 +659,14 @@ ncclResult_t enqueue_launch(struct ncclComm* comm) {
   struct braid_ce_op ce;
   for (int i = 0; i < g->nops; i++) {
     const struct braid_op* op = &g->ops[i];
-    if (op->coll == BRAID_COLL_SENDRECV)
+    if (op->coll == BRAID_COLL_SENDRECV) {
       has_p2p |= op->count > 0;
-    else if (op->count > 0)
+      /* A pair goes through the copy engines when its larger message would alone. */
+      ce_group |= op->peer != comm->rank && ce_ready(comm, enq_op_bytes(op), capturing);
+    } else if (op->count > 0) {
       ce_last = enq_ce_op(comm, op, capturing, &ce) ? i : -1;
+      ce_group |= ce_last == i;
+    }
   }
   if (has_p2p) ce_last = -1;
   for (int i = 0; i < g->nops; i++) {
@@ -656,7 +678,7 @@ ncclResult_t enqueue_launch(struct ncclComm* comm) {
            braid_coll_name(op->coll), op->count);
       uint64_t seq = i == ce_last ? watchdog_launch_seq(comm, 0, BRAID_CE_BLOCKS) : 0;
       res = enq_ce_root_copy(comm, op, stream);
-      if (res == ncclSuccess) res = enq_ce_run(comm, &ce, stream, seq);
+      if (res == ncclSuccess) res = enq_ce_run(comm, plan, &ce, stream, seq);
       if (res != ncclSuccess) {
         watchdog_forget_pending(comm);
         goto fail;
@@ -678,13 +700,19 @@ ncclResult_t enqueue_launch(struct ncclComm* comm) {
     BRAID_TRY(enq_add_work(comm, plan, &w, stream, capture));
   }
   BRAID_TRY(enq_p2p_works(comm, plan, stream, capture));
-  /* The last launch of the group tells the ledger when the group's operations are done. */
+  /*
+   * The last launch of the group tells the ledger when the group's operations are done: the
+   * kernels', or the last collective exchange's (ce_last), or a report of its own after
+   * exchanges that did not report (send/receive pairs).
+   */
   if (plan->args.nwork > 0)
     plan->args.ledger_seq =
         watchdog_launch_seq(comm, capture != cudaStreamCaptureStatusNone, plan->grid);
+  else if (ce_last < 0 && plan->ce_ran)
+    res = enq_ce_run(comm, plan, NULL, stream, watchdog_launch_seq(comm, 0, 1));
   else if (ce_last < 0)
     watchdog_nothing_launched(comm);
-  res = enq_launch(comm, plan, stream, capture);
+  if (res == ncclSuccess) res = enq_launch(comm, plan, stream, capture);
   if (res != ncclSuccess) {
     watchdog_forget_pending(comm); /* it will never report: no false hang verdict later */
     goto fail;
@@ -700,6 +728,8 @@ ncclResult_t enqueue_launch(struct ncclComm* comm) {
   free(plan);
   return ncclSuccess;
 fail:
+  /* The peer ran its side of the group's exchanges; this rank did not, or not all of it. */
+  if (ce_group) ce_fail(comm, res);
   free(plan);
   return res;
 }

@@ -4,8 +4,9 @@
  *      other through the bootstrap, so they must run concurrently);
  *   2. the send/recv connections the pending operations need, in two phases
  *      across all communicators of the group (set up and send infos for
- *      all, then receive and connect for all), so one thread driving
- *      several GPUs never waits on itself;
+ *      all, then receive and connect for all; the copy-engine exchange adds
+ *      a third, in which each rank learns whether its peer's setup worked),
+ *      so one thread driving several GPUs never waits on itself;
  *   3. the launches, communicator by communicator.
  * The caller's current device is restored at the end.
  */
@@ -204,10 +205,25 @@ static ncclResult_t group_connect_p2p_all(struct ncclComm* comms) {
     BRAID_TRY(transport_p2p_setup(c));
     BRAID_TRY(ce_setup(c));
   }
+  /*
+   * The copy-engine answers first, and for every comm whatever fails: a peer waits for its
+   * answer in the third phase, which nothing else of this call may keep from it.
+   */
+  for (struct ncclComm* c = comms; c; c = c->group->next) {
+    ncclResult_t r =
+        cudaSetDevice(c->cuda_dev) == cudaSuccess
+            ? ce_connect(c)
+            : braid_err(ncclUnhandledCudaError, "cannot make device %d current", c->cuda_dev);
+    if (res == ncclSuccess) res = r;
+  }
+  if (res != ncclSuccess) goto fail;
   for (struct ncclComm* c = comms; c; c = c->group->next) {
     BRAID_CUDA_TRY(cudaSetDevice(c->cuda_dev));
     BRAID_TRY(transport_p2p_connect(c));
-    BRAID_TRY(ce_connect(c));
+  }
+  for (struct ncclComm* c = comms; c; c = c->group->next) {
+    BRAID_CUDA_TRY(cudaSetDevice(c->cuda_dev));
+    BRAID_TRY(ce_agree(c));
   }
   return ncclSuccess;
 fail:
@@ -215,8 +231,8 @@ fail:
 }
 
 /*
- * Connect what the pending send/recv operations need, in two phases across
- * all comms. Connecting allocates and maps memory, which CUDA refuses on a
+ * Connect what the pending send/recv operations need, in phases across all
+ * comms (group_connect_p2p_all). Connecting allocates and maps memory, which CUDA refuses on a
  * thread that is capturing a stream in global or thread-local mode: the
  * thread's capture mode is relaxed meanwhile (the allocations are ours, not
  * part of the user's graph).

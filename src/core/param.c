@@ -99,6 +99,9 @@ static const struct param_row rows[BRAID_P_COUNT] = {
   ROW(CE_NSLOTS, NULL, INT, "4",
       "Copy-engine exchange: scratch slots per rank (chunks in flight), 2 to 16, rounded down "
       "to a power of two; the same on every rank."),
+  ROW(CE_FAIL_CONNECT, NULL, INT, "-1",
+      "Testing: the rank (of a two-rank communicator) whose copy-engine setup fails after its "
+      "peer's has begun, so that both leave the exchange off and run the kernels; -1: none."),
   ROW(OFI_PROVIDER, NULL, STRING, NULL,
       "OFI backend: libfabric provider, e.g. \"tcp;ofi_rxm\" or efa; default: libfabric's first "
       "reliable-datagram provider with tagged messages (libfabric's own FI_PROVIDER also filters)."),

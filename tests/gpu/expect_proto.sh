@@ -3,7 +3,8 @@
 # a protocol forced where the connections cannot run it is dropped without an error (the
 # model's choice runs instead), so the suite passing alone does not show that it ran.
 # Usage: expect_proto.sh PROTO GPU_COLL ARGS...; gpu_coll's skip (77) passes through.
-# EXPECT_PATTERN: a tuning log line (grep pattern) to count instead of PROTO's choice.
+# EXPECT_PATTERN: a log line (grep pattern) to count instead of PROTO's choice.
+# EXPECT_ABSENT: a log line (grep pattern) that must not appear at all.
 set -u
 proto=$1
 shift
@@ -13,7 +14,10 @@ rc=$?
 grep -v "BRAID INFO" "$log" | tail -20
 n=$(grep -c "${EXPECT_PATTERN:-ranks: [A-Za-z]*/$proto, }" "$log")
 others=$(grep -c "ranks: [A-Za-z]*/[A-Za-z0-9]*, " "$log")
+absent=0
+[ -n "${EXPECT_ABSENT:-}" ] && absent=$(grep -c "$EXPECT_ABSENT" "$log")
 rm -f "$log"
 [ $rc -eq 0 ] || exit $rc
 echo "$n of $others collective calls ran with $proto"
 [ "$n" -gt 0 ] || { echo "FAIL: none ran with $proto"; exit 1; }
+[ "$absent" -eq 0 ] || { echo "FAIL: $absent log lines match '$EXPECT_ABSENT'"; exit 1; }

@@ -1,6 +1,6 @@
 /*
  * Faults, one suite each, run alone (they leave the world's communicator
- * aborted): procs and hosts modes.
+ * aborted): procs, hosts and sharegpu modes.
  *
  * deadpeer: a rank killed with SIGKILL in the middle of collectives (the
  * runner takes that death as planned): every survivor's
@@ -11,7 +11,8 @@
  *   deadpeer [rank 0]: ncclRemoteError 0.41 s after the SIGKILL; ncclCommAbort took 0.012 s
  *
  * hang (Braid only, BRAID_TIMEOUT=3 unless set): the last rank skips an
- * AllReduce the others call. SIGUSR1 after a second prints a verdict and
+ * AllReduce the others call (hangsend: two ranks, it skips the receive of
+ * rank 0's 64 MB Send). SIGUSR1 after a second prints a verdict and
  * leaves the communicator alone (and the process alive); after
  * BRAID_TIMEOUT the watchdog fails it with ncclRemoteError and the verdict
  * "rank 0 waits in AllReduce #2 ... for rank 1, whose last op is AllReduce
@@ -96,34 +97,50 @@ out:
   world_case_end(w);
 }
 
-void suite_hang(struct gpu_world* w) {
-  char name[128];
-  snprintf(name, sizeof name, "Hang verdict: the last rank skips an AllReduce mode=%s",
-           w->opts->mode);
-  if (w->nlocal == w->nranks || w->nranks < 2) return;
+/*
+ * The last rank skips an operation: the second, an AllReduce the others call; or (`send`, two
+ * ranks) the third, the receive of rank 0's 64 MB Send, which fills any connection's buffer or
+ * the copy-engine exchange's slots and then waits for a receiver that never comes. (The second
+ * is the same Send received, so its connection is made: connecting needs both ranks.)
+ */
+static void hang_case(struct gpu_world* w, int send) {
+  char name[160];
+  snprintf(name, sizeof name, "Hang verdict: the last rank skips %s mode=%s",
+           send ? "the receive of a 64 MB Send" : "an AllReduce", w->opts->mode);
+  if (w->nlocal == w->nranks || w->nranks < 2 || (send && w->nranks != 2)) return;
   if (dlsym(RTLD_DEFAULT, "braidGetVersionString") == NULL) {
     if (w->rank0 == 0) fprintf(stderr, "SKIP %s: Braid's watchdog only\n", name);
     return;
   }
   if (!world_case_begin(w, name)) return;
   int skipper = w->nranks - 1, me = w->rank0;
+  const size_t count = send ? DEAD_COUNT : 4096;
+  const char* op = send ? "Send" : "AllReduce";
   volatile double* done = world_stamp(w, 1);
   float* buf = NULL;
   if (world_cuda(w, cudaSetDevice(w->dev[0]), "cudaSetDevice") ||
-      world_cuda(w, cudaMalloc((void**)&buf, 4096 * sizeof(float)), "cudaMalloc") ||
+      world_cuda(w, cudaMalloc((void**)&buf, count * sizeof(float)), "cudaMalloc") ||
+      world_cuda(w, cudaMemset(buf, 0, count * sizeof(float)), "cudaMemset") ||
       world_nccl(w, ncclAllReduce(buf, buf, 4096, ncclFloat, ncclSum, w->comm[0], w->stream[0]),
-                 w->comm[0], "ncclAllReduce #1") ||
-      world_sync(w))
+                 w->comm[0], "ncclAllReduce #1"))
     goto out;
+  if (send &&
+      world_nccl(w,
+                 me == 0 ? ncclSend(buf, count, ncclFloat, skipper, w->comm[0], w->stream[0])
+                         : ncclRecv(buf, count, ncclFloat, 0, w->comm[0], w->stream[0]),
+                 w->comm[0], me == 0 ? "ncclSend #2" : "ncclRecv #2"))
+    goto out;
+  if (world_sync(w)) goto out;
   if (me == skipper) {
     /* Alive and idle (its watchdog answers), until the others are done. */
     for (double t0 = world_now(); *done == 0 && world_now() - t0 < DEAD_LIMIT_S;) mp_sleep(0.01);
   } else {
     double t0 = world_now();
     ncclResult_t async = ncclSuccess;
-    if (world_nccl(w, ncclAllReduce(buf, buf, 4096, ncclFloat, ncclSum, w->comm[0], w->stream[0]),
-                   w->comm[0], "ncclAllReduce #2"))
-      goto out;
+    ncclResult_t res =
+        send ? ncclSend(buf, count, ncclFloat, skipper, w->comm[0], w->stream[0])
+             : ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, w->comm[0], w->stream[0]);
+    if (world_nccl(w, res, w->comm[0], send ? "ncclSend #3" : "ncclAllReduce #2")) goto out;
     mp_sleep(1.0);
     if (me == 0) raise(SIGUSR1); /* a report only: the process lives on, the comm too */
     mp_sleep(0.2);
@@ -142,12 +159,13 @@ void suite_hang(struct gpu_world* w) {
     double verdict_s = world_now() - t0;
     const char* msg = ncclGetLastError(w->comm[0]);
     char want_wait[64], want_blame[96];
-    snprintf(want_wait, sizeof want_wait, "rank %d waits in AllReduce #2", me);
-    snprintf(want_blame, sizeof want_blame, "for rank %d, whose last op is AllReduce #1", skipper);
+    snprintf(want_wait, sizeof want_wait, "rank %d waits in %s #%d", me, op, send ? 3 : 2);
+    snprintf(want_blame, sizeof want_blame, "for rank %d, whose last op is %s", skipper,
+             send ? "Recv #2" : "AllReduce #1");
     if (async != ncclRemoteError || strstr(msg, want_wait) == NULL || strstr(msg, want_blame) == NULL)
       world_case_fail(w, "after %.1f s: %s, \"%s\"", verdict_s, ncclGetErrorString(async), msg);
     double a0 = world_now();
-    ncclResult_t res = ncclCommAbort(w->comm[0]);
+    res = ncclCommAbort(w->comm[0]);
     double abort_s = world_now() - a0;
     w->comm[0] = NULL;
     printf("hang [rank %d]: %s %.2f s after the call: \"%s\"; ncclCommAbort took %.3f s\n", me,
@@ -165,3 +183,7 @@ out:
   if (buf) cudaFree(buf);
   world_case_end(w);
 }
+
+void suite_hang(struct gpu_world* w) { hang_case(w, 0); }
+
+void suite_hang_send(struct gpu_world* w) { hang_case(w, 1); }

@@ -99,7 +99,7 @@ void ref_format(ncclDataType_t t, const void* buf, size_t i, char* out, size_t l
 struct gpu_opts {
   const char* mode;  /* "threads", "procs" or "hosts" (procs, each rank its own host) */
   const char* suite; /* "all", "coll", "p2p", "inflight", "errors", "api", "leaks",
-                        "deadpeer", "hang" */
+                        "deadpeer", "hang", "hangsend" */
   int nranks;
   int quick;
   int list; /* print the case names, run nothing (needs no GPU) */
@@ -259,6 +259,7 @@ void suite_api(struct gpu_world* w);      /* gpu_api.c: split, shrink, nonblocki
 void suite_leaks(struct gpu_world* w);    /* gpu_leaks.c: 1000 communicators made and destroyed */
 void suite_deadpeer(struct gpu_world* w); /* gpu_faults.c: a rank SIGKILLed mid-collective */
 void suite_hang(struct gpu_world* w);     /* gpu_faults.c: a rank skips a collective */
+void suite_hang_send(struct gpu_world* w); /* gpu_faults.c: a rank skips a large receive */
 /* gpu_coll.c: reductions whose output hashes determinism_check.sh compares across settings */
 void suite_determinism(struct gpu_world* w);
 

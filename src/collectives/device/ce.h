@@ -121,8 +121,16 @@ __global__ void __launch_bounds__(BRAID_CE_THREADS)
       }
     }
   }
-  if (a.ledger_seq != 0 && threadIdx.x == 0)
-    *(volatile uint64_t*)&a.comm->ledger_done[blockIdx.x] = a.ledger_seq;
+  if (a.ledger_seq == 0 || threadIdx.x != 0) return;
+  /* One block waits for this rank's sends: the launch is done when all its blocks report. */
+  if (blockIdx.x == 0)
+    for (int i = 0, spins = 0; i < 2; i++)
+      while ((a.sent_wait & (1 << i)) && !ce_reached(&a.flags->sent[i], a.sent_last[i]))
+        if (++spins == BRAID_CE_ABORT_CHECK_SPINS) {
+          spins = 0;
+          if (*a.comm->abort_flag) return;
+        }
+  *(volatile uint64_t*)&a.comm->ledger_done[blockIdx.x] = a.ledger_seq;
 }
 
 /*

@@ -67,6 +67,13 @@ struct braid_ce_args {
   int32_t wait_sent;            /* braid_ce_sent: out overlaps what this rank's copies read */
   uint32_t sent0;               /* SENT_CHUNK: this rank's first chunk sent */
   int32_t scalar_device;        /* `scalar` is a device pointer */
+  /*
+   * Before the ledger report: copy stream i has sent this rank's last chunk of the operation,
+   * sent[i] >= sent_last[i] (bit i of sent_wait). The operation is done only when what it sends
+   * has left too, or a peer that never frees a slot would hang it with nothing pending.
+   */
+  uint32_t sent_last[2];
+  int32_t sent_wait;
 };
 
 /*
