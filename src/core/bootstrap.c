@@ -82,6 +82,11 @@ ncclResult_t bootstrap_id_from_env(ncclUniqueId* id, int* found) {
   const char* name = braid_param_source(BRAID_P_COMM_ID) == BRAID_PARAM_FROM_NCCL_ENV ? "NCCL_COMM_ID"
                                                                                     : "BRAID_COMM_ID";
   BRAID_TRY(socket_addr_parse_named(text, name, &root));
+  BRAID_CHECK((root.sa.sa_family == AF_INET ? root.sin.sin_port : root.sin6.sin6_port) != 0,
+              ncclInvalidArgument,
+              "%s=%s names port 0: rank 0 listens there for the others, so give it a fixed port "
+              "(host:port)",
+              name, text);
   /*
    * Every rank must derive the same id without talking, so the "secret" is a
    * digest of the variable's text. It keeps strays and jobs with another

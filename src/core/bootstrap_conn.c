@@ -214,7 +214,13 @@ static void bootstrap_accept(struct bootstrap* b) {
   for (;;) {
     int fd = -1, pending = 0;
     union braid_sockaddr remote;
-    if (socket_accept_some(b->listen_fd, &fd, &remote) != ncclSuccess || fd < 0) return;
+    if (socket_accept_some(b->listen_fd, &fd, &remote) != ncclSuccess) {
+      char who[48];
+      snprintf(who, sizeof who, "bootstrap: rank %d", b->rank);
+      socket_accept_failed(who);
+      return;
+    }
+    if (fd < 0) return;
     for (int i = 0; i < b->nin; i++) pending += b->in[i]->fd >= 0 && b->in[i]->rank < 0;
     const char* why = NULL;
     if (pending >= BOOTSTRAP_MAX_PENDING) why = "too many connections already wait to present a hello";
@@ -276,13 +282,14 @@ static void bootstrap_progress(struct bootstrap* b, int fd, short events) {
 
 /* --------------------------------------------------------- sending */
 
-/* Logs its own failures, naming the peer. */
-ncclResult_t bootstrap_fd_move(struct bootstrap* b, int fd, void* buf, size_t size, int sending,
-                               int peer) {
+/* bootstrap_fd_move, telling in *moved how many bytes went through (also on failure). */
+static ncclResult_t bootstrap_fd_move_counted(struct bootstrap* b, int fd, void* buf, size_t size,
+                                              int sending, int peer, size_t* moved) {
   ncclResult_t res = ncclSuccess;
   char who[160];
-  size_t done = 0;
-  while (done < size) {
+  *moved = 0;
+  while (*moved < size) {
+    const size_t done = *moved;
     size_t n = 0;
     res = sending ? socket_send_some(fd, (char*)buf + done, size - done, &n)
                   : socket_recv_some(fd, (char*)buf + done, size - done, &n);
@@ -296,13 +303,20 @@ ncclResult_t bootstrap_fd_move(struct bootstrap* b, int fd, void* buf, size_t si
       return braid_err(res, "bootstrap: rank %d lost its connection to %s while %s: %s", b->rank, who,
                        sending ? "sending" : "receiving", e ? strerror(e) : "closed by the peer");
     }
-    done += n;
-    if (done == size || n > 0) continue;
+    *moved += n;
+    if (*moved == size || n > 0) continue;
     res = bootstrap_wait_check(b, peer, sending ? "room to send" : "an answer");
     if (res != ncclSuccess) return res;
     bootstrap_progress(b, fd, sending ? POLLOUT : POLLIN);
   }
   return ncclSuccess;
+}
+
+/* Logs its own failures, naming the peer. */
+ncclResult_t bootstrap_fd_move(struct bootstrap* b, int fd, void* buf, size_t size, int sending,
+                               int peer) {
+  size_t moved;
+  return bootstrap_fd_move_counted(b, fd, buf, size, sending, peer, &moved);
 }
 
 void bootstrap_hello_fill(const struct bootstrap* b, int kind, const uint8_t* secret,
@@ -359,6 +373,11 @@ ncclResult_t bootstrap_msg_send(struct bootstrap* b, int peer, int channel, int 
     bootstrap_enqueue(b, msg);
     return ncclSuccess;
   }
+  char who[160];
+  BRAID_CHECK(!b->peers[peer].send_cut, ncclRemoteError,
+              "bootstrap: rank %d cannot send to %s: an earlier message to it was cut off mid-way "
+              "(by an abort or a lost connection), so the connection carries no more",
+              b->rank, bootstrap_peer_describe(b, peer, who, sizeof who));
   BRAID_TRY(bootstrap_out_connect(b, peer));
   struct {
     struct bootstrap_msg_header header;
@@ -370,12 +389,20 @@ ncclResult_t bootstrap_msg_send(struct bootstrap* b, int peer, int channel, int 
   out.header.tag = tag;
   out.header.size = size;
   int fd = b->peers[peer].out_fd;
+  size_t moved = 0, header_moved = 0;
   if (size <= BOOTSTRAP_COALESCE) {
     if (size) memcpy(out.payload, data, size);
-    BRAID_TRY(bootstrap_fd_move(b, fd, &out, sizeof out.header + size, 1, peer));
+    res = bootstrap_fd_move_counted(b, fd, &out, sizeof out.header + size, 1, peer, &moved);
   } else {
-    BRAID_TRY(bootstrap_fd_move(b, fd, &out.header, sizeof out.header, 1, peer));
-    BRAID_TRY(bootstrap_fd_move(b, fd, (void*)data, size, 1, peer));
+    res = bootstrap_fd_move_counted(b, fd, &out.header, sizeof out.header, 1, peer, &header_moved);
+    if (res == ncclSuccess)
+      res = bootstrap_fd_move_counted(b, fd, (void*)data, size, 1, peer, &moved);
+    moved += header_moved;
+  }
+  if (res != ncclSuccess && moved > 0) {
+    /* Half a frame is on the wire: whatever followed it would be read as a header. */
+    socket_close(&b->peers[peer].out_fd);
+    b->peers[peer].send_cut = 1;
   }
 fail:
   return res;
@@ -408,6 +435,8 @@ ncclResult_t bootstrap_msg_recv(struct bootstrap* b, int peer, int channel, int 
   char who[160];
   const char* what = bootstrap_channel_names[channel];
   struct bootstrap_msg* msg;
+  const double start = braid_time_sec();
+  double warn_t = start + BOOTSTRAP_STILL_WAITING_S;
   while ((msg = bootstrap_queue_take(b, peer, channel, tag, any_tag)) == NULL) {
     BRAID_CHECK(!b->peers[peer].closed, ncclRemoteError,
                 "bootstrap: %s closed its connection while rank %d waited for its %s message "
@@ -415,6 +444,16 @@ ncclResult_t bootstrap_msg_recv(struct bootstrap* b, int peer, int channel, int 
                 b->rank, what, tag);
     BRAID_TRY(bootstrap_wait_check(b, peer, what));
     bootstrap_progress(b, -1, 0);
+    /* After init there is no deadline: a peer that died before it ever connected, or whose
+       host vanished, would leave this wait silent. */
+    double now = braid_time_sec();
+    if (now >= warn_t) {
+      WARN(
+          "bootstrap: rank %d has waited %.0f s for the %s message (tag %d) from %s: is that "
+          "rank alive, and making the same calls?",
+          b->rank, now - start, what, tag, bootstrap_peer_describe(b, peer, who, sizeof who));
+      warn_t = now + BOOTSTRAP_STILL_WAITING_S;
+    }
   }
   BRAID_CHECK(msg->tag == tag, ncclInternalError,
               "bootstrap: rank %d and %s are out of step: %s #%d arrived while #%d was expected "

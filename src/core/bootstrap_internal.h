@@ -26,7 +26,11 @@
 #include <pthread.h>
 
 #include "core/socket.h"
+#include "core/utils.h"
 #include "nccl.h"
+
+/* A wait for a peer's message that has no deadline WARNs this often while it lasts. */
+#define BOOTSTRAP_STILL_WAITING_S 60.0
 
 #define BOOTSTRAP_ID_MAGIC 0x44495242u    /* "BRID" */
 #define BOOTSTRAP_ID_VERSION 1
@@ -148,9 +152,7 @@ static inline int bootstrap_wire_addr_unpack(const struct bootstrap_wire_addr* i
 
 /* Constant-time comparison, so that response timing reveals nothing about the secret. */
 static inline int bootstrap_secret_equal(const uint8_t* a, const uint8_t* b) {
-  uint8_t diff = 0;
-  for (int i = 0; i < BOOTSTRAP_SECRET_BYTES; i++) diff |= (uint8_t)(a[i] ^ b[i]);
-  return diff == 0;
+  return braid_equal_ct(a, b, BOOTSTRAP_SECRET_BYTES);
 }
 
 /* Why a hello must be refused (NULL: it is acceptable as `kind`). Terminates hello->host. */
@@ -205,6 +207,7 @@ struct bootstrap_peer {
   union braid_sockaddr addr; /* its listener */
   int out_fd;                /* our connection to it, made on first send */
   int closed;                /* its connection to us ended: waits on it fail */
+  int send_cut;              /* a message to it stopped part-way: sends to it fail */
   int pid;
   char host[BOOTSTRAP_HOST_LEN];
 };

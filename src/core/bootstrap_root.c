@@ -268,7 +268,13 @@ static void root_accept(struct bootstrap_root* root) {
   for (;;) {
     int fd = -1;
     union braid_sockaddr remote;
-    if (socket_accept_some(root->listen_fd, &fd, &remote) != ncclSuccess || fd < 0) return;
+    if (socket_accept_some(root->listen_fd, &fd, &remote) != ncclSuccess) {
+      char who[ROOT_ADDR_TEXT + 32];
+      snprintf(who, sizeof who, "bootstrap root %s", root->addr_text);
+      socket_accept_failed(who);
+      return;
+    }
+    if (fd < 0) return;
     const char* why = NULL;
     if (root_pending_count(root) >= BOOTSTRAP_MAX_PENDING)
       why = "too many connections already wait to present a hello";

@@ -54,8 +54,8 @@ static int socket_slice_ms(double deadline) {
   if (deadline < 0) return SOCKET_SLICE_MS;
   double left = deadline - braid_time_sec();
   if (left <= 0) return 0;
-  int ms = (int)(left * 1000.0) + 1;
-  return ms < SOCKET_SLICE_MS ? ms : SOCKET_SLICE_MS;
+  if (left * 1000.0 >= SOCKET_SLICE_MS) return SOCKET_SLICE_MS; /* before the cast: no overflow */
+  return (int)(left * 1000.0) + 1;
 }
 
 static int socket_expired(double deadline) { return deadline >= 0 && braid_time_sec() >= deadline; }
@@ -483,6 +483,21 @@ ncclResult_t socket_accept_some(int listen_fd, int* fd, union braid_sockaddr* pe
     if (errno == EAGAIN || errno == EWOULDBLOCK) return ncclSuccess;
     return ncclSystemError;
   }
+}
+
+#define SOCKET_ACCEPT_WARN_S 10.0
+#define SOCKET_ACCEPT_BACKOFF_US 10000
+
+void socket_accept_failed(const char* who) {
+  static int64_t warned_ms = INT64_MIN / 2; /* atomic: listeners of several threads */
+  const int e = errno;
+  const int64_t now_ms = (int64_t)(braid_time_sec() * 1000.0);
+  int64_t last = __atomic_load_n(&warned_ms, __ATOMIC_RELAXED);
+  if (now_ms - last >= (int64_t)(SOCKET_ACCEPT_WARN_S * 1000.0) &&
+      __atomic_compare_exchange_n(&warned_ms, &last, now_ms, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    WARN("%s: accept failed: %s%s", who, strerror(e),
+         e == EMFILE || e == ENFILE ? " (out of file descriptors: raise ulimit -n)" : "");
+  usleep(SOCKET_ACCEPT_BACKOFF_US);
 }
 
 ncclResult_t socket_accept(int listen_fd, double timeout_sec, volatile uint32_t* abort, int* fd,

@@ -94,6 +94,13 @@ void socket_close(int* fd);
  */
 /* Accepts one pending connection (*fd = -1 when none is pending); ncclSystemError on failure. */
 ncclResult_t socket_accept_some(int listen_fd, int* fd, union braid_sockaddr* peer);
+/*
+ * After socket_accept_some failed (errno as it left it) for a listener that
+ * a poll loop serves: WARNs (at most every few seconds per process, naming
+ * `who`) and sleeps a little, since the listener stays readable and the loop
+ * would otherwise spin (out of file descriptors, say).
+ */
+void socket_accept_failed(const char* who);
 /* Sends what fits now (*sent may be 0); ncclRemoteError when the peer is gone. */
 ncclResult_t socket_send_some(int fd, const void* data, size_t size, size_t* sent);
 /* Receives what is there now (*got may be 0); ncclRemoteError when the peer closed or reset. */

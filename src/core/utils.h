@@ -53,6 +53,14 @@ ncclResult_t braid_random_bytes(void* buf, size_t size);
  */
 void* braid_driver_fn(const char* name);
 
+/* Whether n bytes at a and b are equal, in a time that does not depend on where they differ. */
+static inline int braid_equal_ct(const void* a, const void* b, size_t n) {
+  const unsigned char *x = (const unsigned char*)a, *y = (const unsigned char*)b;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < n; i++) diff |= (unsigned char)(x[i] ^ y[i]);
+  return diff == 0;
+}
+
 /* Whether byte ranges [a, a + na) and [b, b + nb) share a byte (empty ranges share none). */
 static inline int braid_ranges_overlap(const void* a, size_t na, const void* b, size_t nb) {
   uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;

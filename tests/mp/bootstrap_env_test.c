@@ -127,6 +127,10 @@ static int case_rootless(void) {
   TEST_EXPECT_RES(bootstrap_id_from_env(&b, &found), ncclInvalidArgument);
   TEST_CHECK(strstr(braid_err_last(), "NCCL_COMM_ID=\"not an address\"") != NULL, "message: %s",
              braid_err_last());
+  boot_env("NCCL_COMM_ID", "127.0.0.1:0"); /* the others could never find rank 0's port */
+  TEST_EXPECT_RES(bootstrap_id_from_env(&b, &found), ncclInvalidArgument);
+  TEST_CHECK(strstr(braid_err_last(), "NCCL_COMM_ID=127.0.0.1:0 names port 0") != NULL,
+             "message: %s", braid_err_last());
   boot_env("NCCL_COMM_ID", NULL);
   TEST_EXPECT_RES(bootstrap_id_from_env(&b, &found), ncclSuccess);
   TEST_CHECK(found == 0, "found an id without BRAID_COMM_ID");

@@ -345,6 +345,56 @@ static int case_abort(void) {
   return rc;
 }
 
+/* --------------------------------------------------------------- cut */
+
+/*
+ * A send stopped part-way by the abort flag (rank 1 reads nothing, so 64 MB cannot all go):
+ * the flag then drops again, as comm_quiesce does, and the next send to rank 1 must fail
+ * saying why instead of appending a frame to half of one; rank 1 sees the connection end.
+ */
+#define CUT_BYTES (64u << 20)
+
+static int cut_child(const struct mp_child* c) {
+  struct abort_shared* sh = c->arg;
+  struct bootstrap* b = NULL;
+  volatile uint32_t flag = 0;
+  child_reset("30");
+  if (boot_id_share(&sh->slot, c->index, 20.0) != 0) return 1;
+  TEST_EXPECT_RES(bootstrap_init(&sh->slot.id, 1, c->index, 2, &flag, &b), ncclSuccess);
+  if (b == NULL) return 1;
+  if (c->index == 0) {
+    char* big = calloc(1, CUT_BYTES);
+    struct delayed_abort d = {.delay = 0.3, .flag = &flag};
+    pthread_t th;
+    int v = 7;
+    pthread_create(&th, NULL, delayed_abort_main, &d);
+    TEST_EXPECT_RES(bootstrap_send(b, 1, 1, big, CUT_BYTES), ncclRemoteError);
+    pthread_join(th, NULL);
+    __atomic_store_n(&flag, 0, __ATOMIC_RELAXED);
+    braid_err_clear();
+    TEST_EXPECT_RES(bootstrap_send(b, 1, 2, &v, sizeof v), ncclRemoteError);
+    TEST_CHECK(strstr(braid_err_last(), "cut off mid-way") != NULL, "message: %s",
+               braid_err_last());
+    free(big);
+    boot_add_flag(&sh->done, 1);
+  } else {
+    char* big = malloc(CUT_BYTES);
+    TEST_CHECK(boot_wait_flag(&sh->done, 1, 10.0) == 0, "rank 0 never got through its sends");
+    TEST_EXPECT_RES(bootstrap_recv(b, 0, 1, big, CUT_BYTES), ncclRemoteError);
+    free(big);
+  }
+  TEST_EXPECT_RES(bootstrap_close(b), ncclSuccess);
+  return child_result();
+}
+
+static int case_cut(void) {
+  struct abort_shared* sh = mp_shared_alloc(sizeof *sh);
+  struct mp_opts opts = {.name = "cut", .nprocs = 2, .timeout_sec = 30, .arg = sh};
+  int rc = mp_run(&opts, cut_child);
+  mp_shared_free(sh, sizeof *sh);
+  return rc;
+}
+
 /* --------------------------------------------------------- duplicate */
 
 struct dup_shared {
@@ -416,7 +466,7 @@ int main(int argc, char** argv) {
     const char* name;
     int (*run)(void);
   } cases[] = {{"secret", case_secret}, {"timeout", case_timeout}, {"abort", case_abort},
-               {"duplicate", case_duplicate}};
+               {"cut", case_cut}, {"duplicate", case_duplicate}};
   for (size_t i = 0; argc > 1 && i < sizeof cases / sizeof cases[0]; i++) {
     if (strcmp(argv[1], cases[i].name) != 0) continue;
     int rc = cases[i].run();
