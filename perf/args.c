@@ -37,6 +37,9 @@ static const struct {
     {"fp8e4m3", ncclFloat8e4m3}, {"fp8e5m2", ncclFloat8e5m2},
 };
 
+/* Long options without a short letter (getopt_long returns these). */
+#define PERF_OPT_PARALLEL_INIT 1000
+
 static const char* const perf_op_names[PERF_NUM_OPS] = {"sum", "prod", "max", "min", "avg",
                                                         "mulsum"};
 
@@ -57,6 +60,8 @@ void perf_args_defaults(perf_args_t* a) {
   a->op = ncclSum;
   a->root = 0;
   a->average = 1;
+  a->min_bw = -1.0;
+  a->device0 = -1;
 }
 
 const char* perf_type_name(int type) {
@@ -171,22 +176,39 @@ static void perf_apply_procs(perf_args_t* a, int n) {
 }
 
 static const struct option perf_long_options[] = {
-    {"nthreads", required_argument, 0, 't'},     {"ngpus", required_argument, 0, 'g'},
-    {"minbytes", required_argument, 0, 'b'},     {"maxbytes", required_argument, 0, 'e'},
-    {"stepbytes", required_argument, 0, 'i'},    {"stepfactor", required_argument, 0, 'f'},
-    {"iters", required_argument, 0, 'n'},        {"agg_iters", required_argument, 0, 'm'},
-    {"warmup_iters", required_argument, 0, 'w'}, {"run_cycles", required_argument, 0, 'N'},
-    {"procs", required_argument, 0, 'p'},        {"parallel_init", required_argument, 0, 'p'},
-    {"check", required_argument, 0, 'c'},        {"op", required_argument, 0, 'o'},
-    {"datatype", required_argument, 0, 'd'},     {"root", required_argument, 0, 'r'},
-    {"blocking", required_argument, 0, 'z'},     {"stream_null", required_argument, 0, 'y'},
-    {"timeout", required_argument, 0, 'T'},      {"cudagraph", required_argument, 0, 'G'},
-    {"report_cputime", required_argument, 0, 'C'}, {"average", required_argument, 0, 'a'},
-    {"output_file", required_argument, 0, 'J'},  {"alloc", required_argument, 0, 'A'},
-    {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
+    {"nthreads", required_argument, 0, 't'},
+    {"ngpus", required_argument, 0, 'g'},
+    {"minbytes", required_argument, 0, 'b'},
+    {"maxbytes", required_argument, 0, 'e'},
+    {"stepbytes", required_argument, 0, 'i'},
+    {"stepfactor", required_argument, 0, 'f'},
+    {"iters", required_argument, 0, 'n'},
+    {"agg_iters", required_argument, 0, 'm'},
+    {"warmup_iters", required_argument, 0, 'w'},
+    {"run_cycles", required_argument, 0, 'N'},
+    {"procs", required_argument, 0, 'p'},
+    {"parallel_init", required_argument, 0, PERF_OPT_PARALLEL_INIT},
+    {"check", required_argument, 0, 'c'},
+    {"op", required_argument, 0, 'o'},
+    {"datatype", required_argument, 0, 'd'},
+    {"root", required_argument, 0, 'r'},
+    {"blocking", required_argument, 0, 'z'},
+    {"stream_null", required_argument, 0, 'y'},
+    {"timeout", required_argument, 0, 'T'},
+    {"cudagraph", required_argument, 0, 'G'},
+    {"report_cputime", required_argument, 0, 'C'},
+    {"average", required_argument, 0, 'a'},
+    {"output_file", required_argument, 0, 'J'},
+    {"alloc", required_argument, 0, 'A'},
+    {"help", no_argument, 0, 'h'},
+    {0, 0, 0, 0}};
 
-/* nccl-tests flags we do not implement: refuse by name rather than guess. */
-static const char* perf_unsupported_option(int c) {
+/*
+ * nccl-tests flags we do not implement: refuse by name rather than guess, except a value of 0,
+ * which is their default and asks for nothing.
+ */
+static const char* perf_unsupported_option(int c, const char* v) {
+  if (c != 'F' && v != NULL && strcmp(v, "0") == 0) return NULL;
   switch (c) {
     case 'R': return "-R (local_register)";
     case 'S': return "-S (report_timestamps)";
@@ -215,7 +237,7 @@ static const perf_int_flag_t perf_int_flags[] = {
     {'m', "aggregated iterations", 1, INT_MAX, offsetof(perf_args_t, agg_iters)},
     {'N', "run cycles (0 = forever)", 0, INT_MAX, offsetof(perf_args_t, run_cycles)},
     {'c', "check iterations", 0, INT_MAX, offsetof(perf_args_t, check)},
-    {'z', "blocking mode (0, 1 or 2)", 0, 2, offsetof(perf_args_t, blocking)},
+    {'z', "blocking mode (0 or nonzero)", 0, INT_MAX, offsetof(perf_args_t, blocking)},
     {'y', "stream_null (0 or 1)", 0, 1, offsetof(perf_args_t, stream_null)},
     {'T', "timeout in seconds", 0, INT_MAX, offsetof(perf_args_t, timeout_s)},
     {'G', "CUDA graph launches", 0, INT_MAX, offsetof(perf_args_t, graph_launches)},
@@ -251,10 +273,15 @@ static int perf_apply_option(perf_args_t* a, int c, const char* v, char* err, si
                          v, c);
       return 0;
     }
-    case 'f':
-      if (perf_parse_int(v, 1, INT_MAX, &iv) != 0)
-        return perf_fail(err, n, "-f expects a multiplication factor >= 1, got '%s'", v);
+    case 'f': /* 0 and 1 both step by -i, as in nccl-tests */
+      if (perf_parse_int(v, 0, INT_MAX, &iv) != 0)
+        return perf_fail(err, n, "-f expects a multiplication factor >= 0, got '%s'", v);
       a->step_factor = (size_t)iv;
+      return 0;
+    case PERF_OPT_PARALLEL_INIT: /* nccl-tests: any nonzero value */
+      if (perf_parse_int(v, 0, INT_MAX, &iv) != 0)
+        return perf_fail(err, n, "--parallel_init expects 0 or 1, got '%s'", v);
+      a->parallel_init = iv != 0;
       return 0;
     case 'p':
       if (perf_parse_int(v, 0, 1024, &iv) != 0)
@@ -296,6 +323,34 @@ static int perf_apply_option(perf_args_t* a, int c, const char* v, char* err, si
   }
 }
 
+/*
+ * nccl-tests' environment: NCCL_TESTS_MIN_BW (a GB/s floor for the average busbw) and
+ * NCCL_TESTS_DEVICE (each process's first GPU). NCCL_TESTS_SPLIT_MASK / NCCL_TESTS_SPLIT would
+ * split the world into several communicators, which these tools do not: refused, not ignored.
+ * A value that is not a number is refused too (nccl-tests' atof would read it as 0).
+ */
+static int perf_args_env(perf_args_t* a, char* err, size_t n) {
+  const char* v = getenv("NCCL_TESTS_MIN_BW");
+  if (v && *v) {
+    char* end = NULL;
+    a->min_bw = strtod(v, &end);
+    if (end == v || *end != '\0' || !(a->min_bw >= 0))
+      return perf_fail(err, n, "NCCL_TESTS_MIN_BW=%s is not a bandwidth in GB/s", v);
+  }
+  v = getenv("NCCL_TESTS_DEVICE");
+  if (v && *v && perf_parse_int(v, 0, 1 << 20, &a->device0) != 0)
+    return perf_fail(err, n, "NCCL_TESTS_DEVICE=%s is not a GPU index", v);
+  const char* split = getenv("NCCL_TESTS_SPLIT_MASK") ? "NCCL_TESTS_SPLIT_MASK"
+                      : getenv("NCCL_TESTS_SPLIT")    ? "NCCL_TESTS_SPLIT"
+                                                      : NULL;
+  if (split)
+    return perf_fail(err, n,
+                     "%s is set: Braid's perf tools run one communicator over all "
+                     "ranks and do not split it; unset it",
+                     split);
+  return 0;
+}
+
 /* Combinations that cannot mean anything, refused before any GPU work. */
 static int perf_args_validate(const perf_args_t* a, char* err, size_t n) {
   if (a->min_bytes > a->max_bytes)
@@ -326,14 +381,16 @@ int perf_args_parse(perf_args_t* a, int argc, char** argv, char* err, size_t err
       return perf_fail(err, err_len, "unknown option '%s' (see -h)", argv[optind - 1]);
     }
     if (c == ':') return perf_fail(err, err_len, "option '%s' needs a value", argv[optind - 1]);
-    const char* unsupported = perf_unsupported_option(c);
+    const char* unsupported = perf_unsupported_option(c, optarg);
     if (unsupported)
       return perf_fail(err, err_len, "nccl-tests option %s is not supported by Braid's perf tools",
                        unsupported);
+    if (strchr("RSMxDV", c)) continue; /* one of those at 0: nothing to do */
     if (perf_apply_option(a, c, optarg, err, err_len) != 0) return -1;
   }
   if (optind < argc)
     return perf_fail(err, err_len, "unexpected argument '%s' (options only; see -h)", argv[optind]);
+  if (perf_args_env(a, err, err_len) != 0) return -1;
   return perf_args_validate(a, err, err_len);
 }
 
@@ -355,7 +412,7 @@ void perf_usage(const char* program, const char* collective) {
       "  -d,--datatype <type>     int8 uint8 int32 uint32 int64 uint64 half float double\n"
       "                           bfloat16 f8e4m3 f8e5m2 or all (float)\n"
       "  -r,--root <rank>         root of rooted collectives, or all / -1 (0)\n"
-      "  -z,--blocking <0|1|2>    1: wait and barrier after each op; 2: wait only (0)\n"
+      "  -z,--blocking <0|1>      1: wait and barrier after each op (0)\n"
       "  -y,--stream_null <0|1>   run on the legacy default stream (0)\n"
       "  -T,--timeout <s>         abort an op taking longer than s seconds, 0 = never (0)\n"
       "  -G,--cudagraph <n>       capture the timed loop in a CUDA graph, replay it n times (0)\n"
@@ -365,8 +422,12 @@ void perf_usage(const char* program, const char* collective) {
       "  -p,--procs <n>           n >= 2: fork n processes on this host, one GPU set each,\n"
       "                           meeting through the library's own bootstrap (no MPI needed);\n"
       "                           -p 0 / -p 1 keep nccl-tests' parallel_init meaning\n"
+      "     --parallel_init <0|1> threads create their communicators concurrently (0)\n"
       "     --alloc <nccl|cuda>   buffers from ncclMemAlloc (as nccl-tests) or cudaMalloc (nccl)\n"
+      "  -R -S -M -x -D -V        nccl-tests options Braid does not implement: only 0 accepted\n"
       "  -h,--help                this text\n"
+      "Environment, as nccl-tests: NCCL_TESTS_MIN_BW=<GB/s> fails the run (exit 1) when the\n"
+      "average busbw is below 0.9x that; NCCL_TESTS_DEVICE=<i> makes GPU i each process's first.\n"
       "Launch modes: under mpirun (one process per GPU set; built with MPI), one process\n"
       "driving -t x -g GPUs, or -p N self-launched processes. Ranks = processes x threads x GPUs.\n"
       "Exit status: 0 ok, 1 wrong results, 2 bad usage, 3 a CUDA/NCCL/system failure or timeout.\n"

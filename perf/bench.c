@@ -25,6 +25,8 @@ _Static_assert((int)PERF_T_E5M2 == (int)ncclFloat8e5m2 && (int)PERF_T_COUNT == (
 _Static_assert((int)PERF_O_AVG == (int)ncclAvg && (int)PERF_O_MULSUM == PERF_OP_MULSUM,
                "verify.h op codes must be NCCL's");
 
+_Static_assert(PERF_SEG_POISON == -2, "verify.h's perf_element_wrong spells PERF_SEG_POISON as -2");
+
 /* What one series measures; counts change with the size. */
 typedef struct perf_series {
   int type;
@@ -148,7 +150,7 @@ static int perf_start_coll(perf_thread_t* t, const perf_series_t* s, int in_plac
   if (a->ngpus > 1 && PERF_NCCL(NULL, ncclGroupEnd())) return -1;
   if (a->blocking) {
     if (perf_complete(t)) return -1;
-    if (a->blocking == 1 && perf_team_barrier(t)) return -1;
+    if (perf_team_barrier(t)) return -1;
   }
   return 0;
 }
@@ -195,8 +197,12 @@ static int perf_graph_destroy(perf_thread_t* t) {
   return rc;
 }
 
-/* -n iterations of -m grouped calls; seconds per call in *sec. */
-static int perf_timed_loop(perf_thread_t* t, const perf_series_t* s, int in_place, double* sec) {
+/*
+ * -n iterations of -m grouped calls: seconds per call to completion in *sec, and to enqueue
+ * (what -C reports) in *cpu_sec.
+ */
+static int perf_timed_loop(perf_thread_t* t, const perf_series_t* s, int in_place, double* sec,
+                           double* cpu_sec) {
   const perf_args_t* a = t->job->args;
   int graph = a->graph_launches > 0;
   /* Thread-local capture: other threads keep calling CUDA while we capture,
@@ -218,8 +224,8 @@ static int perf_timed_loop(perf_thread_t* t, const perf_series_t* s, int in_plac
   double calls = (double)a->iters * a->agg_iters;
   double cpu = (perf_now() - start) / calls; /* nccl-tests: not divided by -G */
   if (perf_complete(t)) return -1;
-  double elapsed = (perf_now() - start) / calls / (graph ? a->graph_launches : 1);
-  *sec = a->report_cputime ? cpu : elapsed;
+  *sec = (perf_now() - start) / calls / (graph ? a->graph_launches : 1);
+  *cpu_sec = cpu;
   return graph ? perf_graph_destroy(t) : 0;
 }
 
@@ -244,12 +250,55 @@ static int perf_init_data(perf_thread_t* t, const perf_series_t* s, int in_place
   return 0;
 }
 
+/*
+ * The elements of the receive buffer that no segment covers must be as the call found them,
+ * as nccl-tests checks (a non-root rank's buffer in reduce and gather): the poison, or, in
+ * place, this rank's input where its send buffer lies (`send_off` elements from the receive
+ * buffer, `inputs` long). Appends their segments to seg[nseg...] (room for 3 * (nseg + 1)
+ * more; `sorted` is scratch for nseg) and returns the new count.
+ */
+static int perf_untouched_segments(const perf_series_t* s, int rank, int in_place,
+                                   ptrdiff_t send_off, size_t inputs, perf_segment_t* seg, int nseg,
+                                   perf_segment_t* sorted) {
+  memcpy(sorted, seg, (size_t)nseg * sizeof *seg);
+  for (int i = 1; i < nseg; i++) /* a few segments, mostly in order already */
+    for (int j = i; j > 0 && sorted[j - 1].dst_offset > sorted[j].dst_offset; j--) {
+      perf_segment_t tmp = sorted[j];
+      sorted[j] = sorted[j - 1];
+      sorted[j - 1] = tmp;
+    }
+  /* The input, in receive-buffer elements: [a, b) (empty out of place). */
+  const ptrdiff_t a = in_place ? send_off : 0, b = in_place ? send_off + (ptrdiff_t)inputs : 0;
+  int n = nseg;
+  size_t cur = 0;
+  for (int i = 0; i <= nseg; i++) {
+    const size_t next = i < nseg ? sorted[i].dst_offset : s->counts.recv_count;
+    if (next > cur) { /* the gap [cur, next): poison, then the input, then poison */
+      const ptrdiff_t lo = (ptrdiff_t)cur, hi = (ptrdiff_t)next;
+      const ptrdiff_t in_lo = lo > a ? lo : a, in_hi = hi < b ? hi : b;
+      const int has_input = in_lo < in_hi;
+      const ptrdiff_t cut1 = has_input ? in_lo : hi, cut2 = has_input ? in_hi : hi;
+      if (cut1 > lo)
+        seg[n++] = (perf_segment_t){(size_t)lo, (size_t)(cut1 - lo), PERF_SEG_POISON, 0};
+      if (has_input)
+        seg[n++] =
+            (perf_segment_t){(size_t)in_lo, (size_t)(in_hi - in_lo), rank, (size_t)(in_lo - a)};
+      if (hi > cut2)
+        seg[n++] = (perf_segment_t){(size_t)cut2, (size_t)(hi - cut2), PERF_SEG_POISON, 0};
+    }
+    if (i < nseg && sorted[i].dst_offset + sorted[i].count > cur)
+      cur = sorted[i].dst_offset + sorted[i].count;
+  }
+  return n;
+}
+
 /* Wrong elements in this thread's outputs after a checked call. */
 static int perf_count_wrong(perf_thread_t* t, const perf_series_t* s, int in_place, uint64_t seed,
                             int64_t* wrong) {
   perf_job_t* job = t->job;
   perf_value_desc_t desc = perf_desc(t, s, seed);
-  perf_segment_t* seg = calloc((size_t)job->nranks, sizeof(*seg));
+  /* The collective's segments (at most nranks), then the untouched ones, then scratch. */
+  perf_segment_t* seg = calloc(5 * (size_t)job->nranks + 3, sizeof(*seg));
   if (!seg) return -1;
   int rc = 0;
   *wrong = 0;
@@ -258,6 +307,10 @@ static int perf_count_wrong(perf_thread_t* t, const perf_series_t* s, int in_pla
     void *send, *recv;
     perf_call_buffers(r, s, in_place, 0, &send, &recv);
     int nseg = job->coll->expected(&s->counts, job->nranks, r->rank, s->root, seg);
+    nseg = perf_untouched_segments(s, r->rank, in_place,
+                                   ((char*)send - (char*)recv) / (ptrdiff_t)s->type_size,
+                                   job->coll->input_count(&s->counts, r->rank, s->root), seg, nseg,
+                                   seg + 4 * (size_t)job->nranks + 3);
     unsigned long long count = 0;
     rc = PERF_CUDA(r, cudaSetDevice(r->device));
     for (int i = 0; i < nseg && rc == 0; i++)
@@ -308,10 +361,11 @@ static int perf_measure(perf_thread_t* t, const perf_series_t* s, int in_place, 
   if (a->check && perf_init_data(t, s, in_place, 0)) return -1;
   /* One untimed call: every rank is connected and here before the clock starts. */
   if (perf_start_coll(t, s, in_place, 0) || perf_complete(t) || perf_team_barrier(t)) return -1;
-  double sec = 0;
-  if (perf_timed_loop(t, s, in_place, &sec) || perf_team_reduce_double(t, &sec, a->average))
+  double sec = 0, cpu = 0;
+  if (perf_timed_loop(t, s, in_place, &sec, &cpu) || perf_team_reduce_double(t, &sec, a->average))
     return -1;
-  out->time_us = sec * 1e6;
+  /* -C changes the time column only, as in nccl-tests: bandwidths stay completion-based. */
+  out->time_us = (a->report_cputime ? cpu : sec) * 1e6;
   job->coll->bandwidth(s->counts.param_count, s->type_size, sec, job->nranks, &out->algbw,
                        &out->busbw);
   if (perf_team_barrier(t)) return -1;

@@ -1,7 +1,7 @@
 /*
  * reduce_perf: the root ends with the reduction of all inputs; the other
- * ranks' receive buffers are not used by the library and not checked.
- * busbw = algbw, as for broadcast.
+ * ranks' receive buffers must be left as they were (bench.c checks what no
+ * segment covers). busbw = algbw, as for broadcast.
  */
 #include "common.h"
 

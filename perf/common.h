@@ -49,7 +49,7 @@ typedef struct perf_args {
   int type;               /* -d: ncclDataType_t or PERF_ALL */
   int op;                 /* -o: ncclRedOp_t, PERF_OP_MULSUM or PERF_ALL */
   int root;               /* -r: a rank or PERF_ALL */
-  int blocking;           /* -z: 1 sync+barrier after each op, 2 sync only */
+  int blocking;           /* -z: nonzero: sync + barrier after each op */
   int stream_null;        /* -y: use the legacy default stream */
   int timeout_s;          /* -T: abort when an op takes longer, 0 = never */
   int graph_launches;     /* -G: capture the timed loop in a CUDA graph, replay N times */
@@ -60,6 +60,8 @@ typedef struct perf_args {
   int alloc_cuda;         /* --alloc cuda: cudaMalloc instead of ncclMemAlloc */
   const char* json_path;  /* -J: JSON lines file, NULL for none */
   int help;               /* -h */
+  double min_bw;          /* NCCL_TESTS_MIN_BW: fail below 0.9x this average busbw; < 0: none */
+  int device0;            /* NCCL_TESTS_DEVICE: first GPU of each process; -1: by local rank */
 } perf_args_t;
 
 /* Buffer layout of one size, in elements (nccl-tests' getCollByteCount). */
@@ -75,9 +77,11 @@ typedef struct perf_counts {
  * Where a run of output elements must come from. Input element i of rank q
  * holds perf_input(q, i) (see verify.h); output element dst_offset + k must
  * equal the input element src_offset + k of src_rank, or, when src_rank is
- * PERF_SEG_REDUCE, the reduction over all ranks of that input element.
+ * PERF_SEG_REDUCE, the reduction over all ranks of that input element, or,
+ * when it is PERF_SEG_POISON, still the poison.
  */
 #define PERF_SEG_REDUCE (-1)
+#define PERF_SEG_POISON (-2) /* untouched since it was poisoned (perf_poison_byte) */
 typedef struct perf_segment {
   size_t dst_offset;
   size_t count;

@@ -156,7 +156,7 @@ static int perf_describe_devices(perf_job_t* job, perf_proc_info_t* info) {
   for (int i = 0; i < job->nlocal; i++) {
     perf_rank_t* r = &job->ranks[i];
     r->rank = job->world->proc * job->nlocal + i;
-    r->device = job->local_index * job->nlocal + i;
+    r->device = (job->args->device0 >= 0 ? job->args->device0 : job->local_index * job->nlocal) + i;
     if (r->device >= visible) {
       const char* cvd = getenv("CUDA_VISIBLE_DEVICES");
       fprintf(stderr, "perf: process %d on %s needs GPU %d but sees %d GPU(s)%s%s%s: use fewer "
@@ -177,13 +177,16 @@ static int perf_describe_devices(perf_job_t* job, perf_proc_info_t* info) {
   return 0;
 }
 
-/* nccl-tests' memory rule (send + recv of max bytes, minus a reserve). */
-static size_t perf_memory_limit(size_t total) {
+/*
+ * nccl-tests' memory rule: send + recv of max bytes (and its `expected` buffer when checking,
+ * though the checks here need none: the same sizes run either way), minus a reserve.
+ */
+static size_t perf_memory_limit(size_t total, int check) {
   const size_t gib = (size_t)1 << 30;
   size_t reserve = (total + 16 * gib - 1) / (16 * gib) * gib;
   if (reserve > 4 * gib) reserve = 4 * gib;
   if (total <= reserve + gib) return 0;
-  return (total - reserve - gib) / 2;
+  return (total - reserve - gib) / (check ? 3 : 2);
 }
 
 /* Types of "-d all": fp8 only where every GPU is Hopper or newer and the
@@ -227,7 +230,7 @@ static int perf_exchange_info(perf_job_t* job) {
     if (all[p].min_cc_major < min_cc) min_cc = all[p].min_cc_major;
     if (all[p].min_mem < min_mem) min_mem = all[p].min_mem;
   }
-  size_t limit = perf_memory_limit(min_mem);
+  size_t limit = perf_memory_limit(min_mem, job->args->check != 0);
   job->max_bytes = job->args->max_bytes < limit ? job->args->max_bytes : limit;
   perf_job_types(job, min_cc);
   if (w->proc == 0) {
@@ -336,9 +339,10 @@ static void* perf_thread_main(void* arg) {
   if (perf_bench_thread(t)) perf_thread_fail(t);
   int64_t errors = t->errors;
   if (perf_team_sum_int(t, &errors)) perf_thread_fail(t);
-  if (perf_is_printer(t))
-    perf_report_footer(job, (int)errors, t->busbw_count ? t->busbw_sum / t->busbw_count : 0.0);
-  t->exit_code = errors ? PERF_EXIT_WRONG : PERF_EXIT_OK;
+  const double avg = t->busbw_count ? t->busbw_sum / t->busbw_count : 0.0;
+  const int slow = job->args->min_bw >= 0 && avg < job->args->min_bw * 0.9; /* as nccl-tests */
+  if (perf_is_printer(t)) perf_report_footer(job, (int)errors, avg);
+  t->exit_code = errors || slow ? PERF_EXIT_WRONG : PERF_EXIT_OK;
   return NULL;
 }
 

@@ -90,10 +90,8 @@ void perf_report_header(const perf_job_t* job) {
          a->step_factor > 1 ? a->step_factor : a->step_bytes,
          a->step_factor > 1 ? "factor" : "bytes", a->warmup_iters, a->iters, a->agg_iters,
          a->check, a->graph_launches);
-  if (a->blocking == 1)
+  if (a->blocking)
     printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
-  if (a->blocking > 1)
-    printf("# Blocking Enabled: wait for completion after each collective (no barrier) \n");
   if (a->parallel_init)
     printf("# Parallel Init Enabled: threads call into NcclInitRank concurrently \n");
   printf("#\n");
@@ -167,7 +165,11 @@ void perf_report_row(perf_job_t* job, const perf_row_t* row) {
 
 void perf_report_footer(const perf_job_t* job, int errors, double avg_busbw) {
   printf("# %-20s : %d %s\n", "Out of bounds values", errors, errors ? "FAILED" : "OK");
-  printf("# %-20s : %g \n", "Avg bus bandwidth", avg_busbw);
+  const double floor = job->args->min_bw;
+  printf("# %-20s : %g %s\n", "Avg bus bandwidth", avg_busbw,
+         floor < 0                 ? ""
+         : avg_busbw < floor * 0.9 ? "FAILED"
+                                   : "OK");
   printf("#\n");
   printf("# Collective test concluded: %s\n", job->program);
   printf("#\n\n");

@@ -314,6 +314,11 @@ static inline PERF_HD double perf_reduce_float(const perf_value_desc_t* d, size_
 static inline PERF_HD int perf_element_wrong(const perf_value_desc_t* d, int src_rank,
                                              size_t src_index, const void* out, size_t out_index) {
   uint64_t got = perf_load_bits(d->type, out, out_index);
+  if (src_rank == -2) { /* common.h's PERF_SEG_POISON: still the poison */
+    uint64_t want = 0;
+    for (int b = 0; b < perf_type_size(d->type); b++) want = want << 8 | perf_poison_byte(d->type);
+    return got != want;
+  }
   if (!perf_type_is_float(d->type)) {
     uint64_t want = src_rank >= 0 ? perf_input_bits_of(d, src_rank, src_index)
                                   : perf_reduce_int(d, src_index);

@@ -114,7 +114,29 @@ static void test_every_flag(void) {
   TEST_CHECK(a.json_path && strcmp(a.json_path, "out.json") == 0 && a.alloc_cuda == 1, "-J --alloc");
 
   TEST_CHECK(parse(&a, "-z 1", err, sizeof(err)) == 0 && a.blocking == 1, "-z 1");
-  TEST_CHECK(parse(&a, "-z 2", err, sizeof(err)) == 0 && a.blocking == 2, "-z 2");
+  TEST_CHECK(parse(&a, "-z 2", err, sizeof(err)) == 0 && a.blocking, "-z 2 blocks, as -z 1");
+  TEST_CHECK(parse(&a, "-R 0 -S 0 -M 0 -x 0 -D 0 -V 0", err, sizeof(err)) == 0,
+             "nccl-tests' options at 0 (their default) are accepted: %s", err);
+  TEST_CHECK(
+      parse(&a, "--parallel_init 2", err, sizeof(err)) == 0 && a.parallel_init && a.procs == 0,
+      "--parallel_init 2 is parallel init (never a process count)");
+  TEST_CHECK(parse(&a, "-f 0 -b 1M -e 3M -i 1M", err, sizeof(err)) == 0 && a.step_factor == 0,
+             "-f 0 steps by -i");
+  setenv("NCCL_TESTS_MIN_BW", "123.5", 1);
+  setenv("NCCL_TESTS_DEVICE", "3", 1);
+  TEST_CHECK(parse(&a, "-n 1", err, sizeof(err)) == 0 && a.min_bw == 123.5 && a.device0 == 3,
+             "NCCL_TESTS_MIN_BW / NCCL_TESTS_DEVICE: %s", err);
+  setenv("NCCL_TESTS_MIN_BW", "fast", 1);
+  TEST_CHECK(parse(&a, "-n 1", err, sizeof(err)) != 0 && strstr(err, "NCCL_TESTS_MIN_BW=fast"),
+             "a MIN_BW that is not a number is refused: %s", err);
+  unsetenv("NCCL_TESTS_MIN_BW");
+  unsetenv("NCCL_TESTS_DEVICE");
+  setenv("NCCL_TESTS_SPLIT_MASK", "0x1", 1);
+  TEST_CHECK(parse(&a, "-n 1", err, sizeof(err)) != 0 && strstr(err, "NCCL_TESTS_SPLIT_MASK"),
+             "a split mask is refused, not ignored: %s", err);
+  unsetenv("NCCL_TESTS_SPLIT_MASK");
+  TEST_CHECK(parse(&a, "-n 1", err, sizeof(err)) == 0 && a.min_bw < 0 && a.device0 == -1,
+             "no nccl-tests variables: defaults");
   TEST_CHECK(parse(&a, "-y 1", err, sizeof(err)) == 0 && a.stream_null == 1, "-y 1");
   TEST_CHECK(parse(&a, "-G 10", err, sizeof(err)) == 0 && a.graph_launches == 10, "-G 10");
   TEST_CHECK(parse(&a, "-p 4", err, sizeof(err)) == 0 && a.procs == 4 && !a.parallel_init, "-p 4 forks");
@@ -143,17 +165,38 @@ static void test_every_flag(void) {
 }
 
 static void test_bad_flags(void) {
-  static const struct { const char* line; const char* says; } bad[] = {
-      {"-t 0", "-t"},          {"-g x", "-g"},          {"-n 0", "-n"},
-      {"-a 4", "-a"},          {"-z 3", "-z"},          {"-c -1", "-c"},
-      {"-f 0", "-f"},          {"-w -1", "-w"},         {"-m 0", "-m"},
-      {"-y 2", "-y"},          {"-C 2", "-C"},          {"-G -1", "-G"},
-      {"-b 1G -e 1M", "minbytes"}, {"-b 1M -e 2M -i 0", "-i 0"}, {"-b 0 -e 1M -f 2", "-b 0"},
-      {"-d foo", "datatype"},  {"-o foo", "reduction"}, {"-r x", "-r"},
-      {"-r -2", "-r"},         {"-q", "unknown option"}, {"--bogus", "unknown option"},
-      {"-b", "needs a value"}, {"extra", "unexpected argument"}, {"-R 1", "not supported"},
-      {"-z 1 -G 2", "-G"},     {"-y 1 -G 2", "-G"},     {"--alloc foo", "--alloc"},
-      {"-b 12Q", "invalid size"}, {"-p 1025", "-p"},    {"-t 99999999999", "-t"}};
+  static const struct { const char* line; const char* says;
+  } bad[] = {{"-t 0", "-t"},
+             {"-g x", "-g"},
+             {"-n 0", "-n"},
+             {"-a 4", "-a"},
+             {"-z -1", "-z"},
+             {"-c -1", "-c"},
+             {"-f -1", "-f"},
+             {"-w -1", "-w"},
+             {"-m 0", "-m"},
+             {"-y 2", "-y"},
+             {"-C 2", "-C"},
+             {"-G -1", "-G"},
+             {"-b 1G -e 1M", "minbytes"},
+             {"-b 1M -e 2M -i 0", "-i 0"},
+             {"-b 0 -e 1M -f 2", "-b 0"},
+             {"-d foo", "datatype"},
+             {"-o foo", "reduction"},
+             {"-r x", "-r"},
+             {"-r -2", "-r"},
+             {"-q", "unknown option"},
+             {"--bogus", "unknown option"},
+             {"-b", "needs a value"},
+             {"extra", "unexpected argument"},
+             {"-R 1", "not supported"},
+             {"-z 1 -G 2", "-G"},
+             {"-y 1 -G 2", "-G"},
+             {"--alloc foo", "--alloc"},
+             {"-F 0", "not supported"},
+             {"-b 12Q", "invalid size"},
+             {"-p 1025", "-p"},
+             {"-t 99999999999", "-t"}};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     perf_args_t a;
     char err[512];
