@@ -140,10 +140,15 @@ ncclResult_t comm_check_ready(const struct ncclComm* comm, const char* api) {
 }
 
 void comm_error_record(struct ncclComm* comm, ncclResult_t res) {
-  if (res == ncclSuccess || res == ncclInProgress || !comm_is_live(comm)) return;
-  pthread_mutex_lock(&comm->lock);
-  snprintf(comm->last_error, sizeof comm->last_error, "%s", braid_err_last());
-  pthread_mutex_unlock(&comm->lock);
+  if (res == ncclSuccess || res == ncclInProgress || comm == NULL) return;
+  /* Under live_lock: an abort on another thread cannot free the comm between look and write. */
+  pthread_mutex_lock(&live_lock);
+  if (live_cap && live_slots[live_find((uintptr_t)comm)] != 0) {
+    pthread_mutex_lock(&comm->lock);
+    snprintf(comm->last_error, sizeof comm->last_error, "%s", braid_err_last());
+    pthread_mutex_unlock(&comm->lock);
+  }
+  pthread_mutex_unlock(&live_lock);
 }
 
 ncclResult_t comm_alloc(struct ncclComm** out, int rank, int nranks, int cuda_dev,

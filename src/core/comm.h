@@ -75,6 +75,7 @@ struct ncclComm {
   struct braid_redop_table* redops;  /* user-defined reduction operators */
   struct braid_reg* regs;            /* ncclCommRegister'ed buffers (register.c), under `lock` */
   volatile int children_pending;     /* split/shrink jobs still reading this comm (atomic) */
+  int in_group_end;                  /* threads inside ncclGroupEnd with this comm (atomic) */
   uint32_t split_next, split_turn;   /* split jobs of this parent run one at a time, in call order */
   struct braid_watchdog* watchdog;   /* op ledger and hang verdicts (watchdog.c) */
   struct braid_ce* ce;               /* copy-engine exchange (ce.c), or NULL */

@@ -284,14 +284,25 @@ static ncclResult_t group_close(struct ncclComm** comms, int* saved_dev) {
   return res == ncclSuccess ? init_res : res;
 }
 
-/* Second half: lets go of the communicators' pending lists, restores the caller's device. */
-static void group_finish(struct ncclComm* comms, int saved_dev) {
+/*
+ * Second half: lets go of the communicators' pending lists, restores the caller's device.
+ * `busy`: group_close's comms were marked as in use by this thread (comm->in_group_end).
+ */
+static void group_finish(struct ncclComm* comms, int saved_dev, int busy) {
   while (comms) {
     struct ncclComm* next = comms->group->next;
     group_comm_release(comms);
+    /* The last touch of the comm: an abort on another thread may free it from here on. */
+    if (busy) __atomic_fetch_sub(&comms->in_group_end, 1, __ATOMIC_RELEASE);
     comms = next;
   }
   if (saved_dev >= 0) group_use_device(saved_dev);
+}
+
+/* Marks the comms as in use by this thread's group end (ncclCommAbort waits for it). */
+static void group_mark_busy(struct ncclComm* comms) {
+  for (struct ncclComm* c = comms; c; c = c->group->next)
+    __atomic_fetch_add(&c->in_group_end, 1, __ATOMIC_ACQUIRE);
 }
 
 ncclResult_t group_end(void) {
@@ -303,12 +314,13 @@ ncclResult_t group_end(void) {
   struct ncclComm* comms = NULL;
   int saved_dev = -1;
   res = group_close(&comms, &saved_dev);
+  group_mark_busy(comms);
   if (res == ncclSuccess && comms) {
     res = group_connect_p2p(comms);
     if (res == ncclSuccess && check_enabled()) res = check_group(comms);
     if (res == ncclSuccess) res = group_launch_all(comms);
   }
-  group_finish(comms, saved_dev);
+  group_finish(comms, saved_dev, 1);
   return res;
 }
 
@@ -366,7 +378,7 @@ __attribute__((visibility("default"))) ncclResult_t ncclGroupSimulateEnd(ncclSim
     res = enqueue_estimate(c, &us);
     if (us > slowest_us) slowest_us = us;
   }
-  group_finish(comms, saved_dev);
+  group_finish(comms, saved_dev, 0);
   if (res == ncclSuccess) simInfo->estimatedTime = slowest_us;
   return res;
 }

@@ -231,6 +231,24 @@ static void teardown_wait_init(struct ncclComm* comm) {
     usleep(100);
 }
 
+/*
+ * An abort from another thread than one inside ncclGroupEnd with this comm (connecting over
+ * the bootstrap, launching): the flags just raised make it leave soon; free nothing under it.
+ */
+#define TEARDOWN_GROUP_END_WAIT_S 10.0
+static void teardown_wait_group_end(struct ncclComm* comm) {
+  double start = braid_time_sec();
+  while (__atomic_load_n(&comm->in_group_end, __ATOMIC_ACQUIRE) > 0) {
+    if (braid_time_sec() - start > TEARDOWN_GROUP_END_WAIT_S) {
+      WARN("ncclCommAbort: rank %d: a thread is still inside ncclGroupEnd with this communicator "
+           "after %.0f s; freeing it anyway",
+           comm->rank, TEARDOWN_GROUP_END_WAIT_S);
+      return;
+    }
+    usleep(100);
+  }
+}
+
 static ncclResult_t teardown_check(struct ncclComm* comm, const char* api) {
   ncclResult_t res = comm_check(comm, api);
   if (res != ncclSuccess) return res;
@@ -289,6 +307,7 @@ NCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm->abort_flag) __atomic_store_n(comm->abort_flag, 1, __ATOMIC_SEQ_CST);
   if (comm->bootstrap) bootstrap_abort(comm->bootstrap);
   teardown_wait_init(comm);
+  teardown_wait_group_end(comm);
   cudaGetDevice(&saved_dev);
   /* The kernels see the flag in their wait loops and exit; their buffers go after them. */
   if (cudaSetDevice(comm->cuda_dev) == cudaSuccess && dev_state_drain(comm, 10.0) != ncclSuccess)

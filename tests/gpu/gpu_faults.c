@@ -21,6 +21,7 @@
  *   hang [rank 0]: verdict 3.05 s after the call: "rank 0 waits in ..."; abort 0.004 s
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,6 +175,71 @@ static void hang_case(struct gpu_world* w, int send) {
     if (abort_s > DEAD_ABORT_S) world_case_fail(w, "ncclCommAbort took %.3f s", abort_s);
     world_cuda(w, cudaStreamSynchronize(w->stream[0]), "cudaStreamSynchronize after the abort");
     if (me == 0) *done = 1;
+  }
+  if (w->comm[0]) {
+    world_nccl(w, ncclCommAbort(w->comm[0]), NULL, "ncclCommAbort");
+    w->comm[0] = NULL;
+  }
+out:
+  if (buf) cudaFree(buf);
+  world_case_end(w);
+}
+
+struct abort_later {
+  ncclComm_t comm;
+  double delay_s, took_s;
+  ncclResult_t res;
+};
+
+static void* abort_later_main(void* arg) {
+  struct abort_later* a = arg;
+  mp_sleep(a->delay_s);
+  double t0 = world_now();
+  a->res = ncclCommAbort(a->comm);
+  a->took_s = world_now() - t0;
+  return NULL;
+}
+
+/*
+ * abortwait (two ranks): rank 0's main thread is inside ncclSend, connecting to rank 1, which
+ * never takes part, while another thread aborts the communicator half a second later. The
+ * send must come back with an error and the abort within a second, freeing nothing under the
+ * thread still inside.
+ */
+void suite_abort_wait(struct gpu_world* w) {
+  char name[128];
+  snprintf(name, sizeof name, "Abort from another thread while ncclSend waits to connect mode=%s",
+           w->opts->mode);
+  if (w->nlocal == w->nranks || w->nranks != 2 || !world_case_begin(w, name)) return;
+  volatile double* done = world_stamp(w, 1);
+  float* buf = NULL;
+  if (world_cuda(w, cudaSetDevice(w->dev[0]), "cudaSetDevice") ||
+      world_cuda(w, cudaMalloc((void**)&buf, 4096 * sizeof(float)), "cudaMalloc") ||
+      world_nccl(w, ncclAllReduce(buf, buf, 4096, ncclFloat, ncclSum, w->comm[0], w->stream[0]),
+                 w->comm[0], "ncclAllReduce (warm-up)") ||
+      world_sync(w))
+    goto out;
+  if (w->rank0 == 1) {
+    for (double t0 = world_now(); *done == 0 && world_now() - t0 < DEAD_LIMIT_S;) mp_sleep(0.01);
+  } else {
+    struct abort_later a = {.comm = w->comm[0], .delay_s = 0.5};
+    pthread_t th;
+    if (pthread_create(&th, NULL, abort_later_main, &a) != 0) {
+      world_case_fail(w, "pthread_create failed");
+      goto out;
+    }
+    double t0 = world_now();
+    ncclResult_t res = ncclSend(buf, 4096, ncclFloat, 1, w->comm[0], w->stream[0]);
+    double send_s = world_now() - t0;
+    pthread_join(th, NULL);
+    w->comm[0] = NULL; /* the other thread aborted it */
+    printf("abortwait [rank 0]: ncclSend returned %s after %.2f s; ncclCommAbort took %.3f s\n",
+           ncclGetErrorString(res), send_s, a.took_s);
+    if (res == ncclSuccess) world_case_fail(w, "ncclSend succeeded though rank 1 never received");
+    if (a.res != ncclSuccess) world_nccl(w, a.res, NULL, "ncclCommAbort");
+    if (a.took_s > DEAD_ABORT_S) world_case_fail(w, "ncclCommAbort took %.3f s", a.took_s);
+    if (send_s > a.delay_s + DEAD_ABORT_S) world_case_fail(w, "ncclSend took %.2f s", send_s);
+    *done = 1;
   }
   if (w->comm[0]) {
     world_nccl(w, ncclCommAbort(w->comm[0]), NULL, "ncclCommAbort");

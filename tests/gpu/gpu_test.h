@@ -99,7 +99,7 @@ void ref_format(ncclDataType_t t, const void* buf, size_t i, char* out, size_t l
 struct gpu_opts {
   const char* mode;  /* "threads", "procs" or "hosts" (procs, each rank its own host) */
   const char* suite; /* "all", "coll", "p2p", "inflight", "errors", "api", "leaks",
-                        "deadpeer", "hang", "hangsend" */
+                        "deadpeer", "hang", "hangsend", "abortwait" */
   int nranks;
   int quick;
   int list; /* print the case names, run nothing (needs no GPU) */
@@ -260,6 +260,7 @@ void suite_leaks(struct gpu_world* w);    /* gpu_leaks.c: 1000 communicators mad
 void suite_deadpeer(struct gpu_world* w); /* gpu_faults.c: a rank SIGKILLed mid-collective */
 void suite_hang(struct gpu_world* w);     /* gpu_faults.c: a rank skips a collective */
 void suite_hang_send(struct gpu_world* w); /* gpu_faults.c: a rank skips a large receive */
+void suite_abort_wait(struct gpu_world* w); /* gpu_faults.c: abort beside a blocked call */
 /* gpu_coll.c: reductions whose output hashes determinism_check.sh compares across settings */
 void suite_determinism(struct gpu_world* w);
 
