@@ -210,7 +210,7 @@ static ncclResult_t api_sizes(const struct api_call* c, size_t* send_bytes, size
 static ncclResult_t api_check(const struct api_call* c, struct braid_op* op) {
   ncclResult_t res = ncclSuccess;
   size_t send_bytes = 0, recv_bytes = 0;
-  BRAID_TRY(comm_check_ready(c->comm, c->api));
+  BRAID_TRY(comm_check_usable(c->comm, c->api));
   BRAID_CHECK((int)c->dtype >= 0 && c->dtype < ncclNumTypes, ncclInvalidArgument,
               "%s: datatype %d is not an ncclDataType_t (0..%d)", c->api, (int)c->dtype,
               ncclNumTypes - 1);
@@ -491,7 +491,7 @@ static ncclResult_t api_p2p_collective(const struct api_call* c, api_peers_t sen
   size_t bytes;
   int n;
   braid_err_clear();
-  BRAID_TRY(comm_check_ready(c->comm, c->api));
+  BRAID_TRY(comm_check_usable(c->comm, c->api));
   n = c->comm->nranks;
   BRAID_CHECK((int)c->dtype >= 0 && c->dtype < ncclNumTypes, ncclInvalidArgument,
               "%s: datatype %d is not an ncclDataType_t", c->api, (int)c->dtype);

@@ -338,14 +338,11 @@ fail:
 #define CE_SENT(i) (offsetof(struct braid_ce_flags, sent) + (i) * sizeof(uint32_t))
 
 void ce_fail(struct ncclComm* comm, ncclResult_t res) {
-  ncclResult_t none = ncclSuccess;
   if (comm->ce == NULL || comm->ce->state != CE_READY) return;
   comm->ce->state = CE_BROKEN;
   WARN("rank %d: an operation through the copy engines failed; this communicator is unusable",
        comm->rank);
-  if (__atomic_compare_exchange_n((ncclResult_t*)&comm->async_error, &none, res, 0,
-                                  __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-    comm_error_record(comm, res);
+  comm_fail_async(comm, res);
 }
 
 /* Bytes per chunk: a slot, or less for operations of a few slots (the pipeline fills sooner). */

@@ -112,6 +112,39 @@ ncclResult_t comm_check(const struct ncclComm* comm, const char* api) {
   return ncclSuccess;
 }
 
+int comm_fail_async(struct ncclComm* comm, ncclResult_t res) {
+  ncclResult_t none = ncclSuccess;
+  /* During init async_error reads ncclInProgress: a failure then counts too (comm_init). */
+  if (!__atomic_compare_exchange_n((ncclResult_t*)&comm->async_error, &none, res, 0,
+                                   __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    if (none != ncclInProgress ||
+        !__atomic_compare_exchange_n((ncclResult_t*)&comm->async_error, &none, res, 0,
+                                     __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+      return 0;
+  }
+  pthread_mutex_lock(&comm->lock);
+  snprintf(comm->fail_error, sizeof comm->fail_error, "%s", braid_err_last());
+  pthread_mutex_unlock(&comm->lock);
+  comm_error_record(comm, res);
+  return 1;
+}
+
+ncclResult_t comm_check_usable(const struct ncclComm* comm, const char* api) {
+  ncclResult_t res = comm_check_ready(comm, api);
+  if (res != ncclSuccess) return res;
+  ncclResult_t async = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+  if (async == ncclSuccess || async == ncclInProgress) return ncclSuccess;
+  /* As NCCL: the comm's error, not a success whose kernels leave at once on the abort flag. */
+  char why[BRAID_ERROR_MAX];
+  pthread_mutex_lock((pthread_mutex_t*)&comm->lock);
+  snprintf(why, sizeof why, "%s", comm->fail_error[0] ? comm->fail_error : "no message was recorded");
+  pthread_mutex_unlock((pthread_mutex_t*)&comm->lock);
+  return braid_err(async,
+                   "%s: rank %d's communicator has failed (%s: %s); abort it, or shrink it without "
+                   "the failed ranks",
+                   api, comm->rank, ncclGetErrorString(async), why);
+}
+
 ncclResult_t comm_check_ready(const struct ncclComm* comm, const char* api) {
   ncclResult_t res = comm_check(comm, api);
   if (res != ncclSuccess) return res;
@@ -264,7 +297,14 @@ static ncclResult_t comm_init_connect(struct ncclComm* comm) {
   BRAID_TRY(dev_state_create(comm));
   BRAID_TRY(watchdog_start(comm));
   BRAID_TRY(bootstrap_barrier(comm->bootstrap));
-  comm->async_error = ncclSuccess;
+  /* A connection's proxy may have failed the comm meanwhile (comm_fail_async): keep that. */
+  ncclResult_t pending = ncclInProgress;
+  if (!__atomic_compare_exchange_n((ncclResult_t*)&comm->async_error, &pending, ncclSuccess, 0,
+                                   __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    res = braid_err(pending, "rank %d: a connection failed during init: %s", comm->rank,
+                    comm->fail_error);
+    goto fail;
+  }
   char busid[32];
   braid_busid_to_str(comm->bus_id, busid, sizeof busid);
   INFO(BRAID_LOG_INIT, "comm %p rank %d nranks %d cudaDev %d busId %s commId 0x%llx - Init COMPLETE",

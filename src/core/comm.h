@@ -90,6 +90,7 @@ struct ncclComm {
   pthread_mutex_t lock;
   char last_error[BRAID_ERROR_MAX];  /* this comm's last error, for ncclGetLastError */
   char init_error[BRAID_ERROR_MAX];  /* why init failed (state FAILED), for later refusals */
+  char fail_error[BRAID_ERROR_MAX];  /* why async_error became an error (comm_fail_async), under `lock` */
 };
 
 /* Whether `comm` is a communicator that exists now (allocated, not yet freed); never reads *comm. */
@@ -98,6 +99,14 @@ int comm_is_live(const struct ncclComm* comm);
 ncclResult_t comm_check(const struct ncclComm* comm, const char* api);
 /* comm_check, and the communicator finished init successfully and was not finalized. */
 ncclResult_t comm_check_ready(const struct ncclComm* comm, const char* api);
+/*
+ * The comm failed after (or during) init: a dead peer, a hang verdict, a broken exchange.
+ * The first failure wins: sets async_error to `res` and keeps the thread's last error as the
+ * reason; returns 1, or 0 when the comm had failed already.
+ */
+int comm_fail_async(struct ncclComm* comm, ncclResult_t res);
+/* comm_check_ready, and no asynchronous error (a failed peer, a hang verdict): for operations. */
+ncclResult_t comm_check_usable(const struct ncclComm* comm, const char* api);
 /* A new communicator object, state INITIALIZING; nothing is connected yet. */
 ncclResult_t comm_alloc(struct ncclComm** out, int rank, int nranks, int cuda_dev,
                         const struct braid_config* config);

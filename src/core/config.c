@@ -10,12 +10,14 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <limits.h>
 #include <string.h>
 
 #include "core/debug.h"
 #include "core/error.h"
 
 #define CONFIG_MAX_CTAS 64
+#define CONFIG_MAX_CGA_CLUSTER 8 /* NCCL_MAX_CGA_CLUSTER_SIZE */
 
 static void config_defaults(struct braid_config* c) {
   memset(c, 0, sizeof *c);
@@ -36,6 +38,14 @@ static void config_defaults(struct braid_config* c) {
 /* Whether the caller's struct of `size` bytes contains the field at [offset, offset+len). */
 #define HAS_FIELD(size, field) \
   ((size) >= offsetof(ncclConfig_t, field) + sizeof(((ncclConfig_t*)0)->field))
+
+/* A value past what Braid (and NCCL) can use is capped, as NCCL does, and said at INFO. */
+static void config_cap(int* value, int max, const char* name) {
+  if (*value <= max) return;
+  INFO(BRAID_LOG_INIT, "ncclConfig_t.%s = %d is larger than its limit %d: capped to %d", name,
+       *value, max, max);
+  *value = max;
+}
 
 static ncclResult_t config_check_range(const char* name, int value, int lo, int hi) {
   if (value == NCCL_CONFIG_UNDEF_INT || (value >= lo && value <= hi)) return ncclSuccess;
@@ -70,14 +80,16 @@ static ncclResult_t config_apply(const ncclConfig_t* user, struct braid_config* 
       c->blocking = user->blocking;
     }
   }
-  if (HAS_FIELD(size, cgaClusterSize)) BRAID_TRY(config_check_range("cgaClusterSize", user->cgaClusterSize, 0, 8));
-  if (HAS_FIELD(size, minCTAs)) BRAID_TRY(config_check_range("minCTAs", user->minCTAs, 1, CONFIG_MAX_CTAS));
-  if (HAS_FIELD(size, maxCTAs)) BRAID_TRY(config_check_range("maxCTAs", user->maxCTAs, 1, CONFIG_MAX_CTAS));
+  /* As NCCL: nonsense is refused, values past the limits are capped (below) with an INFO. */
+  if (HAS_FIELD(size, cgaClusterSize))
+    BRAID_TRY(config_check_range("cgaClusterSize", user->cgaClusterSize, 0, INT_MAX));
+  if (HAS_FIELD(size, minCTAs)) BRAID_TRY(config_check_range("minCTAs", user->minCTAs, 1, INT_MAX));
+  if (HAS_FIELD(size, maxCTAs)) BRAID_TRY(config_check_range("maxCTAs", user->maxCTAs, 1, INT_MAX));
   if (HAS_FIELD(size, CTAPolicy)) BRAID_TRY(config_check_range("CTAPolicy", user->CTAPolicy, 0, 2));
   if (HAS_FIELD(size, splitShare)) BRAID_TRY(config_check_range("splitShare", user->splitShare, 0, 1));
   if (HAS_FIELD(size, shrinkShare)) BRAID_TRY(config_check_range("shrinkShare", user->shrinkShare, 0, 1));
   if (HAS_FIELD(size, collnetEnable)) BRAID_TRY(config_check_range("collnetEnable", user->collnetEnable, 0, 1));
-  if (HAS_FIELD(size, nvlsCTAs)) BRAID_TRY(config_check_range("nvlsCTAs", user->nvlsCTAs, 0, CONFIG_MAX_CTAS));
+  if (HAS_FIELD(size, nvlsCTAs)) BRAID_TRY(config_check_range("nvlsCTAs", user->nvlsCTAs, 1, INT_MAX));
   if (HAS_FIELD(size, nChannelsPerNetPeer))
     BRAID_TRY(config_check_range("nChannelsPerNetPeer", user->nChannelsPerNetPeer, 1, CONFIG_MAX_CTAS));
   if (HAS_FIELD(size, nvlinkCentricSched))
@@ -98,8 +110,15 @@ static ncclResult_t config_apply(const ncclConfig_t* user, struct braid_config* 
     snprintf(c->net_name, sizeof c->net_name, "%s", user->netName);
   if (HAS_FIELD(size, commName) && user->commName != NULL)
     snprintf(c->comm_name, sizeof c->comm_name, "%s", user->commName);
-  BRAID_CHECK(c->min_ctas <= c->max_ctas, ncclInvalidArgument,
-              "ncclConfig_t.minCTAs = %d is larger than maxCTAs = %d", c->min_ctas, c->max_ctas);
+  config_cap(&c->cga_cluster_size, CONFIG_MAX_CGA_CLUSTER, "cgaClusterSize");
+  config_cap(&c->min_ctas, CONFIG_MAX_CTAS, "minCTAs");
+  config_cap(&c->max_ctas, CONFIG_MAX_CTAS, "maxCTAs");
+  config_cap(&c->nvls_ctas, CONFIG_MAX_CTAS, "nvlsCTAs");
+  if (c->min_ctas > c->max_ctas) {
+    INFO(BRAID_LOG_INIT, "ncclConfig_t.minCTAs = %d is larger than maxCTAs = %d: both set to %d",
+         c->min_ctas, c->max_ctas, c->max_ctas);
+    c->min_ctas = c->max_ctas;
+  }
   return ncclSuccess;
 fail:
   return res;

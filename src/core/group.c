@@ -46,8 +46,14 @@ ncclResult_t group_start(void) {
 ncclResult_t group_op_add(struct ncclComm* comm, const struct braid_op* op) {
   ncclResult_t res = ncclSuccess;
   struct braid_group_comm* g = comm->group;
+  /* NCCL's groups are per thread too: another thread's open group would launch this one's op. */
+  BRAID_CHECK(g == NULL || pthread_equal(g->owner, pthread_self()), ncclInvalidUsage,
+              "rank %d: the communicator has operations in another thread's open group; a "
+              "communicator's calls must come from one thread until that group ends",
+              comm->rank);
   if (g == NULL) {
     BRAID_TRY(BRAID_CALLOC(&g, 1, "group state"));
+    g->owner = pthread_self();
     g->next = group_comms;
     group_comms = comm;
     comm->group = g;
@@ -64,6 +70,38 @@ ncclResult_t group_op_add(struct ncclComm* comm, const struct braid_op* op) {
 fail:
   group_fail(res);
   return res;
+}
+
+int group_has_ops(const struct ncclComm* comm) {
+  for (struct ncclComm* c = group_comms; c; c = c->group->next)
+    if (c == comm) return 1;
+  return 0;
+}
+
+int group_has_init(const struct ncclComm* comm) {
+  for (struct braid_init_job* j = group_jobs; j; j = j->next)
+    if (j->comm == comm) return 1;
+  return 0;
+}
+
+static void group_comm_release(struct ncclComm* comm);
+
+void group_forget(struct ncclComm* comm) {
+  for (struct ncclComm** link = &group_comms; *link; link = &(*link)->group->next) {
+    if (*link != comm) continue;
+    *link = comm->group->next;
+    group_comm_release(comm);
+    break;
+  }
+  for (struct braid_init_job** link = &group_jobs; *link; link = &(*link)->next) {
+    struct braid_init_job* j = *link;
+    if (j->comm != comm) continue;
+    *link = j->next;
+    if (j->cancel) j->cancel(j);
+    free(j->arg);
+    free(j);
+    break;
+  }
 }
 
 ncclResult_t group_init_add(struct braid_init_job* job) {
@@ -175,6 +213,20 @@ static ncclResult_t group_run_inits(void) {
   return res;
 }
 
+/* The group failed before its end: its inits never run, and their comms read as failed. */
+static void group_cancel_inits(ncclResult_t res) {
+  struct braid_init_job* jobs = group_jobs;
+  group_jobs = NULL;
+  while (jobs) {
+    struct braid_init_job* next = jobs->next;
+    if (jobs->cancel) jobs->cancel(jobs);
+    if (jobs->comm) comm_init_failed(jobs->comm, res);
+    free(jobs->arg);
+    free(jobs);
+    jobs = next;
+  }
+}
+
 static void group_comm_release(struct ncclComm* comm) {
   struct braid_group_comm* g = comm->group;
   comm->group = NULL;
@@ -280,8 +332,11 @@ static ncclResult_t group_close(struct ncclComm** comms, int* saved_dev) {
   cudaGetDevice(saved_dev);
   ncclResult_t res = group_error;
   group_error = ncclSuccess;
-  ncclResult_t init_res = group_run_inits();
-  return res == ncclSuccess ? init_res : res;
+  if (res != ncclSuccess) { /* as NCCL: a failed group runs nothing, its inits included */
+    group_cancel_inits(res);
+    return res;
+  }
+  return group_run_inits();
 }
 
 /*
@@ -341,7 +396,6 @@ __attribute__((visibility("default"))) ncclResult_t pncclGroupEnd(void)
 #define SIM_INFO_MAGIC 0x74685283u /* NCCL_SIM_INFO_INITIALIZER's */
 
 static ncclResult_t group_sim_check(const ncclSimInfo_t* sim) {
-  if (sim == NULL) return braid_err(ncclInvalidArgument, "ncclGroupSimulateEnd: simInfo is NULL");
   if (sim->magic != SIM_INFO_MAGIC || sim->size < offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float))
     return braid_err(ncclInvalidArgument,
                      "ncclGroupSimulateEnd: simInfo is not initialized (size %zu, magic 0x%x); "
@@ -362,6 +416,7 @@ __attribute__((visibility("default"))) ncclResult_t ncclGroupSimulateEnd(ncclSim
   braid_err_clear();
   if (depth == 0)
     return braid_err(ncclInvalidUsage, "ncclGroupSimulateEnd called without a matching ncclGroupStart");
+  if (simInfo == NULL) return group_end(); /* as NCCL: no estimate wanted, a plain group end */
   res = group_sim_check(simInfo);
   if (res != ncclSuccess) { /* the group ends all the same, as a failed one: nothing runs */
     group_fail(res);

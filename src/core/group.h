@@ -13,6 +13,7 @@
 #define BRAID_CORE_GROUP_H
 
 #include <cuda_runtime.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -51,6 +52,7 @@ struct braid_group_comm {
   int nops;
   int cap;
   struct ncclComm* next; /* next communicator in this thread's group */
+  pthread_t owner;       /* the thread whose group it is */
 };
 
 /* A deferred communicator init; `run` is called on its own thread at group end. */
@@ -62,6 +64,14 @@ struct braid_init_job {
   ncclResult_t result;
   struct braid_init_job* next;
 };
+
+/*
+ * For teardown: whether `comm` waits in the calling thread's open group, with operations
+ * (group_has_ops) or its own init (group_has_init); group_forget drops both (an abort).
+ */
+int group_has_ops(const struct ncclComm* comm);
+int group_has_init(const struct ncclComm* comm);
+void group_forget(struct ncclComm* comm);
 
 int group_depth(void);
 ncclResult_t group_start(void);

@@ -129,6 +129,7 @@ fail:
   free(job);
   if (comm) comm_free(comm);
   if (newcomm) *newcomm = NULL;
+  if (group_depth() > 0) group_fail(res); /* the group's end fails too, and runs nothing */
   return res;
 }
 
@@ -192,14 +193,18 @@ NCCL_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* de
   int saved_dev = -1;
   braid_err_clear();
   BRAID_TRY(init_all_check(comms, ndev, devlist));
+  for (int i = 0; i < ndev; i++) comms[i] = NULL; /* the failure path frees what was made */
   BRAID_TRY(ncclGetUniqueId(&id));
   BRAID_CUDA_TRY(cudaGetDevice(&saved_dev));
   BRAID_TRY(group_start());
   for (int i = 0; i < ndev; i++) {
-    BRAID_CUDA_TRY(cudaSetDevice(devlist ? devlist[i] : i));
-    res = ncclCommInitRank(comms + i, ndev, id, i);
+    cudaError_t err = cudaSetDevice(devlist ? devlist[i] : i);
+    res = err == cudaSuccess ? ncclCommInitRank(comms + i, ndev, id, i)
+                             : braid_err(ncclUnhandledCudaError, "ncclCommInitAll: cannot use "
+                                         "device %d: %s", devlist ? devlist[i] : i,
+                                         cudaGetErrorString(err));
     if (res != ncclSuccess) {
-      group_fail(res);
+      group_fail(res); /* the group still ends below: its depth goes back */
       break;
     }
   }
@@ -257,6 +262,11 @@ static ncclResult_t teardown_check(struct ncclComm* comm, const char* api) {
                      "%s: rank %d's communicator has operations pending in an open group; call "
                      "ncclGroupEnd first",
                      api, comm->rank);
+  if (group_has_init(comm)) /* its init runs at this thread's ncclGroupEnd: waiting would hang */
+    return braid_err(ncclInvalidUsage,
+                     "%s: rank %d's communicator is still to be initialized by this thread's open "
+                     "group; call ncclGroupEnd first",
+                     api, comm->rank);
   return ncclSuccess;
 }
 
@@ -306,6 +316,11 @@ NCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
   /* Every kernel wait loop and every bootstrap wait polls these. */
   if (comm->abort_flag) __atomic_store_n(comm->abort_flag, 1, __ATOMIC_SEQ_CST);
   if (comm->bootstrap) bootstrap_abort(comm->bootstrap);
+  /* In this thread's open group (its operations, or its init still to run): out of it first,
+     or the group's end would find a freed comm, and the init wait below never end. */
+  const int init_pending = group_has_init(comm);
+  group_forget(comm);
+  if (init_pending) comm_init_failed(comm, ncclRemoteError);
   teardown_wait_init(comm);
   teardown_wait_group_end(comm);
   cudaGetDevice(&saved_dev);
@@ -358,7 +373,12 @@ NCCL_ALIAS(ncclResult_t, ncclCommUserRank, (const ncclComm_t comm, int* rank))
 NCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   braid_err_clear();
   QUERY_CHECK(comm, asyncError, "ncclCommGetAsyncError");
-  *asyncError = comm->async_error;
+  ncclResult_t async = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+  /* The init clears async_error just before the comm turns READY: until then, still going. */
+  if (async == ncclSuccess &&
+      __atomic_load_n(&comm->state, __ATOMIC_ACQUIRE) == BRAID_COMM_INITIALIZING)
+    async = ncclInProgress;
+  *asyncError = async;
   return ncclSuccess;
 }
 NCCL_ALIAS(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t* asyncError))

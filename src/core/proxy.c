@@ -463,7 +463,13 @@ fail:
 static void proxy_conn_close(struct braid_proxy_conn* c) {
   const struct braid_net_ops* net = c->d.net;
   if (c->comm && c->mhandle) net->dereg_mr(c->comm, c->mhandle);
-  if (c->comm) (c->d.is_send ? net->close_send : net->close_recv)(c->comm);
+  /* An aborted comm's peers must see a failure, not a clean close they would wait past. */
+  const int aborted = c->d.abort_flag && __atomic_load_n(c->d.abort_flag, __ATOMIC_ACQUIRE);
+  if (c->comm && aborted && net->size > offsetof(struct braid_net_ops, close_abort) &&
+      net->close_abort)
+    net->close_abort(c->comm);
+  else if (c->comm)
+    (c->d.is_send ? net->close_send : net->close_recv)(c->comm);
   if (c->comm == NULL && c->d.is_send) net->connect_abandon(c->d.handle);
   if (c->d.listen_comm) net->close_listen(c->d.listen_comm);
 }

@@ -71,6 +71,8 @@ struct braid_proxy_conn_desc {
   /* Called once, from the proxy thread, when the connection fails. */
   void (*on_error)(void* arg, ncclResult_t res);
   void* error_arg;
+  /* The comm's abort flag: raised when the connection goes, it closes without a goodbye. */
+  volatile uint32_t* abort_flag;
 };
 
 /*

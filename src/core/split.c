@@ -168,6 +168,7 @@ static ncclResult_t split_start(struct ncclComm* parent, struct split_args* args
 fail:
   free(args);
   if (child) comm_free(child);
+  if (group_depth() > 0) group_fail(res); /* the group's end fails too, and runs nothing */
   return res;
 }
 
@@ -189,6 +190,7 @@ NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCom
   return split_start(comm, args, color != NCCL_SPLIT_NOCOLOR, config, newcomm, "ncclCommSplit");
 fail:
   comm_error_record(comm, res);
+  if (group_depth() > 0) group_fail(res);
   return res;
 }
 NCCL_ALIAS(ncclResult_t, ncclCommSplit, (ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
@@ -246,6 +248,7 @@ NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int
   return split_start(comm, args, 1, config, newcomm, "ncclCommShrink");
 fail:
   comm_error_record(comm, res);
+  if (group_depth() > 0) group_fail(res);
   return res;
 }
 NCCL_ALIAS(ncclResult_t, ncclCommShrink, (ncclComm_t comm, int* excludeRanksList,

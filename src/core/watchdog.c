@@ -392,12 +392,9 @@ static void wd_verdict_run(struct braid_watchdog* wd, int fail, const char* why)
     WARN("%s (comm 0x%llx, %s)", text, (unsigned long long)comm->comm_hash, why);
     return;
   }
-  ncclResult_t none = ncclSuccess;
   braid_err(ncclRemoteError, "%s (comm 0x%llx, %s)", text, (unsigned long long)comm->comm_hash,
             why); /* logs it as a WARN, and it becomes this comm's last error below */
-  if (__atomic_compare_exchange_n((ncclResult_t*)&comm->async_error, &none, ncclRemoteError, 0,
-                                  __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-    comm_error_record(comm, ncclRemoteError);
+  comm_fail_async(comm, ncclRemoteError);
   if (comm->abort_flag) __atomic_store_n(comm->abort_flag, 1, __ATOMIC_SEQ_CST);
   wd->failed = 1;
 }

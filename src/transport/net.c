@@ -257,10 +257,7 @@ fail:
 /* The proxy's report of a failed connection: the comm fails and its kernels stop waiting. */
 static void net_on_error(void* arg, ncclResult_t res) {
   struct ncclComm* comm = arg;
-  ncclResult_t none = ncclSuccess;
-  if (__atomic_compare_exchange_n((ncclResult_t*)&comm->async_error, &none, res, 0,
-                                  __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-    comm_error_record(comm, res); /* the proxy's message, for ncclGetLastError(comm) */
+  comm_fail_async(comm, res); /* the proxy's message, for ncclGetLastError(comm) */
   if (comm->abort_flag) __atomic_store_n(comm->abort_flag, 1, __ATOMIC_SEQ_CST);
 }
 
@@ -308,6 +305,7 @@ static ncclResult_t net_proxy_start(struct ncclComm* comm, struct braid_connecto
            comm->peers[conn->peer].hostname, conn->channel);
   d.on_error = net_on_error;
   d.error_arg = comm;
+  d.abort_flag = comm->abort_flag;
   BRAID_TRY(proxy_acquire(comm->cuda_dev, comm->peers[comm->rank].dev_bus_id, &st->proxy));
   d.listen_comm = st->listen_comm;
   BRAID_TRY(proxy_conn_add(st->proxy, &d, &st->pconn));

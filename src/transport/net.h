@@ -130,6 +130,12 @@ struct braid_net_ops {
    */
   int (*recv_fd)(void* recv_comm);
   int (*recv_busy)(void* recv_comm);
+  /*
+   * Optional: closes a send or receive comm without the goodbye a clean
+   * close sends (an abort), so that the peer's pending receives fail at once
+   * instead of waiting for data that will not come. NULL: close_send/recv.
+   */
+  ncclResult_t (*close_abort)(void* comm);
 };
 
 extern const struct braid_net_ops braid_net_socket;

@@ -43,6 +43,7 @@ static ncclResult_t ib_close(void* c) { return ncclSuccess; }
 #define ib_close_send ib_close
 #define ib_close_recv ib_close
 #define ib_close_listen ib_close
+#define ib_close_abort ib_close
 
 #else /* BRAID_HAVE_IBVERBS */
 
@@ -576,6 +577,12 @@ static ncclResult_t ib_close_comm(void* comm) {
 #define ib_close_send ib_close_comm
 #define ib_close_recv ib_close_comm
 
+/* An abort: no goodbye, so the peer takes the closed socket as the failure it is. */
+static ncclResult_t ib_close_abort(void* comm) {
+  ib_comm_destroy(comm);
+  return ncclSuccess;
+}
+
 #endif /* BRAID_HAVE_IBVERBS */
 
 const struct braid_net_ops braid_net_ib = {
@@ -597,4 +604,5 @@ const struct braid_net_ops braid_net_ib = {
   .close_send = ib_close_send,
   .close_recv = ib_close_recv,
   .close_listen = ib_close_listen,
+  .close_abort = ib_close_abort,
 };

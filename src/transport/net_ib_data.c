@@ -98,13 +98,23 @@ static ncclResult_t ib_wc_failed(struct ib_comm* c, const struct ibv_wc* wc) {
 static ncclResult_t ib_wc_handle(struct ib_comm* c, const struct ibv_wc* wc) {
   if (wc->status != IBV_WC_SUCCESS) return ib_wc_failed(c, wc);
   if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-    struct ib_req* r = c->recv_order[c->recv_done % IB_MAX_REQS];
-    c->recv_done++;
+    /* Immediates complete in message order; each must match a receive posted and not done. */
+    const int slot = (int)(c->recv_done % IB_MAX_REQS);
+    struct ib_req* r = c->recv_done < c->seq ? c->recv_order[slot] : NULL;
     if (r == NULL) {
       c->failed = braid_err(ncclInternalError, "net IB: %s sent a message no receive was posted for", c->peer);
       return c->failed;
     }
-    r->size = ntohl(wc->imm_data);
+    const uint32_t got = ntohl(wc->imm_data);
+    if (got > r->size) { /* its write ran past the slot it was cleared for */
+      c->failed = braid_err(ncclRemoteError,
+                            "net IB: %s wrote %u bytes into a receive of %zu bytes (message %llu)",
+                            c->peer, got, r->size, (unsigned long long)c->recv_done);
+      return c->failed;
+    }
+    c->recv_order[slot] = NULL;
+    c->recv_done++;
+    r->size = got;
     r->done = 1;
     return ib_post_recvs(c, 1);
   }
@@ -215,9 +225,11 @@ ncclResult_t ib_irecv(void* recv_comm, void* data, size_t size, void* mhandle, v
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.wr.rdma.remote_addr = c->remote_cts_addr + (uint64_t)slot * sizeof *entry;
   wr.wr.rdma.rkey = c->remote_cts_rkey;
+  r->size = entry->size; /* the most the sender may write: its immediate is checked against it */
   c->recv_order[slot] = r;
   int err = ibv_post_send(c->qp, &wr, &bad);
   if (err != 0) {
+    c->recv_order[slot] = NULL;
     r->used = 0;
     return c->failed = braid_err(ncclSystemError, "net IB: posting a clear-to-send to %s failed: %s",
                                  c->peer, strerror(err));

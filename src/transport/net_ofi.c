@@ -46,6 +46,7 @@ static ncclResult_t ofi_close(void* c) { return ncclSuccess; }
 #define ofi_close_send ofi_close
 #define ofi_close_recv ofi_close
 #define ofi_close_listen ofi_close
+#define ofi_close_abort ofi_close
 
 #else /* BRAID_HAVE_LIBFABRIC */
 
@@ -662,6 +663,12 @@ static ncclResult_t ofi_close_listen(void* comm) {
 #define ofi_close_send ofi_close_comm
 #define ofi_close_recv ofi_close_comm
 
+/* An abort: no goodbye (and no wait for one to go out), so the peer's receives fail. */
+static ncclResult_t ofi_close_abort(void* comm) {
+  ofi_comm_free(comm);
+  return ncclSuccess;
+}
+
 #endif /* BRAID_HAVE_LIBFABRIC */
 
 const struct braid_net_ops braid_net_ofi = {
@@ -683,4 +690,5 @@ const struct braid_net_ops braid_net_ofi = {
   .close_send = ofi_close_send,
   .close_recv = ofi_close_recv,
   .close_listen = ofi_close_listen,
+  .close_abort = ofi_close_abort,
 };

@@ -427,6 +427,11 @@ static ncclResult_t sock_close_comm(void* comm) {
   return ncclSuccess;
 }
 
+static ncclResult_t sock_close_abort(void* comm) {
+  net_socket_comm_abandon(comm);
+  return ncclSuccess;
+}
+
 const struct braid_net_ops braid_net_socket = {
   .size = sizeof(struct braid_net_ops),
   .name = "Socket",
@@ -448,4 +453,5 @@ const struct braid_net_ops braid_net_socket = {
   .close_listen = sock_close_listen,
   .recv_fd = net_socket_recv_fd,
   .recv_busy = net_socket_recv_busy,
+  .close_abort = sock_close_abort,
 };

@@ -127,6 +127,8 @@ struct sock_comm {
 ncclResult_t net_socket_comm_start(struct sock_comm* c);
 /* Stops helpers, closes fds, frees. */
 void net_socket_comm_free(struct sock_comm* c);
+/* The same without the goodbye (an abort): the peer sees the connection end, an error. */
+void net_socket_comm_abandon(struct sock_comm* c);
 /* Records the comm's first error (any thread). */
 void net_socket_comm_fail(struct sock_comm* c, ncclResult_t code, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));

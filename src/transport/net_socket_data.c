@@ -205,20 +205,35 @@ fail:
   return res;
 }
 
-/* The sender's last header: goodbye, unless a message is still going out (then the end is an error). */
+/*
+ * The sender's last header: goodbye, unless a message is still going out (then the end is an
+ * error). All of it or nothing: half a header and then the end would read as a broken stream,
+ * so a short send waits (briefly) for room.
+ */
+#define SOCK_BYE_WAIT_S 0.5
 static void sock_say_bye(struct sock_comm* c) {
   if (!c->is_send || c->ctrl_fd < 0 || atomic_load(&c->failed) || c->ctrl_moved != 0 ||
       c->ctrl_seq != c->posted)
     return;
   struct sock_header bye = {.magic = SOCK_MAGIC, .flags = SOCK_FLAG_BYE};
-  size_t sent = 0;
-  if (socket_send_some(c->ctrl_fd, &bye, sizeof bye, &sent) != ncclSuccess || sent != sizeof bye)
+  if (socket_send_all(c->ctrl_fd, &bye, sizeof bye, SOCK_BYE_WAIT_S, NULL) != ncclSuccess)
     INFO(BRAID_LOG_NET, "net Socket: could not say goodbye to %s", c->peer);
 }
+
+static void sock_comm_release(struct sock_comm* c);
 
 void net_socket_comm_free(struct sock_comm* c) {
   if (c == NULL) return;
   sock_say_bye(c);
+  sock_comm_release(c);
+}
+
+void net_socket_comm_abandon(struct sock_comm* c) {
+  if (c == NULL) return;
+  sock_comm_release(c);
+}
+
+static void sock_comm_release(struct sock_comm* c) {
   atomic_store(&c->closing, 1);
   for (int i = 0; i < c->nthreads; i++) {
     struct sock_helper* h = &c->helpers[i];

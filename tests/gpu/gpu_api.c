@@ -15,6 +15,9 @@
  *   simulate          ncclGroupSimulateEnd estimates a group's time and launches nothing
  *   register          ncclMemAlloc, ncclCommRegister, a collective on the registered
  *                     buffer, ncclCommDeregister; ncclCommWindowRegister / Deregister
+ *   teardown/groups   on one-rank comms: abort of a comm with operations or its init in
+ *                     this thread's open group, an invalid init failing its group at once,
+ *                     another thread's call on a comm in this thread's group refused
  *   check             (Braid, with BRAID_CHECK=1 only) ranks calling AllReduce with
  *                     different counts are refused with a message naming both, nothing
  *                     runs, and the communicator works afterwards
@@ -23,6 +26,7 @@
  */
 #include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -775,6 +779,107 @@ out:
   world_case_end(w);
 }
 
+/* A one-rank communicator of this process on its first GPU (no other rank takes part). */
+static int api_solo(struct gpu_world* w, ncclComm_t* c) {
+  ncclUniqueId id;
+  *c = NULL;
+  return world_cuda(w, cudaSetDevice(w->dev[0]), "cudaSetDevice") ||
+         world_nccl(w, ncclGetUniqueId(&id), NULL, "ncclGetUniqueId") ||
+         world_nccl(w, ncclCommInitRank(c, 1, id, 0), NULL, "ncclCommInitRank (one rank)");
+}
+
+struct api_other_thread {
+  ncclComm_t comm;
+  int64_t* buf;
+  cudaStream_t stream;
+  ncclResult_t res;
+};
+
+static void* api_other_thread_main(void* arg) {
+  struct api_other_thread* t = arg;
+  t->res = ncclAllReduce(t->buf, t->buf, 16, ncclInt64, ncclSum, t->comm, t->stream);
+  return NULL;
+}
+
+/*
+ * Teardown and groups, on one-rank communicators of each process: ncclCommAbort of a comm with
+ * operations in this thread's open group (the group's end must not find it freed); destroy
+ * refused and abort accepted for a comm whose init waits in this thread's open group; a group
+ * whose second init is invalid fails at its end at once, running neither; another thread's
+ * call on a comm in this thread's open group is refused.
+ */
+static void api_teardown_groups(struct gpu_world* w) {
+  char name[128];
+  snprintf(name, sizeof name, "Abort/destroy of comms in open groups mode=%s", w->opts->mode);
+  if (dlsym(RTLD_DEFAULT, "braidGetVersionString") == NULL) return; /* Braid's answers */
+  if (!world_case_begin(w, name)) return;
+  ncclComm_t c = NULL, pending = NULL, half = NULL, bad = NULL;
+  int64_t* buf = NULL;
+  ncclUniqueId id;
+  if (api_solo(w, &c) ||
+      world_cuda(w, cudaMalloc((void**)&buf, 16 * sizeof(int64_t)), "cudaMalloc") ||
+      world_cuda(w, cudaMemset(buf, 0, 16 * sizeof(int64_t)), "cudaMemset"))
+    goto out;
+  /* 1. Operations queued, then the comm aborted inside the group. */
+  if (world_nccl(w, ncclGroupStart(), NULL, "ncclGroupStart") ||
+      world_nccl(w, ncclAllReduce(buf, buf, 16, ncclInt64, ncclSum, c, w->stream[0]), c,
+                 "ncclAllReduce (queued)") ||
+      world_nccl(w, ncclCommAbort(c), NULL, "ncclCommAbort inside the group"))
+    goto out;
+  c = NULL;
+  if (world_nccl(w, ncclGroupEnd(), NULL, "ncclGroupEnd after the abort")) goto out;
+  /* 2. An init waiting in the open group: destroy refused (it would wait forever), abort drops it. */
+  if (world_nccl(w, ncclGetUniqueId(&id), NULL, "ncclGetUniqueId") ||
+      world_nccl(w, ncclGroupStart(), NULL, "ncclGroupStart") ||
+      world_nccl(w, ncclCommInitRank(&pending, 1, id, 0), NULL, "ncclCommInitRank (deferred)"))
+    goto out;
+  ncclResult_t res = ncclCommDestroy(pending);
+  if (res != ncclInvalidUsage || strstr(ncclGetLastError(NULL), "ncclGroupEnd") == NULL)
+    world_case_fail(w, "destroying a comm whose init waits in the open group gave %s: %s",
+                    ncclGetErrorString(res), ncclGetLastError(NULL));
+  if (world_nccl(w, ncclCommAbort(pending), NULL, "ncclCommAbort of a pending init")) goto out;
+  pending = NULL;
+  if (world_nccl(w, ncclGroupEnd(), NULL, "ncclGroupEnd after dropping the init")) goto out;
+  /* 3. A group with a valid and an invalid init: its end fails at once and runs neither. */
+  if (world_nccl(w, ncclGetUniqueId(&id), NULL, "ncclGetUniqueId") ||
+      world_nccl(w, ncclGroupStart(), NULL, "ncclGroupStart") ||
+      world_nccl(w, ncclCommInitRank(&half, 2, id, 0), NULL, "ncclCommInitRank (rank 0 of 2)"))
+    goto out;
+  res = ncclCommInitRank(&bad, 2, id, 7);
+  double t0 = world_now();
+  ncclResult_t end = ncclGroupEnd();
+  double end_s = world_now() - t0;
+  ncclResult_t async = ncclSuccess;
+  if (half) ncclCommGetAsyncError(half, &async);
+  if (res != ncclInvalidArgument || end != ncclInvalidArgument || end_s > 5.0 || bad != NULL ||
+      async == ncclSuccess || async == ncclInProgress)
+    world_case_fail(w, "invalid init in a group: %s, group end %s after %.1f s, the valid one %s",
+                    ncclGetErrorString(res), ncclGetErrorString(end), end_s,
+                    ncclGetErrorString(async));
+  if (half) world_nccl(w, ncclCommDestroy(half), NULL, "ncclCommDestroy of the never-run init");
+  half = NULL;
+  /* 4. Another thread's call on a comm in this thread's open group. */
+  if (api_solo(w, &c) || world_nccl(w, ncclGroupStart(), NULL, "ncclGroupStart") ||
+      world_nccl(w, ncclAllReduce(buf, buf, 16, ncclInt64, ncclSum, c, w->stream[0]), c,
+                 "ncclAllReduce (queued)"))
+    goto out;
+  struct api_other_thread other = {.comm = c, .buf = buf, .stream = w->stream[0]};
+  pthread_t th;
+  if (pthread_create(&th, NULL, api_other_thread_main, &other) == 0) {
+    pthread_join(th, NULL);
+    if (other.res != ncclInvalidUsage)
+      world_case_fail(w, "a call from another thread joined this thread's group: %s",
+                      ncclGetErrorString(other.res));
+  }
+  if (world_nccl(w, ncclGroupEnd(), NULL, "ncclGroupEnd") ||
+      world_cuda(w, cudaStreamSynchronize(w->stream[0]), "cudaStreamSynchronize"))
+    goto out;
+out:
+  if (c) ncclCommDestroy(c);
+  if (buf) cudaFree(buf);
+  world_case_end(w);
+}
+
 void suite_api(struct gpu_world* w) {
   api_splits(w);
   api_init_nonblocking(w);
@@ -785,4 +890,5 @@ void suite_api(struct gpu_world* w) {
   api_simulate(w);
   api_register(w);
   api_check(w);
+  api_teardown_groups(w);
 }

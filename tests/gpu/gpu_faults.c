@@ -36,6 +36,17 @@
 #define DEAD_CALLS 200        /* issued by the survivors without waiting */
 #define DEAD_LIMIT_S 60.0     /* a survivor that sees no error by then fails */
 #define DEAD_ABORT_S 1.0      /* the bar for ncclCommAbort */
+#define DEAD_PEER_ABORT_S 10.0 /* a peer's abort seen as an error by then (BRAID_TIMEOUT: 600) */
+
+/* A fault case's end: the comm aborted if it is still there (the suites run alone), buf freed. */
+static void fault_case_end(struct gpu_world* w, float* buf) {
+  if (w->comm[0]) {
+    world_nccl(w, ncclCommAbort(w->comm[0]), NULL, "ncclCommAbort");
+    w->comm[0] = NULL;
+  }
+  if (buf) cudaFree(buf);
+  world_case_end(w);
+}
 
 void suite_deadpeer(struct gpu_world* w) {
   char name[128];
@@ -94,8 +105,7 @@ void suite_deadpeer(struct gpu_world* w) {
   /* The stream must drain: the kernels left when the comm aborted. */
   world_cuda(w, cudaStreamSynchronize(w->stream[0]), "cudaStreamSynchronize after the abort");
 out:
-  if (buf) cudaFree(buf);
-  world_case_end(w);
+  fault_case_end(w, buf);
 }
 
 /*
@@ -176,13 +186,71 @@ static void hang_case(struct gpu_world* w, int send) {
     world_cuda(w, cudaStreamSynchronize(w->stream[0]), "cudaStreamSynchronize after the abort");
     if (me == 0) *done = 1;
   }
-  if (w->comm[0]) {
-    world_nccl(w, ncclCommAbort(w->comm[0]), NULL, "ncclCommAbort");
-    w->comm[0] = NULL;
-  }
 out:
-  if (buf) cudaFree(buf);
-  world_case_end(w);
+  fault_case_end(w, buf);
+}
+
+/*
+ * abortpeer (hosts mode: the network path): the last rank calls ncclCommAbort in the middle of
+ * collectives and stays alive. Its connections close without the goodbye of a clean close, so
+ * every survivor's communicator turns to an error within seconds (not after BRAID_TIMEOUT).
+ */
+void suite_abort_peer(struct gpu_world* w) {
+  char name[128];
+  snprintf(name, sizeof name, "Peer aborts mid-AllReduce mode=%s", w->opts->mode);
+  if (w->nlocal == w->nranks || w->nranks < 2 || strcmp(w->opts->mode, "hosts") != 0 ||
+      !world_case_begin(w, name))
+    return;
+  int victim = w->nranks - 1, me = w->rank0;
+  volatile double* aborted_at = world_stamp(w, 0);
+  volatile double* done = world_stamp(w, 1);
+  float* buf = NULL;
+  if (world_cuda(w, cudaSetDevice(w->dev[0]), "cudaSetDevice") ||
+      world_cuda(w, cudaMalloc((void**)&buf, DEAD_COUNT * sizeof(float)), "cudaMalloc") ||
+      world_cuda(w, cudaMemset(buf, 0, DEAD_COUNT * sizeof(float)), "cudaMemset") ||
+      world_nccl(w, ncclAllReduce(buf, buf, DEAD_COUNT, ncclFloat, ncclSum, w->comm[0], w->stream[0]),
+                 w->comm[0], "ncclAllReduce (warm-up)") ||
+      world_sync(w))
+    goto out;
+  int calls = me == victim ? 3 : DEAD_CALLS;
+  for (int i = 0; i < calls; i++)
+    if (world_nccl(w, ncclAllReduce(buf, buf, DEAD_COUNT, ncclFloat, ncclSum, w->comm[0],
+                                    w->stream[0]),
+                   w->comm[0], "ncclAllReduce"))
+      goto out;
+  if (me == victim) {
+    mp_sleep(0.2); /* in the middle of the survivors' stream of calls */
+    *aborted_at = world_now();
+    world_nccl(w, ncclCommAbort(w->comm[0]), NULL, "ncclCommAbort (the victim)");
+    w->comm[0] = NULL;
+    for (double t0 = world_now(); *done == 0 && world_now() - t0 < DEAD_LIMIT_S;)
+      mp_sleep(0.01); /* alive: its process must not be what the survivors notice */
+    goto out;
+  }
+  ncclResult_t async = ncclSuccess;
+  double start = world_now();
+  while (world_now() - start < DEAD_LIMIT_S) {
+    if (world_nccl(w, ncclCommGetAsyncError(w->comm[0], &async), w->comm[0],
+                   "ncclCommGetAsyncError"))
+      goto out;
+    if (async != ncclSuccess && async != ncclInProgress) break;
+    mp_sleep(0.001);
+  }
+  double seen_s = world_now() - *aborted_at;
+  printf("abortpeer [rank %d]: %s %.2f s after the peer's abort (\"%s\")\n", me,
+         ncclGetErrorString(async), *aborted_at > 0 ? seen_s : -1.0, ncclGetLastError(w->comm[0]));
+  if (async != ncclRemoteError || seen_s > DEAD_PEER_ABORT_S)
+    world_case_fail(w, "%s %.1f s after the peer's abort", ncclGetErrorString(async), seen_s);
+  double a0 = world_now();
+  ncclResult_t res = ncclCommAbort(w->comm[0]);
+  double abort_s = world_now() - a0;
+  w->comm[0] = NULL;
+  if (res != ncclSuccess) world_nccl(w, res, NULL, "ncclCommAbort");
+  if (abort_s > DEAD_ABORT_S) world_case_fail(w, "ncclCommAbort took %.3f s", abort_s);
+  world_cuda(w, cudaStreamSynchronize(w->stream[0]), "cudaStreamSynchronize after the abort");
+  *done = 1;
+out:
+  fault_case_end(w, buf);
 }
 
 struct abort_later {
@@ -241,13 +309,8 @@ void suite_abort_wait(struct gpu_world* w) {
     if (send_s > a.delay_s + DEAD_ABORT_S) world_case_fail(w, "ncclSend took %.2f s", send_s);
     *done = 1;
   }
-  if (w->comm[0]) {
-    world_nccl(w, ncclCommAbort(w->comm[0]), NULL, "ncclCommAbort");
-    w->comm[0] = NULL;
-  }
 out:
-  if (buf) cudaFree(buf);
-  world_case_end(w);
+  fault_case_end(w, buf);
 }
 
 void suite_hang(struct gpu_world* w) { hang_case(w, 0); }

@@ -30,7 +30,7 @@ static void main_usage(FILE* f) {
           "                         posing as GPU i of BRAID_TOPO_FILE (bus ids in GPU_COLL_BUSIDS,\n"
           "                         comma-separated; Braid only): the intra-node path on one GPU\n"
           "  --suite NAME           all (default), coll, p2p, inflight, errors, api,\n"
-          "                         leaks, deadpeer, hang, hangsend, abortwait (not in all)\n"
+          "                         leaks, deadpeer, hang, hangsend, abortwait, abortpeer (not in all)\n"
           "                         determinism (output hashes; tests/gpu/determinism_check.sh)\n"
           "  --nranks N             GPUs to use (default 2); exit 77 when fewer are visible\n"
           "  --quick                a reduced matrix (for compute-sanitizer)\n"
@@ -57,6 +57,7 @@ static void main_suites(struct gpu_world* w) {
   if (strcmp(main_suite, "hang") == 0) suite_hang(w);         /* aborts the comm: alone */
   if (strcmp(main_suite, "hangsend") == 0) suite_hang_send(w); /* the same */
   if (strcmp(main_suite, "abortwait") == 0) suite_abort_wait(w); /* the same */
+  if (strcmp(main_suite, "abortpeer") == 0) suite_abort_peer(w); /* the same */
   if (strcmp(main_suite, "determinism") == 0) suite_determinism(w);
 }
 
@@ -133,7 +134,7 @@ static int main_parse(int argc, char** argv, struct gpu_opts* o) {
        strcmp(o->suite, "errors") == 0 || strcmp(o->suite, "api") == 0 ||
        strcmp(o->suite, "leaks") == 0 || strcmp(o->suite, "deadpeer") == 0 ||
        strcmp(o->suite, "hang") == 0 || strcmp(o->suite, "hangsend") == 0 ||
-       strcmp(o->suite, "abortwait") == 0 ||
+       strcmp(o->suite, "abortwait") == 0 || strcmp(o->suite, "abortpeer") == 0 ||
        strcmp(o->suite, "determinism") == 0))
     return 0;
 bad:

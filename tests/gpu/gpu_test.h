@@ -99,7 +99,8 @@ void ref_format(ncclDataType_t t, const void* buf, size_t i, char* out, size_t l
 struct gpu_opts {
   const char* mode;  /* "threads", "procs" or "hosts" (procs, each rank its own host) */
   const char* suite; /* "all", "coll", "p2p", "inflight", "errors", "api", "leaks",
-                        "deadpeer", "hang", "hangsend", "abortwait" */
+                        "deadpeer", "hang", "hangsend", "abortwait",
+                        "abortpeer" */
   int nranks;
   int quick;
   int list; /* print the case names, run nothing (needs no GPU) */
@@ -261,6 +262,7 @@ void suite_deadpeer(struct gpu_world* w); /* gpu_faults.c: a rank SIGKILLed mid-
 void suite_hang(struct gpu_world* w);     /* gpu_faults.c: a rank skips a collective */
 void suite_hang_send(struct gpu_world* w); /* gpu_faults.c: a rank skips a large receive */
 void suite_abort_wait(struct gpu_world* w); /* gpu_faults.c: abort beside a blocked call */
+void suite_abort_peer(struct gpu_world* w); /* gpu_faults.c: a peer aborts (network path) */
 /* gpu_coll.c: reductions whose output hashes determinism_check.sh compares across settings */
 void suite_determinism(struct gpu_world* w);
 

@@ -77,11 +77,29 @@ static void test_rejections(void) {
   TEST_EXPECT_RES(config_resolve(&bad, &c), ncclInvalidArgument);
   TEST_CHECK(strstr(braid_err_last(), "blocking") != NULL, "message: %s", braid_err_last());
 
+  /* As NCCL: min > max sets both to max; values past the limits are capped; 0 is refused. */
   ncclConfig_t ctas = NCCL_CONFIG_INITIALIZER;
   ctas.minCTAs = 16;
   ctas.maxCTAs = 4;
-  TEST_EXPECT_RES(config_resolve(&ctas, &c), ncclInvalidArgument);
-  TEST_CHECK(strstr(braid_err_last(), "minCTAs") != NULL, "message: %s", braid_err_last());
+  TEST_EXPECT_RES(config_resolve(&ctas, &c), ncclSuccess);
+  TEST_CHECK(c.min_ctas == 4 && c.max_ctas == 4, "min %d max %d", c.min_ctas, c.max_ctas);
+  ncclConfig_t big = NCCL_CONFIG_INITIALIZER;
+  big.maxCTAs = 128;
+  big.cgaClusterSize = 16;
+  big.nvlsCTAs = 100;
+  TEST_EXPECT_RES(config_resolve(&big, &c), ncclSuccess);
+  TEST_CHECK(c.max_ctas == 64 && c.cga_cluster_size == 8 && c.nvls_ctas == 64,
+             "capped: max %d cga %d nvls %d", c.max_ctas, c.cga_cluster_size, c.nvls_ctas);
+  ncclConfig_t zero = NCCL_CONFIG_INITIALIZER;
+  zero.maxCTAs = 0;
+  TEST_EXPECT_RES(config_resolve(&zero, &c), ncclInvalidArgument);
+  TEST_CHECK(strstr(braid_err_last(), "maxCTAs") != NULL, "message: %s", braid_err_last());
+  ncclConfig_t nvls0 = NCCL_CONFIG_INITIALIZER;
+  nvls0.nvlsCTAs = 0;
+  TEST_EXPECT_RES(config_resolve(&nvls0, &c), ncclInvalidArgument);
+  ncclConfig_t cga = NCCL_CONFIG_INITIALIZER;
+  cga.cgaClusterSize = -1;
+  TEST_EXPECT_RES(config_resolve(&cga, &c), ncclInvalidArgument);
 
   ncclConfig_t policy = NCCL_CONFIG_INITIALIZER;
   policy.CTAPolicy = 7;
