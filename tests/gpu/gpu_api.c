@@ -788,6 +788,14 @@ static int api_solo(struct gpu_world* w, ncclComm_t* c) {
          world_nccl(w, ncclCommInitRank(c, 1, id, 0), NULL, "ncclCommInitRank (one rank)");
 }
 
+/* nccl_device.h's host team functions (its header is C++ only), with its struct's layout. */
+struct api_team {
+  int nRanks, rank, stride;
+};
+struct api_team ncclTeamWorld(ncclComm_t comm);
+struct api_team ncclTeamRail(ncclComm_t comm);
+int ncclTeamRankToWorld(ncclComm_t comm, struct api_team team, int rank);
+
 struct api_other_thread {
   ncclComm_t comm;
   int64_t* buf;
@@ -816,6 +824,12 @@ static void api_teardown_groups(struct gpu_world* w) {
   ncclComm_t c = NULL, pending = NULL, half = NULL, bad = NULL;
   int64_t* buf = NULL;
   ncclUniqueId id;
+  /* 0. The world team of the world's communicator, and a rail rank back to the world. */
+  struct api_team world = ncclTeamWorld(w->comm[0]), rail = ncclTeamRail(w->comm[0]);
+  if (world.nRanks != w->nranks || world.rank != api_rank(w, 0) || world.stride != 1 ||
+      rail.nRanks < 1 || ncclTeamRankToWorld(w->comm[0], rail, rail.rank) != api_rank(w, 0))
+    world_case_fail(w, "teams: world {%d, %d, %d}, rail {%d, %d, %d}", world.nRanks, world.rank,
+                    world.stride, rail.nRanks, rail.rank, rail.stride);
   if (api_solo(w, &c) ||
       world_cuda(w, cudaMalloc((void**)&buf, 16 * sizeof(int64_t)), "cudaMalloc") ||
       world_cuda(w, cudaMemset(buf, 0, 16 * sizeof(int64_t)), "cudaMemset"))

@@ -14,6 +14,40 @@ ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void* reqs, void* outDevCo
 
 static int last_error_has(const char* word) { return strstr(ncclGetLastError(NULL), word) != NULL; }
 
+/* nccl_device.h's host functions (its header is C++ only): the layouts and types as there. */
+struct test_team {
+  int nRanks, rank, stride;
+};
+struct test_team ncclTeamWorld(ncclComm_t comm);
+struct test_team ncclTeamLsa(ncclComm_t comm);
+struct test_team ncclTeamRail(ncclComm_t comm);
+int ncclTeamRankToWorld(ncclComm_t comm, struct test_team team, int rank);
+int ncclTeamRankToLsa(ncclComm_t comm, struct test_team team, int rank);
+int ncclLLA2ACalcSlots(int maxElts, int maxEltSize);
+ncclResult_t ncclLsaBarrierCreateRequirement(struct test_team team, int nBarriers, void* outHandle,
+                                             void* outReq);
+ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t comm, struct test_team team, int nBarriers,
+                                             void* outHandle, void* outReq);
+ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots, void* outHandle, void* outReq);
+
+/* Teams of no communicator are empty; the device API's requirements say it is missing. */
+static void test_device_api_host(void) {
+  struct test_team t = ncclTeamWorld(NULL);
+  TEST_CHECK(t.nRanks == 0, "the world team of no comm has %d ranks", t.nRanks);
+  t = ncclTeamLsa(NULL);
+  TEST_CHECK(t.nRanks == 0, "the LSA team of no comm has %d ranks", t.nRanks);
+  t = ncclTeamRail(NULL);
+  TEST_CHECK(t.nRanks == 0, "the rail team of no comm has %d ranks", t.nRanks);
+  TEST_CHECK(ncclTeamRankToWorld(NULL, t, 0) == -1, "RankToWorld of no comm");
+  TEST_CHECK(ncclTeamRankToLsa(NULL, t, 0) == -1, "RankToLsa of no comm");
+  TEST_CHECK(ncclLLA2ACalcSlots(32, 16) == 64 && ncclLLA2ACalcSlots(10, 1) == 10,
+             "LL all-to-all slots: 8 bytes each");
+  TEST_EXPECT_RES(ncclLsaBarrierCreateRequirement(t, 1, NULL, NULL), ncclInvalidUsage);
+  TEST_EXPECT_RES(ncclGinBarrierCreateRequirement(NULL, t, 1, NULL, NULL), ncclInvalidUsage);
+  TEST_EXPECT_RES(ncclLLA2ACreateRequirement(1, 1, NULL, NULL), ncclInvalidUsage);
+  TEST_CHECK(last_error_has("not implemented"), "says so: %s", ncclGetLastError(NULL));
+}
+
 static void test_version_and_strings(void) {
   int v = 0;
   TEST_EXPECT_RES(ncclGetVersion(&v), ncclSuccess);
@@ -133,6 +167,7 @@ static void test_comm_api_args(void) {
 
 int main(void) {
   test_version_and_strings();
+  test_device_api_host();
   test_init_args();
   test_null_comm();
   test_mem();
