@@ -159,4 +159,13 @@ ncclResult_t net_backend_select(const struct braid_net_ops** out, int* ndev);
 /* A stub for an ops slot a backend does not implement: fails with ncclInternalError. */
 ncclResult_t net_unsupported(const char* backend, const char* what);
 
+/*
+ * For a connect that failed with `err`: 1 when the peer's listener has refused connections
+ * for NET_REFUSED_GRACE_S in a row (*since: when that began, 0 when not refusing). The
+ * listener exists before its handle is sent, so a lasting refusal means it is gone (its
+ * process exited or closed it): the connect should fail now, not after the whole timeout.
+ */
+#define NET_REFUSED_GRACE_S 5.0
+int net_refused_too_long(double* since, int err);
+
 #endif

@@ -4,6 +4,7 @@
  * choice is made once per process and logged with the reason, so a job log
  * always says which network carried the data and why.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <strings.h>
@@ -28,6 +29,16 @@ const struct braid_net_ops* net_backend_find(const char* name) {
   for (int i = 0; name && i < net_backend_count(); i++)
     if (strcasecmp(backends[i]->name, name) == 0) return backends[i];
   return NULL;
+}
+
+int net_refused_too_long(double* since, int err) {
+  if (err != ECONNREFUSED) {
+    *since = 0.0;
+    return 0;
+  }
+  const double now = braid_time_sec();
+  if (*since == 0.0) *since = now;
+  return now - *since >= NET_REFUSED_GRACE_S;
 }
 
 ncclResult_t net_unsupported(const char* backend, const char* what) {

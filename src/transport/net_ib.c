@@ -513,6 +513,11 @@ static ncclResult_t ib_connect_hello(struct ib_handle* h, const uint8_t* key, in
     socket_addr_str(&h->addr, cg->comm->peer, sizeof cg->comm->peer);
   }
   if (socket_connect_quiet(&h->addr, 0.1, NULL, &cg->comm->fd, &err) != ncclSuccess) {
+    if (net_refused_too_long(&cg->refused_since, err))
+      return braid_err(ncclRemoteError,
+                       "net IB: %s has refused connections for %.0f s: the receiving rank's "
+                       "listener is gone (its process exited or closed the connection)",
+                       cg->comm->peer, NET_REFUSED_GRACE_S);
     if (err == ECONNREFUSED || err == ETIMEDOUT || err == EAGAIN || err == EHOSTUNREACH ||
         err == ENETUNREACH || err == ECONNRESET || err == ECONNABORTED)
       return ncclSuccess;

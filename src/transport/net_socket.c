@@ -335,10 +335,16 @@ static ncclResult_t sock_open_stream(struct sock_handle* h, const uint8_t* key, 
   int err = 0;
   *fd = -1;
   if (socket_connect_quiet(&h->addr, 0.1, NULL, fd, &err) != ncclSuccess) {
+    if (net_refused_too_long(&h->connecting->refused_since, err))
+      return braid_err(ncclRemoteError,
+                       "net Socket: %s has refused connections for %.0f s: the receiving rank's "
+                       "listener is gone (its process exited or closed the connection)",
+                       socket_addr_str(&h->addr, text, sizeof text), NET_REFUSED_GRACE_S);
     if (sock_connect_retryable(err)) return ncclSuccess;
     return braid_err(ncclSystemError, "net Socket: cannot connect to %s: %s",
                      socket_addr_str(&h->addr, text, sizeof text), strerror(err));
   }
+  h->connecting->refused_since = 0.0;
   memset(&hello, 0, sizeof hello);
   hello.magic = SOCK_MAGIC;
   hello.version = SOCK_VERSION;

@@ -31,6 +31,7 @@
 #include "boot_util.h"
 #include "core/socket.h"
 #include "core/utils.h"
+#include "core/error.h"
 #include "mp_runner.h"
 #include "net_util.h"
 #include "test.h"
@@ -534,6 +535,72 @@ static int run_case(mp_child_fn fn, const char* name, int netns) {
   return rc;
 }
 
+/* ---------------------------------------------------------------- refused */
+
+/*
+ * The receiver listens, hands its handle over and closes the listener before the sender
+ * connects (its process gave up, say): the connect must fail within NET_REFUSED_GRACE_S and a
+ * bit, naming the refusal, not after the whole connect timeout.
+ */
+static int refused_child(const struct mp_child* c) {
+  struct net_shared* sh = c->arg;
+  const struct braid_net_ops* ops;
+  int ndev, rc = child_open(&ops, &ndev);
+  if (rc) return rc;
+  /* libfabric's connect goes through the provider's messages, not a TCP connect to refuse. */
+  if (strcmp(backend, "ofi") == 0) TEST_SKIP("OFI: a closed listener is not seen as a refusal");
+  if (c->index == 0) {
+    void* l = NULL;
+    if (listen_publish(sh, ops, 0, &l) != 0) return 1;
+    ops->close_listen(l);
+    boot_set_flag(&sh->flags[F_STEP], 1);
+    return child_verdict();
+  }
+  if (boot_wait_flag(&sh->flags[F_STEP], 1, WAIT_SEC) != 0) return 1;
+  void* s = NULL;
+  double start = boot_now();
+  ncclResult_t res = net_util_connect(ops, 0, sh->key, sh->handle[0], &s, 3 * NET_REFUSED_GRACE_S);
+  double took = boot_now() - start;
+  TEST_CHECK(res == ncclRemoteError && s == NULL && took < NET_REFUSED_GRACE_S + 2.0,
+             "connect to a closed listener: %d after %.1f s (%s)", (int)res, took,
+             braid_err_last());
+  fprintf(stderr, "refused: error %d after %.2f s: %s\n", (int)res, took, braid_err_last());
+  return child_verdict();
+}
+
+/* ---------------------------------------------------------------- abandon */
+
+/*
+ * The sender closes with close_abort (its comm was aborted) while the receiver waits for a
+ * message: no goodbye, so the receive fails at once instead of waiting on a clean close.
+ */
+static int abandon_child(const struct mp_child* c) {
+  struct net_shared* sh = c->arg;
+  const struct braid_net_ops* ops;
+  int ndev, rc = child_open(&ops, &ndev);
+  if (rc) return rc;
+  if (ops->size <= offsetof(struct braid_net_ops, close_abort) || ops->close_abort == NULL)
+    TEST_SKIP("the backend has no close_abort");
+  if (c->index == 0) {
+    void *l = NULL, *comm = NULL, *req = NULL;
+    uint64_t word = 0;
+    if (listen_publish(sh, ops, 0, &l) != 0) return 1;
+    TEST_EXPECT_RES(net_util_accept(ops, l, &comm, WAIT_SEC), ncclSuccess);
+    if (comm == NULL) return 1;
+    TEST_EXPECT_RES(net_util_post(ops, comm, 0, &word, sizeof word, &req, WAIT_SEC), ncclSuccess);
+    boot_set_flag(&sh->flags[F_POSTED], 1);
+    if (req) expect_error(ops, req, 10.0, "receiver, sender aborted"); /* as a death */
+    ops->close_recv(comm);
+    ops->close_listen(l);
+    return child_verdict();
+  }
+  void* s = connect_to(sh, ops, 0, sh->key);
+  if (s == NULL) return 1;
+  boot_wait_flag(&sh->flags[F_POSTED], 1, WAIT_SEC);
+  ops->close_abort(s);
+  return child_verdict();
+}
+
 int main(int argc, char** argv) {
   static const struct {
     const char* name;
@@ -541,11 +608,13 @@ int main(int argc, char** argv) {
   } cases[] = {{"connect", connect_child},     {"sizes", sizes_child},
                {"many", many_child},           {"order", order_child},
                {"secret", secret_child},       {"bandwidth", bandwidth_child},
-               {"peerclose", NULL},            {"netns", netns_child}};
+               {"peerclose", NULL},            {"netns", netns_child},
+               {"refused", refused_child},     {"abandon", abandon_child}};
   const char* arg = argc > 1 ? argv[1] : "";
   const char* sep = strchr(arg, '_');
   if (sep == NULL || (size_t)(sep - arg) >= sizeof backend) {
-    fprintf(stderr, "usage: %s <socket|ofi|ib>_<connect|sizes|many|order|secret|bandwidth|peerclose|netns>\n",
+    fprintf(stderr, "usage: %s <socket|ofi|ib>_<connect|sizes|many|order|secret|bandwidth|peerclose|"
+                    "netns|refused|abandon>\n",
             argv[0]);
     return 2;
   }
