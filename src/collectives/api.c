@@ -446,6 +446,14 @@ static ncclResult_t api_p2p_side(const struct api_call* c, api_peers_t peers, in
     else
       op.recvbuff = (char*)c->recvbuff + offset;
     res = group_op_add(c->comm, &op);
+    if (res != ncclSuccess && op.scratch) { /* no op took the staging copy: it goes now */
+      int dev = -1;
+      (void)cudaGetDevice(&dev);
+      if (cudaSetDevice(c->comm->cuda_dev) != cudaSuccess ||
+          cudaFreeAsync(op.scratch, c->stream) != cudaSuccess)
+        (void)cudaGetLastError();
+      if (dev >= 0) (void)cudaSetDevice(dev);
+    }
     op.scratch = NULL;
   }
   return res;

@@ -26,8 +26,13 @@ struct braid_dev_state {
   /* The kernels as the driver launches them (this comm's device), by family, type, operator. */
   CUfunction kernels[BRAID_KERNEL_FAMILIES][ncclNumTypes][BRAID_DEVOP_COUNT];
   cudaEvent_t last_launch;           /* recorded after each kernel of this comm */
-  cudaStream_t last_stream;          /* where the last kernel went */
+  unsigned long long last_stream_id; /* where the last kernel went (cudaStreamGetId: a handle
+                                        may be reused by a new stream, an id is not) */
   int launched;                      /* a kernel was launched since the last wait */
+  /* Captured launches: ordered within their capture by an event recorded in it. */
+  cudaEvent_t cap_event;
+  unsigned long long cap_id, cap_stream_id; /* the capture and stream of the last one */
+  int cap_valid;
   int nthreads;                      /* threads per block */
 };
 

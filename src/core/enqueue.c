@@ -53,6 +53,8 @@ struct launch_plan {
   int grid;
   int family; /* the kernels its works need (enq_family); a launch holds one family */
   int ce_ran; /* a copy-engine exchange ran in this group */
+  int launched; /* something of this group went to the GPU (a failure then puts the comm out
+                   of step with its peers) */
 };
 
 /* Which kernel table a work's kernel comes from (kernel_table.h). */
@@ -389,6 +391,59 @@ fail:
 }
 
 /*
+ * A comm's kernels share its connections, so they run one after another whatever stream each
+ * goes to: eagerly, each waits for the event recorded after the one before (when it went to
+ * another stream); in a stream capture, for the event recorded after the capture's last one
+ * (an edge of the graph; a graph is not ordered with eager launches or other graphs).
+ */
+struct enq_order {
+  unsigned long long stream_id, cap_id;
+  int capturing;
+};
+
+static ncclResult_t enq_order_wait(struct ncclComm* comm, cudaStream_t stream, int capturing,
+                                   struct enq_order* o) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_dev_state* d = comm->dev;
+  enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  o->capturing = capturing;
+  o->cap_id = 0;
+  if (!capturing) {
+    BRAID_CUDA_TRY(cudaStreamGetId(stream, &o->stream_id));
+    if (d->launched && d->last_stream_id != o->stream_id)
+      BRAID_CUDA_TRY(cudaStreamWaitEvent(stream, d->last_launch, 0));
+    return ncclSuccess;
+  }
+  /* cudaStreamGetId is refused while capturing; a capture's streams live as long as it. */
+  o->stream_id = (unsigned long long)(uintptr_t)stream;
+  BRAID_CUDA_TRY(cudaStreamGetCaptureInfo(stream, &status, &o->cap_id, NULL, NULL, NULL, NULL));
+  if (d->cap_valid && d->cap_id == o->cap_id && d->cap_stream_id != o->stream_id)
+    BRAID_CUDA_TRY(cudaStreamWaitEvent(stream, d->cap_event, 0));
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+static ncclResult_t enq_order_record(struct ncclComm* comm, cudaStream_t stream,
+                                     const struct enq_order* o) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_dev_state* d = comm->dev;
+  if (!o->capturing) {
+    BRAID_CUDA_TRY(cudaEventRecord(d->last_launch, stream));
+    d->last_stream_id = o->stream_id;
+    d->launched = 1;
+  } else {
+    BRAID_CUDA_TRY(cudaEventRecord(d->cap_event, stream));
+    d->cap_id = o->cap_id;
+    d->cap_stream_id = o->stream_id;
+    d->cap_valid = 1;
+  }
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+/*
  * Runs a copy-engine exchange in this comm's order of launches (as enq_launch; never
  * captured), or with `ce` NULL only its ledger report.
  */
@@ -396,55 +451,49 @@ static ncclResult_t enq_ce_run(struct ncclComm* comm, struct launch_plan* plan,
                                const struct braid_ce_op* ce, cudaStream_t stream,
                                uint64_t ledger_seq) {
   ncclResult_t res = ncclSuccess;
-  struct braid_dev_state* d = comm->dev;
-  if (d->launched && d->last_stream != stream)
-    BRAID_CUDA_TRY(cudaStreamWaitEvent(stream, d->last_launch, 0));
+  struct enq_order o;
+  BRAID_TRY(enq_order_wait(comm, stream, 0, &o));
+  plan->launched = 1;
   if (ce) {
     plan->ce_ran = 1;
-    BRAID_TRY(ce_exchange(comm, ce, stream, ledger_seq));
+    res = ce_exchange(comm, ce, stream, ledger_seq);
   } else {
-    BRAID_TRY(ce_ledger_report(comm, stream, ledger_seq));
+    res = ce_ledger_report(comm, stream, ledger_seq);
   }
-  BRAID_CUDA_TRY(cudaEventRecord(d->last_launch, stream));
-  d->last_stream = stream;
-  d->launched = 1;
-  return ncclSuccess;
-fail:
-  /* Whatever was queued: an abort waits for it before it frees what it reads. */
-  if (cudaEventRecord(d->last_launch, stream) == cudaSuccess) {
-    d->last_stream = stream;
-    d->launched = 1;
-  }
+  /* Also after a failure, for whatever was queued: an abort waits for it before it frees. */
+  ncclResult_t rec = enq_order_record(comm, stream, &o);
+  if (res == ncclSuccess) res = rec;
   (void)cudaGetLastError();
+  return res;
+fail:
   return res;
 }
 
-static void enq_launch_stream_sync(cudaStream_t from, cudaStream_t to) {
-  cudaEvent_t ev;
-  if (from == to) return;
-  if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) return;
-  cudaEventRecord(ev, from);
-  cudaStreamWaitEvent(to, ev, 0);
-  cudaEventDestroy(ev);
+/* Makes `to` wait for what `from` holds now (another op's stream of the group, either way). */
+static ncclResult_t enq_launch_stream_sync(cudaStream_t from, cudaStream_t to) {
+  ncclResult_t res = ncclSuccess;
+  cudaEvent_t ev = NULL;
+  if (from == to) return ncclSuccess;
+  BRAID_CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  BRAID_CUDA_TRY(cudaEventRecord(ev, from));
+  BRAID_CUDA_TRY(cudaStreamWaitEvent(to, ev, 0));
+fail: /* a stream of another device than the comm's, say: the ops' order would be lost */
+  if (ev) (void)cudaEventDestroy(ev);
+  return res;
 }
 
-/* `capture`: the stream's capture status (captured launches need no ordering from us). */
+/* `capture`: the stream's capture status (a captured launch is ordered within its capture). */
 static ncclResult_t enq_launch(struct ncclComm* comm, struct launch_plan* plan, cudaStream_t stream,
                                enum cudaStreamCaptureStatus capture) {
   ncclResult_t res = ncclSuccess;
-  struct braid_dev_state* d = comm->dev;
+  struct enq_order o;
   if (plan->args.nwork == 0) return ncclSuccess;
-  /* This comm's kernels share its connections: run them one after another, whatever stream. */
-  if (capture == cudaStreamCaptureStatusNone && d->launched && d->last_stream != stream)
-    BRAID_CUDA_TRY(cudaStreamWaitEvent(stream, d->last_launch, 0));
+  BRAID_TRY(enq_order_wait(comm, stream, capture != cudaStreamCaptureStatusNone, &o));
   BRAID_TRY(dev_state_launch(comm, plan->family, plan->reduces ? plan->dtype : ncclUint8,
                              plan->reduces ? plan->devop : BRAID_DEVOP_SUM, plan->grid, &plan->args,
                              stream));
-  if (capture == cudaStreamCaptureStatusNone) {
-    BRAID_CUDA_TRY(cudaEventRecord(d->last_launch, stream));
-    d->last_stream = stream;
-    d->launched = 1;
-  }
+  plan->launched = 1;
+  BRAID_TRY(enq_order_record(comm, stream, &o));
   plan->args.nwork = 0;
   plan->reduces = 0;
   plan->grid = 0;
@@ -640,14 +689,14 @@ ncclResult_t enqueue_launch(struct ncclComm* comm) {
   struct braid_group_comm* g = comm->group;
   struct launch_plan* plan = NULL;
   int ce_group = 0; /* an operation of the group goes through the copy engines */
-  if (g == NULL || g->nops == 0) return ncclSuccess;
-  BRAID_TRY(ce_check_intact(comm));
-  cudaStream_t stream = g->ops[0].stream;
   enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (g == NULL || g->nops == 0) return ncclSuccess;
+  cudaStream_t stream = g->ops[0].stream;
+  BRAID_TRY(ce_check_intact(comm));
   for (int i = 0; i < g->nops; i++) watchdog_issue(comm, &g->ops[i]);
   BRAID_TRY(BRAID_CALLOC(&plan, 1, "launch plan"));
   plan->args.comm = comm->dev->comm;
-  for (int i = 1; i < g->nops; i++) enq_launch_stream_sync(g->ops[i].stream, stream);
+  for (int i = 1; i < g->nops; i++) BRAID_TRY(enq_launch_stream_sync(g->ops[i].stream, stream));
   /*
    * After the joins (one from a capturing stream makes this one capture too). It also makes
    * the comm's device's primary context current, which the driver's launch needs.
@@ -717,7 +766,10 @@ ncclResult_t enqueue_launch(struct ncclComm* comm) {
     watchdog_forget_pending(comm); /* it will never report: no false hang verdict later */
     goto fail;
   }
-  for (int i = 1; i < g->nops; i++) enq_launch_stream_sync(stream, g->ops[i].stream);
+  /* Everything went out: what fails from here on leaves the comm in step with its peers. */
+  ce_group = 0;
+  plan->launched = 0;
+  for (int i = 1; i < g->nops; i++) BRAID_TRY(enq_launch_stream_sync(stream, g->ops[i].stream));
   /* Staging copies (in-place all-to-all) are released behind the kernel that reads them. */
   for (int i = 0; i < g->nops; i++) {
     if (g->ops[i].scratch == NULL) continue;
@@ -730,6 +782,11 @@ ncclResult_t enqueue_launch(struct ncclComm* comm) {
 fail:
   /* The peer ran its side of the group's exchanges; this rank did not, or not all of it. */
   if (ce_group) ce_fail(comm, res);
+  if (plan && plan->launched && capture == cudaStreamCaptureStatusNone) {
+    /* Part of the group went out: the peers' step counts and this rank's no longer agree. */
+    comm_fail_async(comm, res);
+    for (int i = 1; i < g->nops; i++) (void)enq_launch_stream_sync(stream, g->ops[i].stream);
+  }
   free(plan);
   return res;
 }

@@ -314,6 +314,7 @@ NCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;
   BRAID_TRY(comm_check(comm, "ncclCommAbort"));
   /* Every kernel wait loop and every bootstrap wait polls these. */
+  cudaGetDevice(&saved_dev); /* before group_forget, which may switch devices */
   if (comm->abort_flag) __atomic_store_n(comm->abort_flag, 1, __ATOMIC_SEQ_CST);
   if (comm->bootstrap) bootstrap_abort(comm->bootstrap);
   /* In this thread's open group (its operations, or its init still to run): out of it first,
@@ -323,7 +324,6 @@ NCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (init_pending) comm_init_failed(comm, ncclRemoteError);
   teardown_wait_init(comm);
   teardown_wait_group_end(comm);
-  cudaGetDevice(&saved_dev);
   /* The kernels see the flag in their wait loops and exit; their buffers go after them. */
   if (cudaSetDevice(comm->cuda_dev) == cudaSuccess && dev_state_drain(comm, 10.0) != ncclSuccess)
     WARN("%s", braid_err_last());

@@ -86,8 +86,11 @@ static struct braid_proxy* proxies[PROXY_MAX_DEVS];
 static int proxy_conn_fail(struct braid_proxy_conn* c, ncclResult_t res, const char* what) {
   c->error = res;
   atomic_store(&c->state, CONN_FAILED);
-  INFO(BRAID_LOG_PROXY, "proxy: %s connection with %s failed while %s: %s",
-       c->d.is_send ? "send" : "receive", c->d.peer, what, braid_result_str(res));
+  /* The backend's message names an address; the comm's error should name the rank too. */
+  char why[BRAID_ERROR_MAX];
+  snprintf(why, sizeof why, "%s", braid_err_last());
+  braid_err(res, "proxy: %s connection with %s failed while %s: %s",
+            c->d.is_send ? "send" : "receive", c->d.peer, what, why[0] ? why : braid_result_str(res));
   if (c->d.on_error) c->d.on_error(c->d.error_arg, res);
   return 0;
 }

@@ -550,6 +550,12 @@ static void wd_check_local_peers(struct braid_watchdog* wd) {
         p->pid_ns == 0 || p->pid_ns != me->pid_ns)
       continue;
     if (kill(p->pid, 0) == 0 || errno != ESRCH) continue;
+    /*
+     * The ledger lags the GPU by a round of copies: when this comm's last launch has in fact
+     * finished, nothing waits on the peer (it may well have exited after its own last op).
+     */
+    if (comm->dev && cudaEventQuery(comm->dev->last_launch) == cudaSuccess) return;
+    (void)cudaGetLastError();
     char why[96];
     snprintf(why, sizeof why, "rank %d's process (pid %d) is gone", r, p->pid);
     wd_verdict_run(wd, 1, why);
