@@ -52,10 +52,11 @@ static const struct param_row rows[BRAID_P_COUNT] = {
   ROW(CHECK, NULL, INT, "0",
       "1: verify across ranks that each collective's op, type, count and root agree."),
   ROW(ALGO, "NCCL_ALGO", STRING, NULL,
-      "Force the algorithm (Ring, Tree, Direct; per collective as allreduce:tree); "
-      "default: chosen by the tuning model."),
+      "Force the algorithm (Ring, Tree, Direct; per collective as allreduce:tree); a list "
+      "after ^ only removes from the model's choice; default: chosen by the tuning model."),
   ROW(PROTO, "NCCL_PROTO", STRING, NULL,
-      "Force the protocol (Simple, LL, LL128); default: chosen by the tuning model."),
+      "Force the protocol (Simple, LL, LL128); a list after ^ only removes from the model's "
+      "choice (LL128 stays off unless named); default: chosen by the tuning model."),
   ROW(P2P_DISABLE, "NCCL_P2P_DISABLE", INT, "0",
       "1: never use GPU peer-to-peer (NVLink/PCIe) between GPUs; fall back to shared memory."),
   ROW(P2P_READ, "NCCL_P2P_READ_ENABLE", INT, "-1",

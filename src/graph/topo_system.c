@@ -10,7 +10,13 @@
 #include "core/utils.h"
 #include "graph/topo.h"
 
-#define TOPO_MAX_NODES 4096 /* far beyond any machine; bounds what a topology file can ask for */
+/*
+ * Far beyond any machine; they bound what a topology file can ask for. Sockets are joined
+ * pairwise and each is a path source, so their count costs the most (a file of 2000 CPUs took
+ * 34 s to load).
+ */
+#define TOPO_MAX_NODES 1024
+#define TOPO_MAX_CPUS 64
 
 ncclResult_t topo_system_create(const char* source, struct topo_system** out) {
   ncclResult_t res = ncclSuccess;
@@ -41,6 +47,14 @@ ncclResult_t topo_node_add(struct topo_system* sys, int type, int64_t id, int* i
   if (sys->nnodes >= TOPO_MAX_NODES)
     return braid_err(ncclInvalidUsage, "%s: more than %d devices in one node: expected fewer",
                      sys->source, TOPO_MAX_NODES);
+  if (type == TOPO_CPU) {
+    int ncpus = 0;
+    for (int i = 0; i < sys->nnodes; i++) ncpus += sys->nodes[i].type == TOPO_CPU;
+    if (ncpus >= TOPO_MAX_CPUS)
+      return braid_err(ncclInvalidUsage,
+                       "%s: more than %d CPU sockets (NUMA nodes) in one node: expected fewer",
+                       sys->source, TOPO_MAX_CPUS);
+  }
   if (sys->nnodes == sys->cap_nodes) {
     int cap = sys->cap_nodes ? sys->cap_nodes * 2 : 32;
     struct topo_node* n = realloc(sys->nodes, (size_t)cap * sizeof *n);

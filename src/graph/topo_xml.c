@@ -155,7 +155,7 @@ static ncclResult_t topo_xml_add_net(const struct xml_doc* doc, struct topo_syst
   BRAID_TRY(topo_xml_int(doc, xml, "dev", 1, 0, 65535, 0, &dev));
   BRAID_TRY(topo_xml_int(doc, xml, "speed", 0, -1, 100000000, 0, &speed));
   BRAID_TRY(topo_xml_int(doc, xml, "port", 0, 0, 65535, 0, &port));
-  BRAID_TRY(topo_xml_int(doc, xml, "maxconn", 0, 0, 1LL << 31, 65536, &maxconn));
+  BRAID_TRY(topo_xml_int(doc, xml, "maxconn", 0, 0, (1LL << 31) - 1, 65536, &maxconn));
   BRAID_TRY(topo_xml_int(doc, xml, "gdr", 0, 0, 1, 0, &gdr));
   BRAID_TRY(topo_xml_float(doc, xml, "latency", 0.0, 1e9, 0.0, &latency));
   int dup = topo_node_find(sys, TOPO_NET, dev);
@@ -270,7 +270,7 @@ static ncclResult_t topo_xml_add_pci(const struct xml_doc* doc, struct topo_syst
     return ncclSuccess; /* another kind of device (NVMe, a GPU no rank uses...) */
   }
   sys->nodes[index].line = xml->line;
-  sys->nodes[index].u.pci.bw = bw;
+  if (!gpu) sys->nodes[index].u.pci.bw = bw; /* a GPU's union holds its own fields (gdr...) */
   BRAID_TRY(topo_link_add_both(sys, index, parent, TOPO_LINK_PCI, bw));
   if (!gpu) BRAID_TRY(topo_xml_add_children(doc, sys, xml, index));
 fail:

@@ -163,7 +163,7 @@ static float tune_time(const struct tune_model* m, int coll, int algo, int p, si
 static unsigned tune_algo_available(const struct tune_model* m, int coll) {
   unsigned mask = 1u << BRAID_ALGO_RING;
   if (coll != BRAID_COLL_ALLREDUCE) return mask;
-  unsigned asked = m->algo_override[coll] != ~0u ? m->algo_override[coll] : 0u;
+  const unsigned asked = m->algo_named[coll]; /* "^tree" asks for nothing more */
   if (m->nhosts > 1 || (asked >> BRAID_ALGO_TREE & 1)) mask |= 1u << BRAID_ALGO_TREE;
   if (m->nranks >= 2 && m->nranks <= BRAID_DIRECT_MAX_RANKS &&
       ((m->nhosts > 1 && m->nranks >= 3) || (asked >> BRAID_ALGO_DIRECT & 1)))
@@ -191,11 +191,13 @@ static const char* tune_excluded(const struct tune_model* m, int coll, int a, in
 
 /* The protocols the user allows for `coll`; without BRAID_PROTO, those the model picks itself. */
 static unsigned tune_proto_pref(const struct tune_model* m, int coll) {
-  if (m->proto_override[coll] != ~0u) return m->proto_override[coll];
+  if (m->proto_named[coll]) return m->proto_override[coll];
   unsigned mask = 0;
   for (int p = 0; p < BRAID_PROTO_COUNT; p++)
     if (tune_table.proto_auto[p]) mask |= 1u << p;
-  return mask;
+  /* "^simple" removes from the model's own choice; what it leaves out entirely, it allows. */
+  return (mask & m->proto_override[coll]) ? mask & m->proto_override[coll]
+                                          : m->proto_override[coll];
 }
 
 /*

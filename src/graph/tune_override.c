@@ -39,7 +39,7 @@ static void override_word(const char* s, const char* e, char* out, size_t size) 
 
 /* "ring,tree" or "^tree" -> mask; ignored names add nothing. */
 static ncclResult_t override_list(const struct override_names* on, const char* s, const char* e,
-                                  unsigned* mask) {
+                                  unsigned* mask, unsigned* named) {
   char word[64];
   unsigned bits = 0;
   while (s < e && isspace((unsigned char)*s)) s++;
@@ -62,20 +62,21 @@ static ncclResult_t override_list(const struct override_names* on, const char* s
                        on->var, word, on->expected);
   }
   *mask = exclude ? ~bits : bits;
+  *named = exclude ? 0u : bits;
   return ncclSuccess;
 }
 
 /* Parses one variable into per-collective masks. */
 static ncclResult_t override_parse(const struct override_names* on, const char* text,
-                                   unsigned* masks) {
+                                   unsigned* masks, unsigned* named) {
   ncclResult_t res = ncclSuccess;
   char word[64];
-  for (int c = 0; c < BRAID_COLL_COUNT; c++) masks[c] = ~0u;
+  for (int c = 0; c < BRAID_COLL_COUNT; c++) masks[c] = ~0u, named[c] = 0u;
   if (text == NULL || text[0] == '\0') return ncclSuccess;
   if (strchr(text, ':') == NULL) {
-    unsigned mask;
-    BRAID_TRY(override_list(on, text, text + strlen(text), &mask));
-    for (int c = 0; c < BRAID_COLL_COUNT; c++) masks[c] = mask;
+    unsigned mask, pos;
+    BRAID_TRY(override_list(on, text, text + strlen(text), &mask, &pos));
+    for (int c = 0; c < BRAID_COLL_COUNT; c++) masks[c] = mask, named[c] = pos;
     return ncclSuccess;
   }
   /* "allreduce:tree,ring;allgather:ring" */
@@ -93,7 +94,7 @@ static ncclResult_t override_parse(const struct override_names* on, const char* 
                 "%s: unknown collective '%s': expected broadcast, reduce, allgather, "
                 "reducescatter, allreduce or sendrecv",
                 on->var, word);
-    BRAID_TRY(override_list(on, colon + 1, end, &masks[coll]));
+    BRAID_TRY(override_list(on, colon + 1, end, &masks[coll], &named[coll]));
     s = *end ? end + 1 : end;
   }
 fail:
@@ -107,8 +108,9 @@ ncclResult_t tune_override_parse(struct tune_model* m) {
       "Ring, Tree, Direct (NCCL's CollNet*, NVLS*, PAT are accepted and ignored)"};
   const struct override_names proto = {"BRAID_PROTO", proto_names, 3, proto_ignored,
                                        "Simple, LL, LL128"};
-  BRAID_TRY(override_parse(&algo, braid_param_str(BRAID_P_ALGO), m->algo_override));
-  BRAID_TRY(override_parse(&proto, braid_param_str(BRAID_P_PROTO), m->proto_override));
+  BRAID_TRY(override_parse(&algo, braid_param_str(BRAID_P_ALGO), m->algo_override, m->algo_named));
+  BRAID_TRY(
+      override_parse(&proto, braid_param_str(BRAID_P_PROTO), m->proto_override, m->proto_named));
 fail:
   return res;
 }

@@ -78,6 +78,10 @@ struct tune_model {
   unsigned proto_topo_mask;                  /* protocols this topology supports */
   unsigned algo_override[BRAID_COLL_COUNT];  /* from BRAID_ALGO; ~0u = no override */
   unsigned proto_override[BRAID_COLL_COUNT]; /* from BRAID_PROTO */
+  /* The names given positively ("ring,tree"); 0 for an exclusion ("^tree"), which only
+     removes from what the model would pick, never adds what it would not. */
+  unsigned algo_named[BRAID_COLL_COUNT];
+  unsigned proto_named[BRAID_COLL_COUNT];
   int nthreads_override;                     /* BRAID_NTHREADS, 0 = automatic */
 };
 

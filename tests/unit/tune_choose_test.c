@@ -252,8 +252,9 @@ static void test_overrides(void) {
   expect(topo, BRAID_COLL_ALLREDUCE, 8, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING, BRAID_PROTO_LL128,
          "NCCL_PROTO=LL128");
   topo_free(topo);
+  /* An exclusion only removes from the model's own choice (LL128 stays off unless named). */
   topo = build_with("BRAID_PROTO", "^ll", "h200x2_nvswitch.xml", 1, 2);
-  expect(topo, BRAID_COLL_ALLREDUCE, 8, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING, BRAID_PROTO_LL128,
+  expect(topo, BRAID_COLL_ALLREDUCE, 8, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING, BRAID_PROTO_SIMPLE,
          "BRAID_PROTO=^ll");
   topo_free(topo);
   topo = build_with("BRAID_ALGO", "Tree", "h200x2_nvswitch.xml", 1, 2);
@@ -365,6 +366,39 @@ static void test_explain(void) {
   topo_free(topo);
 }
 
+/*
+ * An exclusion only removes: "^tree" never turns on Direct, nor "^ring" Tree, on one host;
+ * "^simple" does not turn LL128 on (off by default), and "^simple,ll" leaves LL128 alone.
+ */
+static void test_exclusions(void) {
+  struct braid_topo* topo = build_with("BRAID_ALGO", "^tree", "h200x2_nvswitch.xml", 1, 2);
+  if (topo == NULL) return;
+  for (size_t bytes = 8; bytes <= (1ull << 30); bytes *= 16)
+    TEST_CHECK(choose(topo, BRAID_COLL_ALLREDUCE, bytes, ALL_ALGOS, ALL_PROTOS).algo ==
+                   BRAID_ALGO_RING,
+               "BRAID_ALGO=^tree, 2 GPUs, %zu B: the ring, as without it", bytes);
+  topo_free(topo);
+  topo = build_with("BRAID_ALGO", "^ring", "h200x8_nvswitch.xml", 1, 8);
+  if (topo == NULL) return;
+  TEST_CHECK(choose(topo, BRAID_COLL_ALLREDUCE, 1 << 20, ALL_ALGOS, ALL_PROTOS).algo !=
+                 BRAID_ALGO_TREE,
+             "BRAID_ALGO=^ring on one node does not ask for trees");
+  topo_free(topo);
+  topo = build_with("BRAID_PROTO", "^simple", "h200x8_nvswitch.xml", 1, 8);
+  if (topo == NULL) return;
+  for (size_t bytes = 8; bytes <= (1ull << 30); bytes *= 16)
+    TEST_CHECK(choose(topo, BRAID_COLL_ALLREDUCE, bytes, ALL_ALGOS, ALL_PROTOS).proto ==
+                   BRAID_PROTO_LL,
+               "BRAID_PROTO=^simple, %zu B: LL (LL128 stays off by default)", bytes);
+  topo_free(topo);
+  topo = build_with("BRAID_PROTO", "^simple,ll", "h200x8_nvswitch.xml", 1, 8);
+  if (topo == NULL) return;
+  TEST_CHECK(choose(topo, BRAID_COLL_ALLREDUCE, 1 << 20, ALL_ALGOS, ALL_PROTOS).proto ==
+                 BRAID_PROTO_LL128,
+             "BRAID_PROTO=^simple,ll leaves LL128");
+  topo_free(topo);
+}
+
 int main(void) {
   setenv("BRAID_DEBUG", "NONE", 1); /* the override mistakes WARN by design */
   braid_param_reload();
@@ -375,6 +409,7 @@ int main(void) {
   test_sixteen_hosts();
   test_masks();
   test_overrides();
+  test_exclusions();
   test_explain();
   return test_summary();
 }
