@@ -48,6 +48,43 @@ static void fault_case_end(struct gpu_world* w, float* buf) {
   world_case_end(w);
 }
 
+/*
+ * The start of the peer-fault cases: a buffer, one AllReduce completed everywhere (the
+ * connections are up before anything goes wrong), then a stream of AllReduces issued without
+ * waiting (three on the victim, which then fails in its own way). 0 when all went out.
+ */
+static int fault_stream_calls(struct gpu_world* w, int victim, float** buf) {
+  *buf = NULL;
+  if (world_cuda(w, cudaSetDevice(w->dev[0]), "cudaSetDevice") ||
+      world_cuda(w, cudaMalloc((void**)buf, DEAD_COUNT * sizeof(float)), "cudaMalloc") ||
+      world_cuda(w, cudaMemset(*buf, 0, DEAD_COUNT * sizeof(float)), "cudaMemset") ||
+      world_nccl(w, ncclAllReduce(*buf, *buf, DEAD_COUNT, ncclFloat, ncclSum, w->comm[0],
+                                  w->stream[0]),
+                 w->comm[0], "ncclAllReduce (warm-up)") ||
+      world_sync(w))
+    return -1;
+  int calls = w->rank0 == victim ? 3 : DEAD_CALLS;
+  for (int i = 0; i < calls; i++)
+    if (world_nccl(w, ncclAllReduce(*buf, *buf, DEAD_COUNT, ncclFloat, ncclSum, w->comm[0],
+                                    w->stream[0]),
+                   w->comm[0], "ncclAllReduce"))
+      return -1;
+  return 0;
+}
+
+/* A survivor polls its comm's async error until it is one, or DEAD_LIMIT_S: 0, or -1. */
+static int fault_wait_error(struct gpu_world* w, ncclResult_t* async) {
+  *async = ncclSuccess;
+  for (double start = world_now(); world_now() - start < DEAD_LIMIT_S;) {
+    if (world_nccl(w, ncclCommGetAsyncError(w->comm[0], async), w->comm[0],
+                   "ncclCommGetAsyncError"))
+      return -1;
+    if (*async != ncclSuccess && *async != ncclInProgress) break;
+    mp_sleep(0.001);
+  }
+  return 0;
+}
+
 void suite_deadpeer(struct gpu_world* w) {
   char name[128];
   snprintf(name, sizeof name, "Dead peer: the last rank SIGKILLed mid-AllReduce mode=%s",
@@ -56,21 +93,7 @@ void suite_deadpeer(struct gpu_world* w) {
   int victim = w->nranks - 1, me = w->rank0;
   volatile double* killed_at = world_stamp(w, 0);
   float* buf = NULL;
-  if (world_cuda(w, cudaSetDevice(w->dev[0]), "cudaSetDevice") ||
-      world_cuda(w, cudaMalloc((void**)&buf, DEAD_COUNT * sizeof(float)), "cudaMalloc") ||
-      world_cuda(w, cudaMemset(buf, 0, DEAD_COUNT * sizeof(float)), "cudaMemset"))
-    goto out;
-  /* One that completes everywhere first: the connections are up before anyone dies. */
-  if (world_nccl(w, ncclAllReduce(buf, buf, DEAD_COUNT, ncclFloat, ncclSum, w->comm[0], w->stream[0]),
-                 w->comm[0], "ncclAllReduce (warm-up)") ||
-      world_sync(w))
-    goto out;
-  int calls = me == victim ? 3 : DEAD_CALLS;
-  for (int i = 0; i < calls; i++)
-    if (world_nccl(w, ncclAllReduce(buf, buf, DEAD_COUNT, ncclFloat, ncclSum, w->comm[0],
-                                    w->stream[0]),
-                   w->comm[0], "ncclAllReduce"))
-      goto out;
+  if (fault_stream_calls(w, victim, &buf)) goto out;
   if (me == victim) {
     mp_sleep(0.2); /* in the middle of the survivors' stream of calls */
     *killed_at = world_now();
@@ -78,14 +101,7 @@ void suite_deadpeer(struct gpu_world* w) {
     raise(SIGKILL);
   }
   ncclResult_t async = ncclSuccess;
-  double start = world_now();
-  while (world_now() - start < DEAD_LIMIT_S) {
-    if (world_nccl(w, ncclCommGetAsyncError(w->comm[0], &async), w->comm[0],
-                   "ncclCommGetAsyncError"))
-      goto out;
-    if (async != ncclSuccess && async != ncclInProgress) break;
-    mp_sleep(0.001);
-  }
+  if (fault_wait_error(w, &async)) goto out;
   double seen = world_now();
   if (async == ncclSuccess || async == ncclInProgress) {
     world_case_fail(w, "no error %.0f s after the peer's death", DEAD_LIMIT_S);
@@ -205,19 +221,7 @@ void suite_abort_peer(struct gpu_world* w) {
   volatile double* aborted_at = world_stamp(w, 0);
   volatile double* done = world_stamp(w, 1);
   float* buf = NULL;
-  if (world_cuda(w, cudaSetDevice(w->dev[0]), "cudaSetDevice") ||
-      world_cuda(w, cudaMalloc((void**)&buf, DEAD_COUNT * sizeof(float)), "cudaMalloc") ||
-      world_cuda(w, cudaMemset(buf, 0, DEAD_COUNT * sizeof(float)), "cudaMemset") ||
-      world_nccl(w, ncclAllReduce(buf, buf, DEAD_COUNT, ncclFloat, ncclSum, w->comm[0], w->stream[0]),
-                 w->comm[0], "ncclAllReduce (warm-up)") ||
-      world_sync(w))
-    goto out;
-  int calls = me == victim ? 3 : DEAD_CALLS;
-  for (int i = 0; i < calls; i++)
-    if (world_nccl(w, ncclAllReduce(buf, buf, DEAD_COUNT, ncclFloat, ncclSum, w->comm[0],
-                                    w->stream[0]),
-                   w->comm[0], "ncclAllReduce"))
-      goto out;
+  if (fault_stream_calls(w, victim, &buf)) goto out;
   if (me == victim) {
     mp_sleep(0.2); /* in the middle of the survivors' stream of calls */
     *aborted_at = world_now();
@@ -228,14 +232,7 @@ void suite_abort_peer(struct gpu_world* w) {
     goto out;
   }
   ncclResult_t async = ncclSuccess;
-  double start = world_now();
-  while (world_now() - start < DEAD_LIMIT_S) {
-    if (world_nccl(w, ncclCommGetAsyncError(w->comm[0], &async), w->comm[0],
-                   "ncclCommGetAsyncError"))
-      goto out;
-    if (async != ncclSuccess && async != ncclInProgress) break;
-    mp_sleep(0.001);
-  }
+  if (fault_wait_error(w, &async)) goto out;
   double seen_s = world_now() - *aborted_at;
   printf("abortpeer [rank %d]: %s %.2f s after the peer's abort (\"%s\")\n", me,
          ncclGetErrorString(async), *aborted_at > 0 ? seen_s : -1.0, ncclGetLastError(w->comm[0]));
