@@ -273,8 +273,11 @@ static ncclResult_t teardown_check(struct ncclComm* comm, const char* api) {
 NCCL_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   ncclResult_t res = ncclSuccess;
   braid_err_clear();
+  if (comm == NULL) return ncclSuccess; /* as NCCL's */
   BRAID_TRY(teardown_check(comm, "ncclCommFinalize"));
   teardown_wait_init(comm);
+  BRAID_CHECK(comm->state != BRAID_COMM_FINALIZED, ncclInvalidArgument,
+              "ncclCommFinalize: rank %d's communicator is finalized already", comm->rank);
   BRAID_CUDA_TRY(cudaSetDevice(comm->cuda_dev));
   BRAID_TRY(dev_state_wait_idle(comm));
   if (comm->state == BRAID_COMM_READY) comm->state = BRAID_COMM_FINALIZED;

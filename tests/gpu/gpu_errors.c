@@ -505,6 +505,8 @@ static void err_after_finalize(struct gpu_world* w, struct err_env* env) {
   if (e == NULL) return;
   if ((c = err_new_comm(w, e)) != NULL) {
     err_expect_text(w, ncclCommFinalize(c), ncclSuccess, NULL, "ncclCommFinalize", NULL);
+    err_expect_text(w, ncclCommFinalize(c), ncclInvalidArgument, NULL, "ncclCommFinalize again",
+                    "finalized already");
     err_expect_text(w,
                     ncclAllReduce(e->send, e->recv, ERR_COUNT, ncclFloat32, ncclSum, c, e->stream),
                     ncclInvalidUsage, c, "ncclAllReduce after finalize", "finalized");

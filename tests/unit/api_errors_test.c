@@ -140,6 +140,7 @@ static void test_comm_api_args(void) {
   TEST_EXPECT_RES(ncclCommDeregister(NULL, handle), ncclInvalidArgument);
   ncclWindow_t win;
   TEST_EXPECT_RES(ncclCommWindowRegister(NULL, NULL, 0, &win, 0), ncclInvalidArgument);
+  TEST_EXPECT_RES(ncclCommFinalize(NULL), ncclSuccess); /* as NCCL's: nothing to finalize */
   TEST_EXPECT_RES(ncclDevCommCreate(NULL, NULL, NULL), ncclInvalidUsage);
   TEST_CHECK(last_error_has("not implemented"), "the device API says so: %s", ncclGetLastError(NULL));
   /* Simulation: needs an initialized simInfo and an open group; an empty group takes no time. */
