@@ -1,6 +1,7 @@
 /*
  * The measurement, as nccl-tests defines it, run by every thread on its
- * ranks: warm up at the largest and smallest size; then for each size, for
+ * ranks: warm up at every size from the first, doubling (as nccl-tests since
+ * its warm-up default became 1); then for each size, for
  * out of place and in place: one untimed call, a barrier, -n iterations of
  * -m grouped calls timed with the host clock from first enqueue to last
  * completion (or captured into a CUDA graph and replayed -G times), the time
@@ -394,8 +395,11 @@ static int perf_series_run(perf_thread_t* t, int type, int op, int root) {
   const perf_args_t* a = job->args;
   perf_series_t s = {.type = type, .op = op, .root = root, .type_size = (size_t)perf_type_size(type)};
   size_t first = a->min_bytes < job->max_bytes ? a->min_bytes : job->max_bytes;
-  if (perf_team_barrier(t) || perf_warmup(t, &s, job->max_bytes) || perf_warmup(t, &s, first))
-    return -1;
+  if (perf_team_barrier(t)) return -1;
+  for (size_t b = first; b <= job->max_bytes; b = b == 0 ? 1 : b * 2) {
+    if (perf_warmup(t, &s, b)) return -1;
+    if (b > SIZE_MAX / 2) break;
+  }
   for (int cycle = 0; a->run_cycles == 0 || cycle < a->run_cycles; cycle++) {
     size_t bytes = first;
     for (int more = 1; more && bytes <= job->max_bytes; more = perf_size_next(a, bytes, &bytes)) {
