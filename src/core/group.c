@@ -325,9 +325,12 @@ fail:
  * The outermost end of a group, first half: takes the group's communicators
  * and runs its deferred inits; returns the first error of the group so far.
  */
+static void group_mark_busy(struct ncclComm* comms);
+
 static ncclResult_t group_close(struct ncclComm** comms, int* saved_dev) {
   *comms = group_comms;
   group_comms = NULL;
+  group_mark_busy(*comms); /* before the inits, which may take long */
   *saved_dev = -1;
   cudaGetDevice(saved_dev);
   ncclResult_t res = group_error;
@@ -340,15 +343,15 @@ static ncclResult_t group_close(struct ncclComm** comms, int* saved_dev) {
 }
 
 /*
- * Second half: lets go of the communicators' pending lists, restores the caller's device.
- * `busy`: group_close's comms were marked as in use by this thread (comm->in_group_end).
+ * Second half: lets go of the communicators' pending lists (and of group_close's mark that
+ * this thread uses them), restores the caller's device.
  */
-static void group_finish(struct ncclComm* comms, int saved_dev, int busy) {
+static void group_finish(struct ncclComm* comms, int saved_dev) {
   while (comms) {
     struct ncclComm* next = comms->group->next;
     group_comm_release(comms);
     /* The last touch of the comm: an abort on another thread may free it from here on. */
-    if (busy) __atomic_fetch_sub(&comms->in_group_end, 1, __ATOMIC_RELEASE);
+    __atomic_fetch_sub(&comms->in_group_end, 1, __ATOMIC_RELEASE);
     comms = next;
   }
   if (saved_dev >= 0) group_use_device(saved_dev);
@@ -369,13 +372,12 @@ ncclResult_t group_end(void) {
   struct ncclComm* comms = NULL;
   int saved_dev = -1;
   res = group_close(&comms, &saved_dev);
-  group_mark_busy(comms);
   if (res == ncclSuccess && comms) {
     res = group_connect_p2p(comms);
     if (res == ncclSuccess && check_enabled()) res = check_group(comms);
     if (res == ncclSuccess) res = group_launch_all(comms);
   }
-  group_finish(comms, saved_dev, 1);
+  group_finish(comms, saved_dev);
   return res;
 }
 
@@ -433,7 +435,7 @@ __attribute__((visibility("default"))) ncclResult_t ncclGroupSimulateEnd(ncclSim
     res = enqueue_estimate(c, &us);
     if (us > slowest_us) slowest_us = us;
   }
-  group_finish(comms, saved_dev, 0);
+  group_finish(comms, saved_dev);
   if (res == ncclSuccess) simInfo->estimatedTime = slowest_us;
   return res;
 }
