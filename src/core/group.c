@@ -86,6 +86,14 @@ int group_has_init(const struct ncclComm* comm) {
 
 static void group_comm_release(struct ncclComm* comm);
 
+/* A deferred init that will never run: its parent stops waiting, its comm reads as failed. */
+static void group_job_drop(struct braid_init_job* j, ncclResult_t res) {
+  if (j->cancel) j->cancel(j);
+  if (j->comm) comm_init_failed(j->comm, res);
+  free(j->arg);
+  free(j);
+}
+
 void group_forget(struct ncclComm* comm) {
   for (struct ncclComm** link = &group_comms; *link; link = &(*link)->group->next) {
     if (*link != comm) continue;
@@ -97,9 +105,7 @@ void group_forget(struct ncclComm* comm) {
     struct braid_init_job* j = *link;
     if (j->comm != comm) continue;
     *link = j->next;
-    if (j->cancel) j->cancel(j);
-    free(j->arg);
-    free(j);
+    group_job_drop(j, ncclRemoteError); /* an abort */
     break;
   }
 }
@@ -219,10 +225,7 @@ static void group_cancel_inits(ncclResult_t res) {
   group_jobs = NULL;
   while (jobs) {
     struct braid_init_job* next = jobs->next;
-    if (jobs->cancel) jobs->cancel(jobs);
-    if (jobs->comm) comm_init_failed(jobs->comm, res);
-    free(jobs->arg);
-    free(jobs);
+    group_job_drop(jobs, res);
     jobs = next;
   }
 }

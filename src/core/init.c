@@ -322,9 +322,7 @@ NCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm->bootstrap) bootstrap_abort(comm->bootstrap);
   /* In this thread's open group (its operations, or its init still to run): out of it first,
      or the group's end would find a freed comm, and the init wait below never end. */
-  const int init_pending = group_has_init(comm);
-  group_forget(comm);
-  if (init_pending) comm_init_failed(comm, ncclRemoteError);
+  group_forget(comm); /* a pending init of it is dropped, the comm marked failed */
   teardown_wait_init(comm);
   teardown_wait_group_end(comm);
   /* The kernels see the flag in their wait loops and exit; their buffers go after them. */
