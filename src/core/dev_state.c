@@ -177,7 +177,7 @@ ncclResult_t dev_state_upload_p2p(struct ncclComm* comm, int channel, int peer, 
 
 int dev_state_idle(struct ncclComm* comm) {
   struct braid_dev_state* d = comm->dev;
-  if (d == NULL || !d->launched) return 1;
+  if (d == NULL || (!d->launched && !d->graphs_ordered)) return 1;
   cudaError_t err = cudaEventQuery(d->last_launch);
   if (err == cudaErrorNotReady) return 0;
   (void)cudaGetLastError();
@@ -187,7 +187,7 @@ int dev_state_idle(struct ncclComm* comm) {
 ncclResult_t dev_state_wait_idle(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   struct braid_dev_state* d = comm->dev;
-  if (d == NULL || !d->launched) return ncclSuccess;
+  if (d == NULL || (!d->launched && !d->graphs_ordered)) return ncclSuccess;
   /* Poll rather than block, so an abort from another thread is noticed. */
   for (;;) {
     cudaError_t err = cudaEventQuery(d->last_launch);
@@ -204,7 +204,7 @@ fail:
 
 ncclResult_t dev_state_drain(struct ncclComm* comm, double timeout_s) {
   struct braid_dev_state* d = comm->dev;
-  if (d == NULL || !d->launched) return ncclSuccess;
+  if (d == NULL || (!d->launched && !d->graphs_ordered)) return ncclSuccess;
   double start = braid_time_sec();
   for (;;) {
     cudaError_t err = cudaEventQuery(d->last_launch);

@@ -16,6 +16,8 @@
 
 struct ncclComm;
 
+#define BRAID_MIX_CAPTURES 8 /* captures of one comm tracked at once (graph mixing) */
+
 struct braid_dev_state {
   struct braid_dev_comm host;        /* the host's copy of what was uploaded */
   struct braid_dev_comm* comm;       /* device copy */
@@ -25,7 +27,8 @@ struct braid_dev_state {
   cudaStream_t stream;               /* internal, non-blocking: uploads only */
   /* The kernels as the driver launches them (this comm's device), by family, type, operator. */
   CUfunction kernels[BRAID_KERNEL_FAMILIES][ncclNumTypes][BRAID_DEVOP_COUNT];
-  cudaEvent_t last_launch;           /* recorded after each kernel of this comm */
+  cudaEvent_t last_launch;           /* recorded after each kernel of this comm (and in
+                                        graphs, as it replays: graph mixing) */
   unsigned long long last_stream_id; /* where the last kernel went (cudaStreamGetId: a handle
                                         may be reused by a new stream, an id is not) */
   int launched;                      /* a kernel was launched since the last wait */
@@ -33,6 +36,17 @@ struct braid_dev_state {
   cudaEvent_t cap_event;
   unsigned long long cap_id, cap_stream_id; /* the capture and stream of the last one */
   int cap_valid;
+  /* A captured kernel records last_launch in its graph (graph mixing): a replay may be the
+     latest record, so eager launches always wait, and idle/drain always query. */
+  int graphs_ordered;
+  /* Captures in progress (or ended: ids are never reused) and their last record node; the
+     oldest slot goes to a new capture (several at once on one comm are rare). */
+  struct braid_mix_capture {
+    unsigned long long cap_id; /* 0: free */
+    cudaGraphNode_t record;    /* the capture's record node */
+    cudaGraphNode_t after;     /* its one dependency, or NULL when it has several */
+  } mix[BRAID_MIX_CAPTURES];
+  unsigned mix_next;
   int nthreads;                      /* threads per block */
 };
 

@@ -135,6 +135,10 @@ static const struct param_row rows[BRAID_P_COUNT] = {
   ROW(LAUNCH_MODE, "NCCL_LAUNCH_MODE", STRING, "PARALLEL",
       "Accepted so job scripts keep working; changes nothing: the communicators of a group are "
       "always launched one after another, each on its own stream (NCCL's PARALLEL)."),
+  ROW(GRAPH_MIXING_SUPPORT, "NCCL_GRAPH_MIXING_SUPPORT", INT, "1",
+      "1: a communicator's CUDA-graph replays are ordered with its eager calls and with its "
+      "other graphs' replays, in the order the host launched them (an event wait and record "
+      "around each captured kernel); 0: only within a graph, and the caller keeps them apart."),
 };
 
 struct param_value {

@@ -634,6 +634,149 @@ out:
   world_case_end(w);
 }
 
+/*
+ * Graph mixing: graph G1 (an AllReduce into g, then one of g into h) replayed on the comm's
+ * stream, graph G2 (into x)
+ * on a second stream, and eager AllReduces (into e) on a third, interleaved with no
+ * synchronization between them. They share the comm's connections, so each must run after the
+ * one the host launched before it (NCCL_GRAPH_MIXING_SUPPORT); run together, they mix each
+ * other's chunks or hang.
+ */
+#define API_MIX_N ((size_t)1 << 20) /* 8 MiB per buffer: the kernels run long enough to overlap */
+#define API_MIX_ROUNDS 100
+
+/* Captures AllReduce(in -> out) on s[], then, when out2 is set, AllReduce(out -> out2). */
+static int api_mix_capture(struct gpu_world* w, cudaStream_t* s, struct api_buf* in,
+                           struct api_buf* out, struct api_buf* out2, cudaGraph_t* graph,
+                           cudaGraphExec_t* exec) {
+  int rc = 0;
+  for (int l = 0; rc == 0 && l < w->nlocal; l++)
+    rc = world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
+         world_cuda(w, cudaStreamBeginCapture(s[l], cudaStreamCaptureModeThreadLocal),
+                    "cudaStreamBeginCapture");
+  if (rc) return -1;
+  int issued = 0;
+  for (int k = 0; issued == 0 && k < (out2 != NULL ? 2 : 1); k++) {
+    struct api_buf* from = k == 0 ? in : out;
+    struct api_buf* to = k == 0 ? out : out2;
+    issued = world_group_start(w);
+    for (int l = 0; issued == 0 && l < w->nlocal; l++)
+      issued = world_nccl(
+          w, ncclAllReduce(from->d[l], to->d[l], in->n, ncclInt64, ncclSum, w->comm[l], s[l]),
+          w->comm[l], "ncclAllReduce (captured)");
+    issued |= world_group_end(w);
+  }
+  for (int l = 0; l < w->nlocal; l++) {
+    cudaSetDevice(w->dev[l]);
+    if (world_cuda(w, cudaStreamEndCapture(s[l], &graph[l]), "cudaStreamEndCapture") ||
+        world_cuda(w, cudaGraphInstantiate(&exec[l], graph[l], 0), "cudaGraphInstantiate"))
+      rc = -1;
+  }
+  return rc || issued ? -1 : 0;
+}
+
+static int api_mix_launch(struct gpu_world* w, cudaGraphExec_t* exec, cudaStream_t* s) {
+  for (int l = 0; l < w->nlocal; l++)
+    if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
+        world_cuda(w, cudaGraphLaunch(exec[l], s[l]), "cudaGraphLaunch"))
+      return -1;
+  return 0;
+}
+
+/* Local rank l's buffer holds nranks * want[]. */
+static int api_mix_expect_scaled(struct gpu_world* w, struct api_buf* b, int l, const int64_t* want,
+                                 const char* what) {
+  int64_t* scaled = malloc(b->n * sizeof *scaled);
+  if (scaled == NULL) {
+    world_case_fail(w, "out of host memory");
+    return -1;
+  }
+  for (size_t i = 0; i < b->n; i++) scaled[i] = want[i] * w->nranks;
+  int rc = buf_expect(w, b, l, scaled, what);
+  free(scaled);
+  return rc;
+}
+
+static void api_graph_mixing(struct gpu_world* w) {
+  char name[128];
+  snprintf(name, sizeof name,
+           "Graph mixing: two graphs and eager calls on three streams, %d "
+           "rounds, no sync mode=%s",
+           API_MIX_ROUNDS, w->opts->mode);
+  if (!world_case_begin(w, name)) return;
+  struct api_buf c, g, h, x, e;
+  cudaStream_t s2[GPU_MAX_RANKS] = {0}, s3[GPU_MAX_RANKS] = {0};
+  cudaGraph_t g1[GPU_MAX_RANKS] = {0}, g2[GPU_MAX_RANKS] = {0};
+  cudaGraphExec_t x1[GPU_MAX_RANKS] = {0}, x2[GPU_MAX_RANKS] = {0};
+  int64_t* want = NULL;
+  memset(&c, 0, sizeof c);
+  memset(&g, 0, sizeof g);
+  memset(&h, 0, sizeof h);
+  memset(&x, 0, sizeof x);
+  memset(&e, 0, sizeof e);
+  if (buf_alloc(w, &c, API_MIX_N) || buf_alloc(w, &g, API_MIX_N) || buf_alloc(w, &h, API_MIX_N) ||
+      buf_alloc(w, &x, API_MIX_N) || buf_alloc(w, &e, API_MIX_N))
+    goto out;
+  for (int l = 0; l < w->nlocal; l++)
+    if (buf_put(w, &c, l, api_rank(w, l), 5) ||
+        world_cuda(w, cudaStreamCreateWithFlags(&s2[l], cudaStreamNonBlocking),
+                   "cudaStreamCreateWithFlags") ||
+        world_cuda(w, cudaStreamCreateWithFlags(&s3[l], cudaStreamNonBlocking),
+                   "cudaStreamCreateWithFlags"))
+      goto out;
+  if (api_mix_capture(w, w->stream, &c, &g, &h, g1, x1) ||
+      api_mix_capture(w, s2, &c, &x, NULL, g2, x2))
+    goto out;
+  for (int k = 0; k < API_MIX_ROUNDS; k++) {
+    if (api_mix_launch(w, x1, w->stream)) goto out;
+    int rc = world_group_start(w);
+    for (int l = 0; rc == 0 && l < w->nlocal; l++)
+      rc = world_nccl(w, ncclAllReduce(c.d[l], e.d[l], c.n, ncclInt64, ncclSum, w->comm[l], s3[l]),
+                      w->comm[l], "ncclAllReduce (eager, third stream)");
+    if (world_group_end(w) || rc || api_mix_launch(w, x2, s2)) goto out;
+  }
+  for (int l = 0; l < w->nlocal; l++)
+    if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
+        world_cuda(w, cudaStreamSynchronize(s2[l]), "cudaStreamSynchronize") ||
+        world_cuda(w, cudaStreamSynchronize(s3[l]), "cudaStreamSynchronize"))
+      goto out;
+  if (api_sync(w, w->comm)) goto out;
+  {
+    int all[GPU_MAX_RANKS];
+    for (int i = 0; i < w->nranks; i++) all[i] = i;
+    want = api_sum(c.n, all, w->nranks, 5, 1);
+  }
+  if (want == NULL) {
+    world_case_fail(w, "out of host memory");
+    goto out;
+  }
+  for (int l = 0; l < w->nlocal; l++)
+    if (buf_expect(w, &g, l, want, "first graph's output") ||
+        buf_expect(w, &x, l, want, "second graph's output") ||
+        api_mix_expect_scaled(w, &h, l, want, "first graph's second output") ||
+        buf_expect(w, &e, l, want, "eager output"))
+      break;
+out:
+  for (int l = 0; l < w->nlocal; l++) {
+    cudaSetDevice(w->dev[l]);
+    if (s2[l]) cudaStreamSynchronize(s2[l]);
+    if (s3[l]) cudaStreamSynchronize(s3[l]);
+    if (x1[l]) cudaGraphExecDestroy(x1[l]);
+    if (x2[l]) cudaGraphExecDestroy(x2[l]);
+    if (g1[l]) cudaGraphDestroy(g1[l]);
+    if (g2[l]) cudaGraphDestroy(g2[l]);
+    if (s2[l]) cudaStreamDestroy(s2[l]);
+    if (s3[l]) cudaStreamDestroy(s3[l]);
+  }
+  free(want);
+  buf_free(w, &c);
+  buf_free(w, &g);
+  buf_free(w, &h);
+  buf_free(w, &x);
+  buf_free(w, &e);
+  world_case_end(w);
+}
+
 /* ---- simulate, register ------------------------------------------------------------------------ */
 
 static void api_simulate(struct gpu_world* w) {
@@ -901,6 +1044,7 @@ void suite_api(struct gpu_world* w) {
   api_shrink_abort(w);
   api_revoke(w);
   api_graph(w);
+  api_graph_mixing(w);
   api_simulate(w);
   api_register(w);
   api_check(w);
