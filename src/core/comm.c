@@ -150,8 +150,8 @@ ncclResult_t comm_check_ready(const struct ncclComm* comm, const char* api) {
   if (res != ncclSuccess) return res;
   switch (comm->state) {
     case BRAID_COMM_READY: return ncclSuccess;
-    case BRAID_COMM_INITIALIZING:
-      return braid_err(ncclInvalidUsage,
+    case BRAID_COMM_INITIALIZING: /* NCCL's code for this (ncclCommEnsureReady) */
+      return braid_err(ncclInvalidArgument,
                        "%s: rank %d's communicator is still initializing; wait until "
                        "ncclCommGetAsyncError reports ncclSuccess",
                        api, comm->rank);

@@ -134,8 +134,9 @@ ncclResult_t config_resolve(const ncclConfig_t* user, struct braid_config* out) 
 
 ncclResult_t config_resolve_from(const struct braid_config* parent, const ncclConfig_t* user,
                                  struct braid_config* out) {
-  struct braid_config c = *parent;
-  ncclResult_t res = config_apply(user, &c);
-  if (res == ncclSuccess) *out = c;
-  return res;
+  /* As NCCL's ncclCommSplit: the parent's config only when none is given; a given one starts
+     from the defaults, like an init's, whatever the parent had. */
+  if (user != NULL) return config_resolve(user, out);
+  *out = *parent;
+  return ncclSuccess;
 }

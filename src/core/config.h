@@ -28,7 +28,7 @@ struct braid_config {
 
 /* Fills `out` with defaults, then with the caller's `user` config (may be NULL). */
 ncclResult_t config_resolve(const ncclConfig_t* user, struct braid_config* out);
-/* Same, starting from a parent's resolved config (split/shrink: NULL inherits). */
+/* Split/shrink: NULL inherits the parent's resolved config; a given one is resolved alone. */
 ncclResult_t config_resolve_from(const struct braid_config* parent, const ncclConfig_t* user,
                                  struct braid_config* out);
 

@@ -356,16 +356,44 @@ static void api_init_nonblocking(struct gpu_world* w) {
   ncclComm_t nb[GPU_MAX_RANKS] = {0};
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   ncclUniqueId id;
+  void* probe = NULL;
   cfg.blocking = 0;
   int color[GPU_MAX_RANKS] = {0}, key[GPU_MAX_RANKS];
   for (int r = 0; r < w->nranks; r++) key[r] = r;
   if (world_id(w, 2, &id) != 0) goto out;
+  /* Rank 0 makes a call on its comm before rank 1's init has begun: in one process by the
+     order of the loop, across processes rank 1 waits for rank 0's stamp. */
+  volatile double* checked = world_stamp(w, 3);
+  if (w->rank0 > 0) {
+    double until = world_now() + 60;
+    while (*checked == 0 && world_now() < until) mp_sleep(0.001);
+  }
   for (int l = 0; l < w->nlocal; l++) {
     if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") != 0) goto out;
     ncclResult_t res = ncclCommInitRankConfig(&nb[l], w->nranks, id, api_rank(w, l), &cfg);
     if (!api_ok(res)) {
       world_nccl(w, res, NULL, "ncclCommInitRankConfig (nonblocking)");
       goto out;
+    }
+    /* Rank 0's init cannot be through before rank 1's begins. A call on the comm is refused
+       as NCCL refuses it (ncclInvalidArgument), and enqueues nothing. */
+    if (api_rank(w, l) == 0 && w->nranks > 1) {
+      int bad = res != ncclInProgress;
+      if (bad) {
+        world_case_fail(w, "rank 0's nonblocking init returned %s before rank 1's began",
+                        ncclGetErrorString(res));
+      } else if (world_cuda(w, cudaMalloc(&probe, 64), "cudaMalloc")) {
+        bad = 1;
+      } else {
+        res = ncclAllReduce(probe, probe, 1, ncclInt8, ncclSum, nb[0], w->stream[0]);
+        bad = res != ncclInvalidArgument || strstr(ncclGetLastError(nb[0]), "initializing") == NULL;
+        if (bad)
+          world_case_fail(w,
+                          "ncclAllReduce on a communicator still initializing returned %s "
+                          "(%s), expected ncclInvalidArgument",
+                          ncclGetErrorString(res), ncclGetLastError(nb[0]));
+      }
+      *checked = world_now(); /* and the inits go on either way (a failure is recorded) */
     }
   }
   for (int l = 0; l < w->nlocal; l++)
@@ -374,6 +402,10 @@ static void api_init_nonblocking(struct gpu_world* w) {
   api_interleave(w, nb, color, key);
 out:
   api_destroy(w, nb);
+  if (probe != NULL) {
+    cudaSetDevice(w->dev[0]);
+    cudaFree(probe);
+  }
   world_case_end(w);
 }
 

@@ -123,12 +123,35 @@ static void test_api_rejects_magic(void) {
   TEST_CHECK(strstr(ncclGetLastError(NULL), "magic") != NULL, "last error: %s", ncclGetLastError(NULL));
 }
 
+/* ncclCommSplit's config: NULL inherits the parent's; a given one starts from the defaults. */
+static void test_split_config(void) {
+  struct braid_config parent, c;
+  ncclConfig_t user = NCCL_CONFIG_INITIALIZER;
+  user.blocking = 0;
+  user.maxCTAs = 4;
+  user.commName = "parent";
+  TEST_EXPECT_RES(config_resolve(&user, &parent), ncclSuccess);
+  TEST_EXPECT_RES(config_resolve_from(&parent, NULL, &c), ncclSuccess);
+  TEST_CHECK(c.blocking == 0 && c.max_ctas == 4 && strcmp(c.comm_name, "parent") == 0,
+             "NULL inherits: blocking %d maxCTAs %d name %s", c.blocking, c.max_ctas, c.comm_name);
+  ncclConfig_t child = NCCL_CONFIG_INITIALIZER;
+  child.minCTAs = 2;
+  struct braid_config defaults;
+  TEST_EXPECT_RES(config_resolve(NULL, &defaults), ncclSuccess);
+  TEST_EXPECT_RES(config_resolve_from(&parent, &child, &c), ncclSuccess);
+  TEST_CHECK(c.min_ctas == 2 && c.blocking == defaults.blocking &&
+                 c.max_ctas == defaults.max_ctas && strcmp(c.comm_name, parent.comm_name) != 0,
+             "a given config is not merged with the parent's: blocking %d maxCTAs %d name %s",
+             c.blocking, c.max_ctas, c.comm_name);
+}
+
 int main(void) {
   test_defaults();
   test_fields_taken();
   test_older_struct();
   test_newer_struct();
   test_rejections();
+  test_split_config();
   test_api_rejects_magic();
   return test_summary();
 }
