@@ -6,6 +6,7 @@
 #include "core/comm.h"
 
 #include <stdint.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -179,6 +180,22 @@ void comm_error_record(struct ncclComm* comm, ncclResult_t res) {
   if (live_cap && live_slots[live_find((uintptr_t)comm)] != 0) {
     pthread_mutex_lock(&comm->lock);
     snprintf(comm->last_error, sizeof comm->last_error, "%s", braid_err_last());
+    pthread_mutex_unlock(&comm->lock);
+  }
+  pthread_mutex_unlock(&live_lock);
+}
+
+void comm_error_note(struct ncclComm* comm, const char* fmt, ...) {
+  char msg[BRAID_ERROR_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  WARN("%s", msg);
+  pthread_mutex_lock(&live_lock);
+  if (live_cap && live_slots[live_find((uintptr_t)comm)] != 0) {
+    pthread_mutex_lock(&comm->lock);
+    snprintf(comm->last_error, sizeof comm->last_error, "%s", msg);
     pthread_mutex_unlock(&comm->lock);
   }
   pthread_mutex_unlock(&live_lock);

@@ -138,5 +138,8 @@ ncclResult_t comm_quiesce(struct ncclComm* comm);
 void comm_free(struct ncclComm* comm);
 /* Keeps the calling thread's last error as this comm's last error. */
 void comm_error_record(struct ncclComm* comm, ncclResult_t res);
+/* Logs (WARN) and keeps a message as this comm's last error; the thread's stays as it was. */
+void comm_error_note(struct ncclComm* comm, const char* fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 #endif

@@ -308,20 +308,34 @@ static ncclResult_t group_connect_p2p(struct ncclComm* comms) {
   return res;
 }
 
+/*
+ * The comms after `failed` in the group launch nothing: each keeps why as its last error
+ * (their peers may wait for those operations; ncclGetLastError on them says what happened).
+ */
+static void group_note_dropped(struct ncclComm* failed) {
+  for (struct ncclComm* d = failed->group->next; d; d = d->group->next)
+    comm_error_note(d,
+                    "rank %d (device %d): this group's operations on the communicator were dropped "
+                    "unlaunched: the group failed first on rank %d's communicator (device %d): %s",
+                    d->rank, d->cuda_dev, failed->rank, failed->cuda_dev, braid_err_last());
+}
+
 static ncclResult_t group_launch_all(struct ncclComm* comms) {
   ncclResult_t res = ncclSuccess;
   for (struct ncclComm* c = comms; c; c = c->group->next) {
     braid_log_context_set(c->rank, c->cuda_dev);
-    BRAID_CUDA_TRY(group_use_device(c->cuda_dev));
-    res = enqueue_launch(c);
+    cudaError_t cerr = group_use_device(c->cuda_dev);
+    res = cerr == cudaSuccess
+              ? enqueue_launch(c)
+              : braid_err(ncclUnhandledCudaError, "rank %d: cannot make device %d current: %s",
+                          c->rank, c->cuda_dev, cudaGetErrorString(cerr));
     if (res != ncclSuccess) {
       comm_error_record(c, res);
-      goto fail;
+      group_note_dropped(c);
+      return res;
     }
   }
   return ncclSuccess;
-fail:
-  return res;
 }
 
 /*
@@ -380,6 +394,10 @@ ncclResult_t group_end(void) {
     if (res == ncclSuccess && check_enabled()) res = check_group(comms);
     if (res == ncclSuccess) res = group_launch_all(comms);
   }
+  /* As NCCL: a failed group is the async error of each of its nonblocking comms. */
+  for (struct ncclComm* c = comms; c && res != ncclSuccess && res != ncclInProgress;
+       c = c->group->next)
+    if (!c->config.blocking) comm_fail_async(c, res);
   group_finish(comms, saved_dev);
   return res;
 }

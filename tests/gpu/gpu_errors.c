@@ -572,11 +572,59 @@ static void err_still_works(struct gpu_world* w, struct err_env* env) {
   world_case_end(w);
 }
 
+/*
+ * As NCCL: a failed group is the async error of its nonblocking comms (a nonblocking caller
+ * learns the outcome from ncclCommGetAsyncError); the blocking comm of the environment is not
+ * touched by it (err_in_group: it works after such a group).
+ */
+static void err_group_nonblocking(struct gpu_world* w, struct err_env* env) {
+  struct err_env* e =
+      err_begin(w, env, "a failed group is the async error of its nonblocking communicator");
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  ncclComm_t nb = NULL;
+  ncclUniqueId id;
+  ncclResult_t async = ncclInProgress;
+  if (e == NULL) return;
+  config.blocking = 0;
+  if (world_nccl(w, ncclGetUniqueId(&id), NULL, "ncclGetUniqueId") != 0) goto done;
+  ncclResult_t r = ncclCommInitRankConfig(&nb, 1, id, 0, &config);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    world_nccl(w, r, NULL, "ncclCommInitRankConfig (nonblocking, one rank)");
+    goto done;
+  }
+  for (double start = world_now(); ncclCommGetAsyncError(nb, &async) == ncclSuccess &&
+                                   async == ncclInProgress && world_now() - start < 30.0;)
+    usleep(1000);
+  if (world_nccl(w, async, nb, "the nonblocking init") != 0 || world_group_start(w) != 0) goto done;
+  r = ncclAllReduce(e->send, e->recv, ERR_COUNT, ncclFloat32, ncclSum, nb, e->stream);
+  if (r != ncclSuccess && r != ncclInProgress) world_nccl(w, r, nb, "ncclAllReduce (in the group)");
+  err_expect(w, ncclAllReduce(NULL, e->recv, ERR_COUNT, ncclFloat32, ncclSum, nb, e->stream),
+             ncclInvalidArgument, nb);
+  r = ncclGroupEnd();
+  if (r != ncclInvalidArgument)
+    world_case_fail(w, "ncclGroupEnd returned %s, expected ncclInvalidArgument",
+                    ncclGetErrorString(r));
+  if (ncclCommGetAsyncError(nb, &async) != ncclSuccess || async != ncclInvalidArgument)
+    world_case_fail(w,
+                    "the nonblocking comm's async error after the failed group is %s, "
+                    "expected ncclInvalidArgument",
+                    ncclGetErrorString(async));
+  err_expect_text(w,
+                  ncclAllReduce(e->send, e->recv, ERR_COUNT, ncclFloat32, ncclSum, nb, e->stream),
+                  ncclInvalidArgument, nb, "ncclAllReduce after the failed group", "failed");
+  if (ncclCommGetAsyncError(e->comm, &async) != ncclSuccess || async != ncclSuccess)
+    world_case_fail(w, "the blocking comm's async error is %s", ncclGetErrorString(async));
+done:
+  if (nb != NULL) world_nccl(w, ncclCommAbort(nb), NULL, "ncclCommAbort");
+  world_case_end(w);
+}
+
 void suite_errors(struct gpu_world* w) {
   struct err_env env;
   memset(&env, 0, sizeof env);
   for (size_t i = 0; i < ARRAY_LEN(err_cases); i++) err_simple(w, &env, &err_cases[i]);
   err_in_group(w, &env);
+  err_group_nonblocking(w, &env);
   err_destroy_in_group(w, &env);
   err_use_after_destroy(w, &env);
   err_destroy_after_abort(w, &env);
