@@ -387,11 +387,20 @@ static int socket_connect_retryable(int err) {
 }
 
 /*
- * One connection attempt; returns 0 or an errno (ECANCELED on abort). A socket
- * connected to itself (Linux lets a connect to a free local port in the
- * ephemeral range pick that very port) is refused: it would swallow the
- * rendezvous port before its owner can listen on it.
+ * A connected socket's last checks: 0, or an errno. A socket connected to itself (Linux lets a
+ * connect to a free local port in the ephemeral range pick that very port) is refused: it
+ * would swallow the rendezvous port before its owner can listen on it.
  */
+static int socket_connect_finish(int s) {
+  union braid_sockaddr self, peer;
+  socklen_t l1 = sizeof self, l2 = sizeof peer;
+  if (getsockname(s, &self.sa, &l1) == 0 && getpeername(s, &peer.sa, &l2) == 0 && l1 == l2 &&
+      memcmp(&self, &peer, l1) == 0)
+    return ECONNREFUSED;
+  return socket_stream_setup(s) != 0 ? errno : 0;
+}
+
+/* One connection attempt; returns 0 or an errno (ECANCELED on abort). */
 static int socket_connect_once(const union braid_sockaddr* addr, double deadline,
                                volatile uint32_t* abort, int* fd) {
   int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -412,20 +421,39 @@ static int socket_connect_once(const union braid_sockaddr* addr, double deadline
       err = ETIMEDOUT;
     }
   }
-  if (err == 0) {
-    union braid_sockaddr self, peer;
-    socklen_t l1 = sizeof self, l2 = sizeof peer;
-    if (getsockname(s, &self.sa, &l1) == 0 && getpeername(s, &peer.sa, &l2) == 0 && l1 == l2 &&
-        memcmp(&self, &peer, l1) == 0)
-      err = ECONNREFUSED;
-  }
-  if (err == 0 && socket_stream_setup(s) != 0) err = errno;
+  if (err == 0) err = socket_connect_finish(s);
   if (err != 0) {
     close(s);
     return err;
   }
   *fd = s;
   return 0;
+}
+
+int socket_connect_step(const union braid_sockaddr* addr, int* fd, int* err) {
+  int e = 0;
+  if (*fd < 0) {
+    int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s < 0) {
+      *err = errno;
+      return -1;
+    }
+    if (connect(s, &addr->sa, socket_addr_len(addr)) != 0) e = errno;
+    *fd = s;
+    if (e == EINPROGRESS || e == EINTR || e == EALREADY) return 0;
+  } else {
+    struct pollfd p = {.fd = *fd, .events = POLLOUT};
+    int n = poll(&p, 1, 0);
+    if (n == 0 || (n < 0 && errno == EINTR)) return 0;
+    socklen_t len = sizeof e;
+    if (n < 0 || getsockopt(*fd, SOL_SOCKET, SO_ERROR, &e, &len) != 0) e = errno;
+    if (e == EINPROGRESS || e == EALREADY) return 0;
+  }
+  if (e == 0) e = socket_connect_finish(*fd);
+  if (e == 0) return 1;
+  socket_close(fd);
+  *err = e;
+  return -1;
 }
 
 ncclResult_t socket_connect_quiet(const union braid_sockaddr* addr, double timeout_sec,

@@ -75,6 +75,12 @@ ncclResult_t socket_connect(const union braid_sockaddr* addr, double timeout_sec
  */
 ncclResult_t socket_connect_quiet(const union braid_sockaddr* addr, double timeout_sec,
                                   volatile uint32_t* abort, int* fd, int* err);
+/*
+ * A connect that never blocks, for a thread serving other connections meanwhile: call with
+ * *fd = -1 to start an attempt, then with the same *fd until it settles. 1: connected (*fd is
+ * the socket); 0: in progress (*fd open); -1: failed, *fd closed and -1, *err the errno.
+ */
+int socket_connect_step(const union braid_sockaddr* addr, int* fd, int* err);
 /* Accepts one connection, waiting at most `timeout_sec` (negative: forever, abort still honoured). */
 ncclResult_t socket_accept(int listen_fd, double timeout_sec, volatile uint32_t* abort, int* fd,
                            union braid_sockaddr* peer);

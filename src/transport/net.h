@@ -34,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/socket.h"
 #include "nccl.h"
 
 /* Listen handles: opaque bytes, in buffers aligned to 8 (a backend may keep a struct there). */
@@ -167,5 +168,30 @@ ncclResult_t net_unsupported(const char* backend, const char* what);
  */
 #define NET_REFUSED_GRACE_S 5.0
 int net_refused_too_long(double* since, int err);
+
+/*
+ * A backend's TCP connect to a peer's listener that never blocks the proxy thread (it serves
+ * every other connection meanwhile): each call moves it on. A refused or failed attempt is
+ * tried again after a pause (1 ms, doubling up to 100 ms); one unanswered for
+ * NET_CONNECT_ATTEMPT_S starts over.
+ */
+#define NET_CONNECT_ATTEMPT_S 2.0
+struct net_connect_try {
+  int fd;               /* the attempt in progress, or -1 */
+  double since;         /* when it began */
+  double next_try;      /* no new attempt before this */
+  double pause;         /* the next pause after a failed attempt */
+  double refused_since; /* when the listener began refusing (0: it is not) */
+};
+void net_connect_try_init(struct net_connect_try* t);
+/*
+ * *fd: the connected socket (now the caller's), or -1 while not yet: call again. Fails when
+ * the listener has refused for NET_REFUSED_GRACE_S, or on an error another try cannot mend;
+ * `backend` and `peer` name them in the message.
+ */
+ncclResult_t net_connect_try_step(struct net_connect_try* t, const union braid_sockaddr* addr,
+                                  const char* backend, const char* peer, int* fd);
+/* Closes an attempt in progress. */
+void net_connect_try_close(struct net_connect_try* t);
 
 #endif

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 #include <strings.h>
 
 #include "core/debug.h"
@@ -39,6 +40,55 @@ int net_refused_too_long(double* since, int err) {
   const double now = braid_time_sec();
   if (*since == 0.0) *since = now;
   return now - *since >= NET_REFUSED_GRACE_S;
+}
+
+void net_connect_try_init(struct net_connect_try* t) {
+  memset(t, 0, sizeof *t);
+  t->fd = -1;
+  t->pause = 0.001;
+}
+
+void net_connect_try_close(struct net_connect_try* t) { socket_close(&t->fd); }
+
+/* Whether a failed connect may succeed later (the listener is busy, or the network slow). */
+static int net_connect_retryable(int err) {
+  return err == ETIMEDOUT || err == EAGAIN || err == EINTR || err == ECONNREFUSED ||
+         err == EHOSTUNREACH || err == ENETUNREACH || err == ECONNRESET || err == ECONNABORTED;
+}
+
+ncclResult_t net_connect_try_step(struct net_connect_try* t, const union braid_sockaddr* addr,
+                                  const char* backend, const char* peer, int* fd) {
+  const double now = braid_time_sec();
+  int err = 0, r = 0;
+  *fd = -1;
+  if (t->fd < 0) {
+    if (now < t->next_try) return ncclSuccess;
+    t->since = now;
+  }
+  r = socket_connect_step(addr, &t->fd, &err);
+  if (r == 0 && now - t->since < NET_CONNECT_ATTEMPT_S) return ncclSuccess;
+  if (r == 0) { /* unanswered (a lost SYN, a silent host): start over */
+    socket_close(&t->fd);
+    err = ETIMEDOUT;
+  }
+  if (r == 1) {
+    *fd = t->fd;
+    t->fd = -1;
+    t->refused_since = 0.0;
+    t->pause = 0.001;
+    return ncclSuccess;
+  }
+  if (net_refused_too_long(&t->refused_since, err))
+    return braid_err(ncclRemoteError,
+                     "net %s: %s has refused connections for %.0f s: the receiving rank's "
+                     "listener is gone (its process exited or closed the connection)",
+                     backend, peer, NET_REFUSED_GRACE_S);
+  if (!net_connect_retryable(err))
+    return braid_err(ncclSystemError, "net %s: cannot connect to %s: %s", backend, peer,
+                     strerror(err));
+  t->next_try = now + t->pause;
+  t->pause = BRAID_MIN(t->pause * 2.0, 0.1);
+  return ncclSuccess;
 }
 
 ncclResult_t net_unsupported(const char* backend, const char* what) {

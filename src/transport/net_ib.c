@@ -496,6 +496,7 @@ static ncclResult_t ib_close_listen(void* listen_comm) {
 static void ib_connect_abandon(void* handle) {
   struct ib_handle* h = handle;
   if (h->connecting == NULL) return;
+  net_connect_try_close(&h->connecting->connect_try);
   ib_comm_destroy(h->connecting->comm);
   free(h->connecting);
   h->connecting = NULL;
@@ -506,23 +507,13 @@ static ncclResult_t ib_connect_hello(struct ib_handle* h, const uint8_t* key, in
   ncclResult_t res = ncclSuccess;
   struct ib_connecting* cg = h->connecting;
   struct ib_hello hello;
-  int err = 0;
   *sent = 0;
   if (cg->comm == NULL) {
     BRAID_TRY(ib_comm_create(dev, 1, &cg->comm));
     socket_addr_str(&h->addr, cg->comm->peer, sizeof cg->comm->peer);
   }
-  if (socket_connect_quiet(&h->addr, 0.1, NULL, &cg->comm->fd, &err) != ncclSuccess) {
-    if (net_refused_too_long(&cg->refused_since, err))
-      return braid_err(ncclRemoteError,
-                       "net IB: %s has refused connections for %.0f s: the receiving rank's "
-                       "listener is gone (its process exited or closed the connection)",
-                       cg->comm->peer, NET_REFUSED_GRACE_S);
-    if (err == ECONNREFUSED || err == ETIMEDOUT || err == EAGAIN || err == EHOSTUNREACH ||
-        err == ENETUNREACH || err == ECONNRESET || err == ECONNABORTED)
-      return ncclSuccess;
-    return braid_err(ncclSystemError, "net IB: cannot connect to %s: %s", cg->comm->peer, strerror(err));
-  }
+  BRAID_TRY(net_connect_try_step(&cg->connect_try, &h->addr, "IB", cg->comm->peer, &cg->comm->fd));
+  if (cg->comm->fd < 0) return ncclSuccess;
   memset(&hello, 0, sizeof hello);
   hello.magic = IB_MAGIC;
   hello.version = IB_VERSION;
@@ -542,7 +533,10 @@ static ncclResult_t ib_connect(int dev, const uint8_t* key, void* handle, void**
   if (h->magic != IB_MAGIC || h->version != IB_VERSION)
     return braid_err(ncclInternalError, "net IB: the connection handle is not an IB backend's "
                      "(both ends must use the same BRAID_NET)");
-  if (h->connecting == NULL) BRAID_TRY(BRAID_CALLOC(&h->connecting, 1, "an IB connection in progress"));
+  if (h->connecting == NULL) {
+    BRAID_TRY(BRAID_CALLOC(&h->connecting, 1, "an IB connection in progress"));
+    net_connect_try_init(&h->connecting->connect_try);
+  }
   struct ib_connecting* cg = h->connecting;
   if (cg->stage == 0) {
     int sent = 0;

@@ -146,7 +146,7 @@ struct ib_connecting {
   int stage;          /* 0: TCP connect; 1: hello sent, reading the answer */
   size_t got;
   struct ib_hello answer;
-  double refused_since; /* when the listener began refusing (0: it is not) */
+  struct net_connect_try connect_try; /* stage 0's TCP connect */
 };
 
 struct ib_handle {

@@ -237,6 +237,7 @@ static ncclResult_t sock_comm_alloc(struct sock_comm** out, int is_send, int nst
   BRAID_TRY(BRAID_CALLOC(&c, 1, "a socket connection"));
   c->is_send = is_send;
   c->ctrl_fd = -1;
+  net_connect_try_init(&c->connect_try);
   c->nstreams = nstreams;
   c->nthreads = nthreads;
   for (int s = 0; s < SOCK_MAX_STREAMS; s++) c->streams[s].fd = -1;
@@ -321,30 +322,14 @@ static ncclResult_t sock_close_listen(void* listen_comm) {
 
 /* ------------------------------------------------------------- connect */
 
-/* Whether a failed connect may succeed later (the listener is busy, or the network slow). */
-static int sock_connect_retryable(int err) {
-  return err == ETIMEDOUT || err == EAGAIN || err == EINTR || err == ECONNREFUSED ||
-         err == EHOSTUNREACH || err == ENETUNREACH || err == ECONNRESET || err == ECONNABORTED;
-}
-
-/* Opens stream `index` (0: control) and sends its hello; *fd stays -1 when it should be retried. */
+/* Opens stream `index` (0: control) and sends its hello; *fd stays -1 while not connected yet. */
 static ncclResult_t sock_open_stream(struct sock_handle* h, const uint8_t* key, int index, int* fd) {
   ncclResult_t res = ncclSuccess;
   struct sock_hello hello;
   char text[80];
-  int err = 0;
-  *fd = -1;
-  if (socket_connect_quiet(&h->addr, 0.1, NULL, fd, &err) != ncclSuccess) {
-    if (net_refused_too_long(&h->connecting->refused_since, err))
-      return braid_err(ncclRemoteError,
-                       "net Socket: %s has refused connections for %.0f s: the receiving rank's "
-                       "listener is gone (its process exited or closed the connection)",
-                       socket_addr_str(&h->addr, text, sizeof text), NET_REFUSED_GRACE_S);
-    if (sock_connect_retryable(err)) return ncclSuccess;
-    return braid_err(ncclSystemError, "net Socket: cannot connect to %s: %s",
-                     socket_addr_str(&h->addr, text, sizeof text), strerror(err));
-  }
-  h->connecting->refused_since = 0.0;
+  BRAID_TRY(net_connect_try_step(&h->connecting->connect_try, &h->addr, "Socket",
+                                 socket_addr_str(&h->addr, text, sizeof text), fd));
+  if (*fd < 0) return ncclSuccess;
   memset(&hello, 0, sizeof hello);
   hello.magic = SOCK_MAGIC;
   hello.version = SOCK_VERSION;

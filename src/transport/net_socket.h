@@ -103,7 +103,7 @@ struct sock_helper {
 
 struct sock_comm {
   int is_send;
-  double refused_since;         /* connecting: when the listener began refusing (0: it is not) */
+  struct net_connect_try connect_try; /* connecting: the stream being opened */
   int ctrl_fd;
   int nstreams, nthreads;
   char peer[80];                /* the remote address, for messages */

@@ -246,6 +246,7 @@ static void sock_comm_release(struct sock_comm* c) {
     if (c->helpers[i].efd >= 0) close(c->helpers[i].efd);
   for (int s = 0; s < c->nstreams; s++) socket_close(&c->streams[s].fd);
   socket_close(&c->ctrl_fd);
+  net_connect_try_close(&c->connect_try);
   pthread_mutex_destroy(&c->err_lock);
   free(c);
 }

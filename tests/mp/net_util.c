@@ -35,9 +35,19 @@ int net_util_open(const char* name, const struct braid_net_ops** ops, int* ndev)
 
 ncclResult_t net_util_connect(const struct braid_net_ops* ops, int dev, const uint8_t* key,
                               void* handle, void** comm, double timeout_sec) {
+  return net_util_connect_timed(ops, dev, key, handle, comm, timeout_sec, NULL);
+}
+
+ncclResult_t net_util_connect_timed(const struct braid_net_ops* ops, int dev, const uint8_t* key,
+                                    void* handle, void** comm, double timeout_sec,
+                                    double* longest_call) {
   double end = boot_now() + timeout_sec;
+  if (longest_call) *longest_call = 0;
   for (;;) {
+    double start = boot_now();
     ncclResult_t res = ops->connect(dev, key, handle, comm);
+    double took = boot_now() - start;
+    if (longest_call && took > *longest_call) *longest_call = took;
     if (res != ncclSuccess || *comm) return res;
     if (boot_now() > end) {
       ops->connect_abandon(handle);
