@@ -70,7 +70,7 @@ static ncclResult_t ofi_close(void* c) { return ncclSuccess; }
 #include "core/utils.h"
 
 #define OFI_MAGIC 0x2049464fu /* "OFI " */
-#define OFI_VERSION 1
+#define OFI_VERSION 2         /* 2: the answer to a connection request carries the key */
 #define OFI_NAME_MAX 80
 #define OFI_MAX_REQS 32
 #define OFI_TAG_CTRL (1ull << 62)
@@ -105,6 +105,7 @@ static struct {
   struct fi_info* list;
   int ndev;
   struct ofi_dev devs[BRAID_NET_MAX_DEVS];
+  int directed; /* the provider honours a receive's source address (FI_DIRECTED_RECV) */
   char why[256];
 } ofi = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -181,18 +182,39 @@ static int ofi_load_lib(void) {
 }
 
 /* One device per domain of the first provider that offers tagged reliable datagrams. */
-static void ofi_find_devices(void) {
+static int ofi_getinfo(uint64_t caps, const char* prov, struct fi_info** list) {
   struct fi_info* hints = fi.dupinfo(NULL);
-  const char* prov = braid_param_str(BRAID_P_OFI_PROVIDER);
-  if (hints == NULL) return;
-  hints->caps = FI_TAGGED | FI_MSG;
+  if (hints == NULL) return -FI_ENOMEM;
+  hints->caps = caps;
   hints->mode = FI_CONTEXT;
   hints->ep_attr->type = FI_EP_RDM;
   hints->domain_attr->threading = FI_THREAD_SAFE;
   hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
   if (prov && prov[0]) hints->fabric_attr->prov_name = strdup(prov);
-  int rc = fi.getinfo(OFI_API, NULL, NULL, 0, hints, &ofi.list);
+  int rc = fi.getinfo(OFI_API, NULL, NULL, 0, hints, list);
   fi.freeinfo(hints);
+  return rc;
+}
+
+/*
+ * Receives name their sender (FI_DIRECTED_RECV) where the provider can: a stray process that
+ * learnt an endpoint's address can then not slip a message into a connection. Without it a
+ * connection's endpoint is known to its peer only, and both handshake messages carry the key.
+ */
+static void ofi_find_devices(void) {
+  const char* prov = braid_param_str(BRAID_P_OFI_PROVIDER);
+  int rc = ofi_getinfo(FI_TAGGED | FI_MSG | FI_DIRECTED_RECV, prov, &ofi.list);
+  ofi.directed = rc == 0 && ofi.list != NULL;
+  if (!ofi.directed) {
+    if (ofi.list) fi.freeinfo(ofi.list);
+    ofi.list = NULL;
+    rc = ofi_getinfo(FI_TAGGED | FI_MSG, prov, &ofi.list);
+    if (rc == 0 && ofi.list)
+      INFO(BRAID_LOG_NET,
+           "net OFI: provider %s does not offer FI_DIRECTED_RECV: a connection "
+           "takes messages from whoever has its endpoint's address",
+           ofi.list->fabric_attr->prov_name);
+  }
   if (rc != 0 || ofi.list == NULL) {
     snprintf(ofi.why, sizeof ofi.why, "no libfabric provider%s%s offers tagged reliable datagrams: %s",
              prov ? " matching " : "", prov ? prov : "", fi.strerror(-rc));
@@ -323,6 +345,15 @@ static ncclResult_t ofi_progress(struct ofi_comm* c) {
       fi_cq_readerr(c->cq, &err, 0);
       char buf[256];
       const char* text = fi_cq_strerror(c->cq, err.prov_errno, err.err_data, buf, sizeof buf);
+      if (err.op_context == &c->ctrl_recv.ctx) {
+        /* A handshake receive takes from anyone: a message that does not fit (not ours) is
+           dropped, and the receive posted again, instead of failing the listener for good. */
+        WARN("net OFI: dropped a malformed handshake message: %s (%s)", fi.strerror(err.err),
+             text ? text : "");
+        c->ctrl_recv_posted = 0;
+        c->ctrl_recv.done = 0;
+        continue;
+      }
       c->failed = braid_err(err.err == FI_ETRUNC ? ncclInternalError : ncclRemoteError,
                             "net OFI: a %s %s failed: %s (%s)", c->is_send ? "send to" : "receive from",
                             "the peer", fi.strerror(err.err), text ? text : "");
@@ -345,8 +376,9 @@ static ncclResult_t ofi_comm_new(int dev, int is_send, struct ofi_comm** out);
 
 static ncclResult_t ofi_probe_post_recv(struct ofi_comm* c) {
   c->probe_recv = (struct ofi_req){.comm = c, .used = 1};
-  ssize_t rc = fi_trecv(c->ep, &c->probe_in, sizeof c->probe_in, NULL, FI_ADDR_UNSPEC, OFI_TAG_PROBE,
-                        0, &c->probe_recv.ctx);
+  ssize_t rc =
+      fi_trecv(c->ep, &c->probe_in, sizeof c->probe_in, NULL,
+               ofi.directed ? c->peer : FI_ADDR_UNSPEC, OFI_TAG_PROBE, 0, &c->probe_recv.ctx);
   if (rc == -FI_EAGAIN) return ncclSuccess; /* retried on the next turn */
   if (rc != 0) return c->failed = ofi_fail("posting a liveness probe receive", (int)rc);
   c->probing = 1;
@@ -471,6 +503,16 @@ static ncclResult_t ofi_peer_insert(struct ofi_comm* c, const void* name) {
   return n == 1 ? ncclSuccess : ofi_fail("fi_av_insert", n < 0 ? n : -FI_EINVAL);
 }
 
+/* Why a handshake message (a request, or the answer) must be refused, or NULL. */
+static const char* ofi_request_check(const struct ofi_comm* l, const struct ofi_ctrl_msg* m) {
+  uint8_t diff = 0;
+  for (int i = 0; i < BRAID_NET_KEY_BYTES; i++) diff |= (uint8_t)(m->key[i] ^ l->key[i]);
+  if (m->magic != OFI_MAGIC || m->version != OFI_VERSION) return "not a Braid OFI request";
+  if (m->namelen == 0 || m->namelen > OFI_NAME_MAX) return "a malformed address";
+  if (diff != 0) return "wrong key (a process of another job, or a stale one)";
+  return NULL;
+}
+
 static ncclResult_t ofi_connect(int dev, const uint8_t* key, void* handle, void** send_comm) {
   ncclResult_t res = ncclSuccess;
   struct ofi_handle* h = handle;
@@ -489,8 +531,16 @@ static ncclResult_t ofi_connect(int dev, const uint8_t* key, void* handle, void*
   BRAID_TRY(ofi_progress(c));
   if (!c->ctrl_send.used || !c->ctrl_recv.done || !c->ctrl_send.done)
     return ncclSuccess; /* not yet: call again */
-  BRAID_CHECK(c->ctrl_in.magic == OFI_MAGIC && c->ctrl_in.namelen <= OFI_NAME_MAX, ncclRemoteError,
-              "net OFI: a malformed answer to a connection request");
+  memcpy(c->key, key, BRAID_NET_KEY_BYTES);
+  const char* why = ofi_request_check(c, &c->ctrl_in);
+  if (why) { /* not the listener's answer: dropped, and the answer still awaited */
+    char addr[128];
+    ofi_addr_text(c, c->ctrl_in.name, addr, sizeof addr);
+    WARN("net OFI: dropped an answer to a connection request from %s: %s", addr, why);
+    c->ctrl_recv_posted = 0;
+    c->ctrl_recv.done = 0;
+    return ncclSuccess;
+  }
   fi_av_remove(c->av, &c->peer, 1, 0); /* from now on the peer is its dedicated endpoint */
   BRAID_TRY(ofi_peer_insert(c, c->ctrl_in.name));
   BRAID_TRY(ofi_probe_post_recv(c)); /* probes and the goodbye from the peer */
@@ -500,16 +550,6 @@ static ncclResult_t ofi_connect(int dev, const uint8_t* key, void* handle, void*
 fail:
   ofi_connect_abandon(h);
   return res;
-}
-
-/* Why a connection request must be refused, or NULL. */
-static const char* ofi_request_check(const struct ofi_comm* l, const struct ofi_ctrl_msg* m) {
-  uint8_t diff = 0;
-  for (int i = 0; i < BRAID_NET_KEY_BYTES; i++) diff |= (uint8_t)(m->key[i] ^ l->key[i]);
-  if (m->magic != OFI_MAGIC || m->version != OFI_VERSION) return "not a Braid OFI request";
-  if (m->namelen == 0 || m->namelen > OFI_NAME_MAX) return "a malformed address";
-  if (diff != 0) return "wrong key (a process of another job, or a stale one)";
-  return NULL;
 }
 
 static ncclResult_t ofi_accept(void* listen_comm, void** recv_comm) {
@@ -538,7 +578,7 @@ static ncclResult_t ofi_accept(void* listen_comm, void** recv_comm) {
   BRAID_TRY(ofi_comm_new(l->dev, 0, &c));
   BRAID_TRY(ofi_peer_insert(c, m.name));
 answer:
-  BRAID_TRY(ofi_send_ctrl(c, OFI_TAG_ACCEPT, NULL));
+  BRAID_TRY(ofi_send_ctrl(c, OFI_TAG_ACCEPT, l->key)); /* the connecting side checks it too */
   if (!c->ctrl_send.used) { /* not posted yet: the listener keeps it for the next call */
     l->accepting = c;
     return ncclSuccess;

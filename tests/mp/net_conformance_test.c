@@ -376,7 +376,93 @@ struct sock_handle_head {
   union braid_sockaddr addr;
 };
 
-/* Child 1's strays: a wrong key, and for sockets a raw connection sending garbage. */
+#ifdef BRAID_TEST_HAVE_LIBFABRIC
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_tagged.h>
+
+/* The OFI backend's handle and handshake tag (net_ofi.c). */
+struct ofi_handle_head {
+  uint32_t magic;
+  uint16_t version, namelen;
+  char name[80];
+};
+#define TEST_OFI_TAG_CONNECT ((1ull << 62) | 1)
+
+/*
+ * A raw libfabric endpoint sends the listener a connection request far larger than the
+ * handshake message (its receive is posted for anyone): the listener must drop it and go on.
+ */
+static void ofi_stray_oversize(struct net_shared* sh) {
+  struct ofi_handle_head h;
+  struct fi_info *hints = fi_allocinfo(), *list = NULL, *info = NULL;
+  struct fid_fabric* fabric = NULL;
+  struct fid_domain* domain = NULL;
+  struct fid_ep* ep = NULL;
+  struct fid_av* av = NULL;
+  struct fid_cq* cq = NULL;
+  struct fid_mr* mr = NULL;
+  struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
+  struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED};
+  struct fi_context ctx;
+  fi_addr_t peer = FI_ADDR_UNSPEC;
+  static char junk[64 << 10];
+  memcpy(&h, sh->handle[0], sizeof h);
+  memset(junk, 'x', sizeof junk);
+  if (hints == NULL) return;
+  hints->caps = FI_TAGGED | FI_MSG;
+  hints->mode = FI_CONTEXT;
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  hints->fabric_attr->prov_name = strdup(getenv("BRAID_OFI_PROVIDER"));
+  int rc = fi_getinfo(FI_VERSION(1, 10), NULL, NULL, 0, hints, &list); /* net_ofi.c's OFI_API */
+  for (struct fi_info* i = list; rc == 0 && i; i = i->next)
+    if (i->addr_format == FI_SOCKADDR_IN && info == NULL) info = i; /* the listener's format */
+  TEST_CHECK(info != NULL, "no libfabric endpoint to send the stray from: %s", fi_strerror(-rc));
+  if (info == NULL) goto out;
+  rc = fi_fabric(info->fabric_attr, &fabric, NULL);
+  if (rc == 0) rc = fi_domain(fabric, info, &domain, NULL);
+  if (rc == 0) rc = fi_endpoint(domain, info, &ep, NULL);
+  if (rc == 0) rc = fi_av_open(domain, &av_attr, &av, NULL);
+  if (rc == 0) rc = fi_cq_open(domain, &cq_attr, &cq, NULL);
+  if (rc == 0) rc = fi_ep_bind(ep, &av->fid, 0);
+  if (rc == 0) rc = fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV);
+  if (rc == 0) rc = fi_enable(ep);
+  if (rc == 0) rc = fi_mr_reg(domain, junk, sizeof junk, FI_SEND, 0, 0, 0, &mr, NULL);
+  if (rc == 0) rc = fi_av_insert(av, h.name, 1, &peer, 0, NULL) == 1 ? 0 : -FI_EINVAL;
+  TEST_CHECK(rc == 0, "setting up the stray endpoint: %s", fi_strerror(-rc));
+  if (rc != 0) goto out;
+  double end = boot_now() + 5.0;
+  do {
+    rc = (int)fi_tsend(ep, junk, sizeof junk, fi_mr_desc(mr), peer, TEST_OFI_TAG_CONNECT, &ctx);
+    if (rc == -FI_EAGAIN) {
+      struct fi_cq_tagged_entry e;
+      (void)fi_cq_read(cq, &e, 1);
+    }
+  } while (rc == -FI_EAGAIN && boot_now() < end);
+  TEST_CHECK(rc == 0, "posting the stray: %s", fi_strerror(-rc));
+  for (int done = 0; rc == 0 && !done && boot_now() < end;) {
+    struct fi_cq_tagged_entry e;
+    ssize_t n = fi_cq_read(cq, &e, 1);
+    if (n == 1 || (n < 0 && n != -FI_EAGAIN)) done = 1; /* sent, or refused: either will do */
+  }
+  mp_sleep(0.2);
+out:
+  if (mr) fi_close(&mr->fid);
+  if (ep) fi_close(&ep->fid);
+  if (av) fi_close(&av->fid);
+  if (cq) fi_close(&cq->fid);
+  if (domain) fi_close(&domain->fid);
+  if (fabric) fi_close(&fabric->fid);
+  if (list) fi_freeinfo(list);
+  fi_freeinfo(hints);
+}
+#endif
+
+/* Child 1's strays: a wrong key; for sockets a raw connection sending garbage, for OFI a raw
+   endpoint sending an oversized request. */
 static void secret_strays(struct net_shared* sh, const struct braid_net_ops* ops) {
   uint8_t bad[BRAID_NET_KEY_BYTES];
   uint8_t handle[BRAID_NET_HANDLE_BYTES] __attribute__((aligned(8)));
@@ -399,6 +485,9 @@ static void secret_strays(struct net_shared* sh, const struct braid_net_ops* ops
       socket_close(&fd);
     }
   }
+#ifdef BRAID_TEST_HAVE_LIBFABRIC
+  if (strcmp(backend, "ofi") == 0) ofi_stray_oversize(sh);
+#endif
 }
 
 static int secret_child(const struct mp_child* c) {
