@@ -112,9 +112,10 @@ static int net_pick_dev(struct ncclComm* comm, const struct braid_net_ops* net, 
   if (topo_comm_channel_net(comm, channel, &want) >= 0 && want) {
     for (int d = 0; d < ndev; d++) {
       struct braid_net_props props;
+      char name[sizeof props.name];
       if (net->get_properties(d, &props) != ncclSuccess) continue;
-      size_t len = strcspn(props.name, ": ");
-      if (strlen(want) == len && strncmp(props.name, want, len) == 0) return d;
+      net_topo_name(props.name, name, sizeof name);
+      if (strcmp(name, want) == 0) return d;
     }
   }
   return channel % ndev;
@@ -135,7 +136,9 @@ static int net_gdr_decide(struct ncclComm* comm, struct net_state* st) {
   char why[192];
   int use = 0;
   if (st->net->get_properties(st->dev, &props) != ncclSuccess) return 0;
-  props.name[strcspn(props.name, ": ")] = '\0';
+  char name[sizeof props.name];
+  net_topo_name(props.name, name, sizeof name);
+  snprintf(props.name, sizeof props.name, "%s", name);
   if (!(props.ptr_support & (BRAID_NET_PTR_CUDA | BRAID_NET_PTR_DMABUF))) {
     snprintf(why, sizeof why, "NET/%s cannot reach GPU memory", st->net->name);
   } else {

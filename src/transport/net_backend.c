@@ -91,6 +91,16 @@ ncclResult_t net_connect_try_step(struct net_connect_try* t, const union braid_s
   return ncclSuccess;
 }
 
+void net_topo_name(const char* props_name, char* out, size_t size) {
+  size_t len = strcspn(props_name, " ");
+  if (size == 0) return;
+  if (len >= size) len = size - 1;
+  memcpy(out, props_name, len);
+  out[len] = '\0';
+  char* colon = strrchr(out, ':');
+  if (colon && strcmp(colon, ":1") == 0) *colon = '\0';
+}
+
 ncclResult_t net_unsupported(const char* backend, const char* what) {
   return braid_err(ncclInternalError, "net %s: %s is not supported by this backend", backend, what);
 }

@@ -85,6 +85,25 @@ static void test_socket_share(void) {
   TEST_CHECK(off == 0 && len == 65536, "message 1 starts on stream 1");
 }
 
+/* Backend device names as the topology writes its NICs (topo_nic.c): port 1 bare, others ":p". */
+static void test_topo_name(void) {
+  static const char* const cases[][2] = {{"mlx5_0:1", "mlx5_0"},
+                                         {"mlx5_0:2", "mlx5_0:2"},
+                                         {"mlx5_10:1", "mlx5_10"},
+                                         {"mlx5_0:10", "mlx5_0:10"},
+                                         {"eth0", "eth0"},
+                                         {"ens5 (tcp;ofi_rxm)", "ens5"},
+                                         {"", ""}};
+  char out[64];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    net_topo_name(cases[i][0], out, sizeof out);
+    TEST_CHECK(strcmp(out, cases[i][1]) == 0, "\"%s\" -> \"%s\", expected \"%s\"", cases[i][0], out,
+               cases[i][1]);
+  }
+  net_topo_name("mlx5_0:2", out, 4);
+  TEST_CHECK(strcmp(out, "mlx") == 0, "truncated to the buffer: \"%s\"", out);
+}
+
 static void test_hca_match(void) {
   TEST_CHECK(ib_hca_match(NULL, "mlx5_0", 1), "no spec");
   TEST_CHECK(ib_hca_match("", "mlx5_0", 1), "empty spec");
@@ -214,6 +233,7 @@ int main(void) {
   test_ops_tables();
   test_socket_share();
   test_hca_match();
+  test_topo_name();
   test_gid_choose();
   test_memlock_advice();
   test_selection();
