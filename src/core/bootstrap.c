@@ -167,6 +167,7 @@ static ncclResult_t bootstrap_alloc(int rank, int nranks, volatile uint32_t* abo
   b->deadline = -1.0;
   b->timeout = bootstrap_timeout_param();
   b->queue_tail = &b->queue;
+  b->failed_peer = -1;
   pthread_mutex_init(&b->lock, NULL);
   BRAID_TRY(BRAID_CALLOC(&b->peers, (size_t)nranks, "the bootstrap peer table"));
   for (int r = 0; r < nranks; r++) b->peers[r].out_fd = -1;
@@ -459,6 +460,24 @@ fail:
   free(all);
   bootstrap_close(child);
   return res;
+}
+
+void bootstrap_report_failure(struct bootstrap* b, const char* why) {
+  char text[BOOTSTRAP_FAIL_TEXT];
+  if (b == NULL || b->failed_peer >= 0 || bootstrap_aborted(b)) return;
+  snprintf(text, sizeof text, "%s", why && why[0] ? why : "no reason was given");
+  pthread_mutex_lock(&b->lock);
+  /* A dead or hung peer must not hold this rank's failure up: a second for all of them. */
+  const double saved = b->deadline;
+  b->deadline = braid_time_sec() + 1.0;
+  for (int r = 0; r < b->nranks; r++) {
+    if (r == b->rank || b->peers[r].closed) continue;
+    if (bootstrap_msg_send(b, r, BOOTSTRAP_CH_FAIL, 0, text, strlen(text) + 1) != ncclSuccess)
+      INFO(BRAID_LOG_BOOTSTRAP, "bootstrap: rank %d could not tell rank %d of its failure", b->rank,
+           r);
+  }
+  b->deadline = saved;
+  pthread_mutex_unlock(&b->lock);
 }
 
 ncclResult_t bootstrap_close(struct bootstrap* b) {

@@ -108,6 +108,12 @@ ncclResult_t bootstrap_recv(struct bootstrap* b, int peer, int tag, void* data, 
 ncclResult_t bootstrap_split(struct bootstrap* parent, const int* ranks, int nranks, int new_rank,
                              volatile uint32_t* abort_flag, struct bootstrap** out);
 
+/*
+ * This rank's initialization failed (after the bootstrap was up): tells every other rank, whose
+ * bootstrap waits then fail at once with `why` (at most a second spent on unreachable ranks);
+ * nothing when the failure came from another rank's notice or an abort.
+ */
+void bootstrap_report_failure(struct bootstrap* b, const char* why);
 /* Closes every connection and frees `b`. */
 ncclResult_t bootstrap_close(struct bootstrap* b);
 /* Makes every current and future wait of `b` fail with ncclRemoteError; thread-safe. */

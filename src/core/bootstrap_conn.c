@@ -36,9 +36,10 @@
 #define BOOTSTRAP_COALESCE 1024
 /* Longest single poll(): an abort is noticed within this time. */
 #define BOOTSTRAP_SLICE_MS 100
+#define BOOTSTRAP_NOTICE_GRACE_S 0.25 /* a closed peer: how long a failure notice may trail it */
 
 static const char* const bootstrap_channel_names[BOOTSTRAP_CH_COUNT] = {
-  "send/recv", "init exchange", "allgather", "barrier", "split"};
+    "send/recv", "init exchange", "allgather", "barrier", "split", "failure notice"};
 
 const char* bootstrap_peer_describe(const struct bootstrap* b, int peer, char* buf, size_t size) {
   char addr[BOOTSTRAP_TEXT];
@@ -53,17 +54,18 @@ const char* bootstrap_peer_describe(const struct bootstrap* b, int peer, char* b
   return buf;
 }
 
-static int bootstrap_aborted(const struct bootstrap* b) {
-  return __atomic_load_n(&b->aborted, __ATOMIC_ACQUIRE) ||
-         (b->abort_flag && __atomic_load_n(b->abort_flag, __ATOMIC_RELAXED));
-}
-
 ncclResult_t bootstrap_wait_check(struct bootstrap* b, int peer, const char* what) {
   char who[160];
   if (bootstrap_aborted(b)) {
     INFO(BRAID_LOG_BOOTSTRAP, "bootstrap: rank %d stopped waiting for %s: aborted", b->rank, what);
     return ncclRemoteError;
   }
+  if (b->failed_peer >= 0)
+    return braid_err(ncclRemoteError,
+                     "bootstrap: rank %d stopped waiting for %s from rank %d: %s failed its "
+                     "initialization: %s",
+                     b->rank, what, peer,
+                     bootstrap_peer_describe(b, b->failed_peer, who, sizeof who), b->failed_why);
   if (b->deadline >= 0 && braid_time_sec() >= b->deadline)
     return braid_err(ncclSystemError, "bootstrap: rank %d of %d timed out after %.0f s waiting for %s "
                      "from %s", b->rank, b->nranks, b->timeout, what,
@@ -147,6 +149,24 @@ static void bootstrap_enqueue(struct bootstrap* b, struct bootstrap_msg* msg) {
   b->queue_tail = &msg->next;
 }
 
+/* A peer's failure notice: the first one is kept (its text made printable), the message freed. */
+static void bootstrap_failure_note(struct bootstrap* b, struct bootstrap_msg* msg) {
+  if (b->failed_peer < 0) {
+    size_t n = BRAID_MIN(msg->size, sizeof b->failed_why - 1);
+    for (size_t i = 0; i < n; i++) {
+      unsigned char ch = msg->data[i];
+      if (ch == '\0') {
+        n = i;
+        break;
+      }
+      b->failed_why[i] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
+    }
+    b->failed_why[n] = '\0';
+    b->failed_peer = msg->peer;
+  }
+  free(msg);
+}
+
 /* Reads what is there: the hello, then header/payload pairs, queueing each message whole. */
 static void bootstrap_in_read(struct bootstrap* b, struct bootstrap_in* c) {
   char why[128];
@@ -182,7 +202,10 @@ static void bootstrap_in_read(struct bootstrap* b, struct bootstrap_in* c) {
       if (c->got == sizeof c->header && bootstrap_in_header(b, c) != 0) return;
     }
     if (c->rank >= 0 && c->msg != NULL && c->got == c->msg->size) {
-      bootstrap_enqueue(b, c->msg);
+      if (c->msg->channel == BOOTSTRAP_CH_FAIL) /* not for any recv: every wait fails now */
+        bootstrap_failure_note(b, c->msg);
+      else
+        bootstrap_enqueue(b, c->msg);
       c->msg = NULL;
       c->got = 0;
     }
@@ -438,11 +461,17 @@ ncclResult_t bootstrap_msg_recv(struct bootstrap* b, int peer, int channel, int 
   const double start = braid_time_sec();
   double warn_t = start + BOOTSTRAP_STILL_WAITING_S;
   while ((msg = bootstrap_queue_take(b, peer, channel, tag, any_tag)) == NULL) {
+    /* First: a failure notice says why better than the connection its sender then closed. */
+    BRAID_TRY(bootstrap_wait_check(b, peer, what));
+    /* A peer that closed may have done so on another rank's failure notice, on its way here. */
+    for (double until = braid_time_sec() + BOOTSTRAP_NOTICE_GRACE_S;
+         b->peers[peer].closed && b->failed_peer < 0 && braid_time_sec() < until;)
+      bootstrap_progress(b, -1, 0);
+    BRAID_TRY(bootstrap_wait_check(b, peer, what));
     BRAID_CHECK(!b->peers[peer].closed, ncclRemoteError,
                 "bootstrap: %s closed its connection while rank %d waited for its %s message "
-                "(tag %d): did it exit or abort?", bootstrap_peer_describe(b, peer, who, sizeof who),
-                b->rank, what, tag);
-    BRAID_TRY(bootstrap_wait_check(b, peer, what));
+                "(tag %d): did it exit or abort?",
+                bootstrap_peer_describe(b, peer, who, sizeof who), b->rank, what, tag);
     bootstrap_progress(b, -1, 0);
     /* After init there is no deadline: a peer that died before it ever connected, or whose
        host vanished, would leave this wait silent. */

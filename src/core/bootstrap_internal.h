@@ -179,9 +179,11 @@ enum bootstrap_channel {
   BOOTSTRAP_CH_ALLGATHER = 2,
   BOOTSTRAP_CH_BARRIER = 3,
   BOOTSTRAP_CH_SPLIT = 4,
+  BOOTSTRAP_CH_FAIL = 5, /* a rank's notice that its init failed (bootstrap_report_failure) */
   BOOTSTRAP_CH_COUNT
 };
 #define BOOTSTRAP_HOST_LEN 64
+#define BOOTSTRAP_FAIL_TEXT 512
 #define BOOTSTRAP_TEXT 96
 
 struct bootstrap_msg {
@@ -239,6 +241,9 @@ struct bootstrap {
   struct bootstrap_msg* queue;    /* unexpected messages, oldest first */
   struct bootstrap_msg** queue_tail;
   uint32_t allgather_seq, barrier_seq;
+  /* The first rank whose failure notice arrived (-1: none), and its reason: waits then fail. */
+  int failed_peer;
+  char failed_why[BOOTSTRAP_FAIL_TEXT];
   /*
    * Held by every collective and point-to-point entry point, so that two
    * threads (a nonblocking split running on its own thread and the user's
@@ -246,6 +251,12 @@ struct bootstrap {
    */
   pthread_mutex_t lock;
 };
+
+/* Whether bootstrap_abort or the caller's abort flag stopped `b`. */
+static inline int bootstrap_aborted(const struct bootstrap* b) {
+  return __atomic_load_n(&b->aborted, __ATOMIC_ACQUIRE) ||
+         (b->abort_flag && __atomic_load_n(b->abort_flag, __ATOMIC_RELAXED));
+}
 
 /* "rank 3 (pid 42 on node2, 10.0.0.3:41234)", or "the root at ..." for peer -1. */
 const char* bootstrap_peer_describe(const struct bootstrap* b, int peer, char* buf, size_t size);

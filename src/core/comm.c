@@ -338,6 +338,8 @@ void comm_init_failed(struct ncclComm* comm, ncclResult_t res) {
   comm->async_error = res;
   comm_error_record(comm, res);
   snprintf(comm->init_error, sizeof comm->init_error, "%s", braid_err_last());
+  /* The other ranks would wait for this one's part of the next exchange until it closes. */
+  if (comm->bootstrap) bootstrap_report_failure(comm->bootstrap, comm->init_error);
   __atomic_store_n(&comm->state, BRAID_COMM_FAILED, __ATOMIC_RELEASE); /* last, as above */
 }
 

@@ -395,6 +395,48 @@ static int case_cut(void) {
   return rc;
 }
 
+/* --------------------------------------------------------- failure notice */
+
+/*
+ * Rank 2's init fails after the bootstrap is up (bootstrap_report_failure, as comm_init_failed
+ * calls it), and it stays alive: ranks 0 and 1, waiting in the next allgather, must fail at once
+ * with its reason, not when it closes.
+ */
+static int notice_child(const struct mp_child* c) {
+  struct abort_shared* sh = c->arg;
+  struct bootstrap* b = NULL;
+  child_reset("30");
+  if (boot_id_share(&sh->slot, c->index, 20.0) != 0) return 1;
+  TEST_EXPECT_RES(bootstrap_init(&sh->slot.id, 1, c->index, 3, NULL, &b), ncclSuccess);
+  if (b == NULL) return 1;
+  if (c->index == 2) {
+    bootstrap_report_failure(b, "BRAID_TOPO_FILE /nowhere.xml: no such file");
+    TEST_CHECK(boot_wait_flag(&sh->done, 2, 20.0) == 0, "the others never gave up");
+  } else {
+    int data[3] = {0};
+    double start = boot_now();
+    TEST_EXPECT_RES(bootstrap_allgather(b, data, sizeof data[0]), ncclRemoteError);
+    double took = boot_now() - start;
+    const char* msg = braid_err_last();
+    TEST_CHECK(took < 3.0, "rank %d gave up after %.1f s", c->index, took);
+    TEST_CHECK(strstr(msg, "rank 2") && strstr(msg, "failed its initialization") &&
+                   strstr(msg, "/nowhere.xml: no such file"),
+               "message: %s", msg);
+    fprintf(stderr, "rank %d after %.3f s: %s\n", c->index, took, msg);
+    boot_add_flag(&sh->done, 1);
+  }
+  TEST_EXPECT_RES(bootstrap_close(b), ncclSuccess);
+  return child_result();
+}
+
+static int case_notice(void) {
+  struct abort_shared* sh = mp_shared_alloc(sizeof *sh);
+  struct mp_opts opts = {.name = "notice", .nprocs = 3, .timeout_sec = 40, .arg = sh};
+  int rc = mp_run(&opts, notice_child);
+  mp_shared_free(sh, sizeof *sh);
+  return rc;
+}
+
 /* --------------------------------------------------------- duplicate */
 
 struct dup_shared {
@@ -465,8 +507,8 @@ int main(int argc, char** argv) {
   static const struct {
     const char* name;
     int (*run)(void);
-  } cases[] = {{"secret", case_secret}, {"timeout", case_timeout}, {"abort", case_abort},
-               {"cut", case_cut}, {"duplicate", case_duplicate}};
+  } cases[] = {{"secret", case_secret}, {"timeout", case_timeout},     {"abort", case_abort},
+               {"cut", case_cut},       {"duplicate", case_duplicate}, {"notice", case_notice}};
   for (size_t i = 0; argc > 1 && i < sizeof cases / sizeof cases[0]; i++) {
     if (strcmp(argv[1], cases[i].name) != 0) continue;
     int rc = cases[i].run();
