@@ -453,6 +453,7 @@ ncclResult_t bootstrap_split(struct bootstrap* parent, const int* ranks, int nra
   BRAID_TRY(res);
   memcpy(child->secret, all[0].secret, sizeof child->secret);
   BRAID_TRY(bootstrap_peers_fill(child, all));
+  BRAID_TRY(bootstrap_connect_next(child)); /* as bootstrap_init's allgather leaves it */
   free(all);
   *out = child;
   return ncclSuccess;
@@ -462,22 +463,52 @@ fail:
   return res;
 }
 
-void bootstrap_report_failure(struct bootstrap* b, const char* why) {
-  char text[BOOTSTRAP_FAIL_TEXT];
-  if (b == NULL || b->failed_peer >= 0 || bootstrap_aborted(b)) return;
-  snprintf(text, sizeof text, "%s", why && why[0] ? why : "no reason was given");
+void bootstrap_init_done(struct bootstrap* b) {
   pthread_mutex_lock(&b->lock);
+  b->init_done = 1;
+  pthread_mutex_unlock(&b->lock);
+}
+
+void bootstrap_report_failure(struct bootstrap* b, const char* why) {
+  struct {
+    int32_t origin;
+    char text[BOOTSTRAP_FAIL_TEXT];
+  } notice;
+  char saved_err[BRAID_ERROR_MAX];
+  if (b == NULL || bootstrap_aborted(b)) return;
+  snprintf(saved_err, sizeof saved_err, "%s", braid_err_last());
+  pthread_mutex_lock(&b->lock);
+  if (b->init_done) goto out;
+  /* This rank's own failure, or (a notice made it fail) that notice, passed on once. */
+  notice.origin = b->failed_peer >= 0 ? b->failed_peer : b->rank;
+  snprintf(notice.text, sizeof notice.text, "%s",
+           b->failed_peer >= 0 ? b->failed_why
+           : why && why[0]     ? why
+                               : "no reason was given");
   /* A dead or hung peer must not hold this rank's failure up: a second for all of them. */
   const double saved = b->deadline;
   b->deadline = braid_time_sec() + 1.0;
+  b->reporting = 1;
+  /*
+   * Over the connections already made only (every rank has one to its next, from the
+   * bootstrap's own allgather): whoever the notice stops passes it on the same way, so it goes
+   * round the ring. A new connection could reach whatever process took a departed rank's port,
+   * and a large job's ranks would open n of them each.
+   */
   for (int r = 0; r < b->nranks; r++) {
-    if (r == b->rank || b->peers[r].closed) continue;
-    if (bootstrap_msg_send(b, r, BOOTSTRAP_CH_FAIL, 0, text, strlen(text) + 1) != ncclSuccess)
-      INFO(BRAID_LOG_BOOTSTRAP, "bootstrap: rank %d could not tell rank %d of its failure", b->rank,
+    if (r == b->rank || r == notice.origin || b->peers[r].closed || b->peers[r].out_fd < 0)
+      continue;
+    if (bootstrap_msg_send(b, r, BOOTSTRAP_CH_FAIL, 0, &notice,
+                           sizeof notice.origin + strlen(notice.text) + 1) != ncclSuccess)
+      INFO(BRAID_LOG_BOOTSTRAP, "bootstrap: rank %d could not tell rank %d of the failure", b->rank,
            r);
   }
+  b->reporting = 0;
   b->deadline = saved;
+  b->init_done = 1; /* once */
+out:
   pthread_mutex_unlock(&b->lock);
+  braid_err_restore(saved_err); /* the failure's own message, not a send's on the way */
 }
 
 ncclResult_t bootstrap_close(struct bootstrap* b) {

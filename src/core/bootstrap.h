@@ -109,11 +109,15 @@ ncclResult_t bootstrap_split(struct bootstrap* parent, const int* ranks, int nra
                              volatile uint32_t* abort_flag, struct bootstrap** out);
 
 /*
- * This rank's initialization failed (after the bootstrap was up): tells every other rank, whose
- * bootstrap waits then fail at once with `why` (at most a second spent on unreachable ranks);
- * nothing when the failure came from another rank's notice or an abort.
+ * This rank's initialization failed (after the bootstrap was up): tells the ranks it has a
+ * connection to (its ring next at least), whose bootstrap waits then fail at once with `why`
+ * and who pass it on the same way when it fails their init (a failure caused by a notice
+ * passes that notice on). At most a second is spent on ranks that do not take it; nothing
+ * after an abort, a second report, or bootstrap_init_done.
  */
 void bootstrap_report_failure(struct bootstrap* b, const char* why);
+/* The caller's init is through: failure notices are no longer sent or heeded. */
+void bootstrap_init_done(struct bootstrap* b);
 /* Closes every connection and frees `b`. */
 ncclResult_t bootstrap_close(struct bootstrap* b);
 /* Makes every current and future wait of `b` fail with ncclRemoteError; thread-safe. */

@@ -60,7 +60,7 @@ ncclResult_t bootstrap_wait_check(struct bootstrap* b, int peer, const char* wha
     INFO(BRAID_LOG_BOOTSTRAP, "bootstrap: rank %d stopped waiting for %s: aborted", b->rank, what);
     return ncclRemoteError;
   }
-  if (b->failed_peer >= 0)
+  if (b->failed_peer >= 0 && !b->reporting)
     return braid_err(ncclRemoteError,
                      "bootstrap: rank %d stopped waiting for %s from rank %d: %s failed its "
                      "initialization: %s",
@@ -149,20 +149,32 @@ static void bootstrap_enqueue(struct bootstrap* b, struct bootstrap_msg* msg) {
   b->queue_tail = &msg->next;
 }
 
-/* A peer's failure notice: the first one is kept (its text made printable), the message freed. */
+/*
+ * A failure notice (an int32 origin rank, then its text): the first one is kept, its text made
+ * printable; none after the caller's init is through (it concerns an init, and a healthy
+ * comm's later waits must not fail on it). The message is freed.
+ */
 static void bootstrap_failure_note(struct bootstrap* b, struct bootstrap_msg* msg) {
-  if (b->failed_peer < 0) {
-    size_t n = BRAID_MIN(msg->size, sizeof b->failed_why - 1);
+  int32_t origin = -1;
+  if (msg->size >= sizeof origin) memcpy(&origin, msg->data, sizeof origin);
+  if (origin < 0 || origin >= b->nranks || origin == b->rank) origin = msg->peer;
+  if (b->init_done) {
+    INFO(BRAID_LOG_BOOTSTRAP,
+         "bootstrap: rank %d ignores rank %d's failure notice: its init "
+         "is through",
+         b->rank, origin);
+  } else if (b->failed_peer < 0 && msg->size >= sizeof origin) {
+    const unsigned char* text = msg->data + sizeof origin;
+    size_t n = BRAID_MIN(msg->size - sizeof origin, sizeof b->failed_why - 1);
     for (size_t i = 0; i < n; i++) {
-      unsigned char ch = msg->data[i];
-      if (ch == '\0') {
+      if (text[i] == '\0') {
         n = i;
         break;
       }
-      b->failed_why[i] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
+      b->failed_why[i] = text[i] >= 0x20 && text[i] < 0x7f ? (char)text[i] : '?';
     }
     b->failed_why[n] = '\0';
-    b->failed_peer = msg->peer;
+    b->failed_peer = origin;
   }
   free(msg);
 }
@@ -383,6 +395,11 @@ static ncclResult_t bootstrap_out_connect(struct bootstrap* b, int peer) {
 fail:
   socket_close(&fd);
   return res;
+}
+
+ncclResult_t bootstrap_connect_next(struct bootstrap* b) {
+  if (b->nranks < 2) return ncclSuccess;
+  return bootstrap_out_connect(b, (b->rank + 1) % b->nranks);
 }
 
 ncclResult_t bootstrap_msg_send(struct bootstrap* b, int peer, int channel, int tag,

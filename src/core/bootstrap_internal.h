@@ -35,7 +35,7 @@
 #define BOOTSTRAP_ID_MAGIC 0x44495242u    /* "BRID" */
 #define BOOTSTRAP_ID_VERSION 1
 #define BOOTSTRAP_WIRE_MAGIC 0x57444252u  /* "RBDW" */
-#define BOOTSTRAP_WIRE_VERSION 1
+#define BOOTSTRAP_WIRE_VERSION 2 /* 2: failure notices (BOOTSTRAP_CH_FAIL) */
 #define BOOTSTRAP_SECRET_BYTES 16
 /* How long a new connection may take to present its hello before it is dropped. */
 #define BOOTSTRAP_HELLO_SEC 5.0
@@ -244,6 +244,8 @@ struct bootstrap {
   /* The first rank whose failure notice arrived (-1: none), and its reason: waits then fail. */
   int failed_peer;
   char failed_why[BOOTSTRAP_FAIL_TEXT];
+  int init_done;  /* the caller's init is through: notices are neither sent nor heeded */
+  int reporting;  /* bootstrap_report_failure is sending: a notice does not stop its waits */
   /*
    * Held by every collective and point-to-point entry point, so that two
    * threads (a nonblocking split running on its own thread and the user's
@@ -267,6 +269,11 @@ ncclResult_t bootstrap_fd_move(struct bootstrap* b, int fd, void* buf, size_t si
 /* A hello of `kind` with `secret`, from `b` (NULL: from no rank, as for DISMISS). */
 void bootstrap_hello_fill(const struct bootstrap* b, int kind, const uint8_t* secret,
                           struct bootstrap_hello* h);
+/*
+ * Connects to the ring's next rank now, not at the first message: a failure notice goes over
+ * connections already made only (bootstrap_report_failure), and every rank must have one.
+ */
+ncclResult_t bootstrap_connect_next(struct bootstrap* b);
 /* Queues a message at `peer` (connecting on first use); never waits for the matching recv. */
 ncclResult_t bootstrap_msg_send(struct bootstrap* b, int peer, int channel, int tag, const void* data,
                                 size_t size);

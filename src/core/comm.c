@@ -230,7 +230,8 @@ fail:
  * Pinned, device-mapped host memory for the abort flag (kernels poll it) and, on a line of
  * their own, the watchdog's copy of the kernels' ledger words.
  */
-#define COMM_PINNED_BYTES (64 + BRAID_MAX_GRID * sizeof(uint64_t))
+#define COMM_GRAPH_WORDS_BYTES sizeof(struct braid_graph_words)
+#define COMM_PINNED_BYTES (64 + BRAID_MAX_GRID * sizeof(uint64_t) + COMM_GRAPH_WORDS_BYTES)
 static ncclResult_t comm_abort_flag_alloc(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   BRAID_CUDA_TRY(cudaHostAlloc(&comm->abort_flag_mem, COMM_PINNED_BYTES,
@@ -238,6 +239,7 @@ static ncclResult_t comm_abort_flag_alloc(struct ncclComm* comm) {
   memset(comm->abort_flag_mem, 0, COMM_PINNED_BYTES);
   comm->abort_flag = (volatile uint32_t*)comm->abort_flag_mem;
   comm->ledger_words = (uint64_t*)((char*)comm->abort_flag_mem + 64);
+  comm->graph_words = (char*)comm->abort_flag_mem + 64 + BRAID_MAX_GRID * sizeof(uint64_t);
   return ncclSuccess;
 fail:
   return res;
@@ -314,6 +316,8 @@ static ncclResult_t comm_init_connect(struct ncclComm* comm) {
   BRAID_TRY(dev_state_create(comm));
   BRAID_TRY(watchdog_start(comm));
   BRAID_TRY(bootstrap_barrier(comm->bootstrap));
+  /* Every rank is through the exchanges: a failure from here on concerns this rank only. */
+  bootstrap_init_done(comm->bootstrap);
   /* A connection's proxy may have failed the comm meanwhile (comm_fail_async): keep that. */
   ncclResult_t pending = ncclInProgress;
   if (!__atomic_compare_exchange_n((ncclResult_t*)&comm->async_error, &pending, ncclSuccess, 0,
@@ -392,9 +396,21 @@ ncclResult_t comm_quiesce(struct ncclComm* comm) {
   BRAID_CUDA_TRY(cudaSetDevice(comm->cuda_dev));
   res = dev_state_drain(comm, COMM_DRAIN_TIMEOUT_S);
   watchdog_forget_pending(comm); /* the stopped launches will never report */
+  /* A replay's blocks that left on the flag are still marked in it (graph_end skipped). */
+  if (res == ncclSuccess && comm->dev && comm->dev->comm &&
+      cudaMemset(comm->dev->comm->graph.word, 0, sizeof comm->dev->comm->graph.word) !=
+          cudaSuccess) {
+    (void)cudaGetLastError();
+    WARN("rank %d: cannot clear the graph replay words after a quiesce", comm->rank);
+  }
   if (res == ncclSuccess) __atomic_store_n(comm->abort_flag, 0, __ATOMIC_SEQ_CST);
 fail:
   return res;
+}
+
+void comm_retire(struct ncclComm* comm) {
+  live_remove(comm);
+  watchdog_silence(comm); /* aborted: what it would judge is the abort, not a hang */
 }
 
 void comm_free(struct ncclComm* comm) {

@@ -85,6 +85,7 @@ struct ncclComm {
   volatile ncclResult_t async_error; /* ncclInProgress while a nonblocking init runs */
   volatile uint32_t* abort_flag;     /* host-mapped: kernels and waits poll it */
   uint64_t* ledger_words;            /* pinned: the watchdog's copy of the ledger words */
+  void* graph_words;                 /* pinned: its copy of the graph replay words (dev_comm.h) */
   void* abort_flag_mem;              /* allocation behind abort_flag and ledger_words */
 
   pthread_mutex_t lock;
@@ -134,6 +135,8 @@ void comm_init_failed(struct ncclComm* comm, ncclResult_t res);
  * operation afterwards (revoke, shrink with NCCL_SHRINK_ABORT).
  */
 ncclResult_t comm_quiesce(struct ncclComm* comm);
+/* The handle is refused from now on, as a freed one's, but nothing is freed (still in use). */
+void comm_retire(struct ncclComm* comm);
 /* Releases everything (kernels must be finished or aborted). */
 void comm_free(struct ncclComm* comm);
 /* Keeps the calling thread's last error as this comm's last error. */

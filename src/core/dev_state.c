@@ -148,7 +148,6 @@ ncclResult_t dev_state_create(struct ncclComm* comm) {
   BRAID_TRY(dev_kernels_load(d));
   BRAID_CUDA_TRY(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
   BRAID_CUDA_TRY(cudaEventCreateWithFlags(&d->last_launch, cudaEventDisableTiming));
-  BRAID_CUDA_TRY(cudaEventCreateWithFlags(&d->cap_event, cudaEventDisableTiming));
   BRAID_CUDA_TRY(cudaMalloc((void**)&d->comm, sizeof *d->comm));
   BRAID_CUDA_TRY(cudaMalloc((void**)&d->p2p_send, nconn * sizeof *d->p2p_send));
   BRAID_CUDA_TRY(cudaMalloc((void**)&d->p2p_recv, nconn * sizeof *d->p2p_recv));
@@ -231,7 +230,6 @@ void dev_state_free(struct ncclComm* comm) {
   if (d->p2p_recv) cudaFree(d->p2p_recv);
   if (d->ring_ranks) cudaFree(d->ring_ranks);
   if (d->last_launch) cudaEventDestroy(d->last_launch);
-  if (d->cap_event) cudaEventDestroy(d->cap_event);
   if (d->stream) cudaStreamDestroy(d->stream);
   (void)cudaGetLastError();
   free(d);

@@ -16,7 +16,7 @@
 
 struct ncclComm;
 
-#define BRAID_MIX_CAPTURES 8 /* captures of one comm tracked at once (graph mixing) */
+#define BRAID_CAPTURES 32 /* captures of one comm tracked at once (its kernels' order in each) */
 
 struct braid_dev_state {
   struct braid_dev_comm host;        /* the host's copy of what was uploaded */
@@ -32,21 +32,22 @@ struct braid_dev_state {
   unsigned long long last_stream_id; /* where the last kernel went (cudaStreamGetId: a handle
                                         may be reused by a new stream, an id is not) */
   int launched;                      /* a kernel was launched since the last wait */
-  /* Captured launches: ordered within their capture by an event recorded in it. */
-  cudaEvent_t cap_event;
-  unsigned long long cap_id, cap_stream_id; /* the capture and stream of the last one */
-  int cap_valid;
   /* A captured kernel records last_launch in its graph (graph mixing): a replay may be the
      latest record, so eager launches always wait, and idle/drain always query. */
   int graphs_ordered;
-  /* Captures in progress (or ended: ids are never reused) and their last record node; the
-     oldest slot goes to a new capture (several at once on one comm are rare). */
-  struct braid_mix_capture {
+  /*
+   * Captures with a kernel of this comm (in progress, or ended: capture ids are never reused):
+   * the capture's last kernel node, which its next kernel of this comm depends on whatever
+   * stream it goes to, and (graph mixing) its record node. The least recently begun slot
+   * goes to a new capture: past BRAID_CAPTURES open at once, order is lost.
+   */
+  struct braid_capture {
     unsigned long long cap_id; /* 0: free */
-    cudaGraphNode_t record;    /* the capture's record node */
-    cudaGraphNode_t after;     /* its one dependency, or NULL when it has several */
-  } mix[BRAID_MIX_CAPTURES];
-  unsigned mix_next;
+    cudaStream_t stream;       /* where `last` was captured */
+    cudaGraphNode_t last;      /* the last kernel node, or NULL (not known) */
+    cudaGraphNode_t record;    /* graph mixing: the record node, hanging off `last` */
+  } captures[BRAID_CAPTURES];
+  unsigned captures_next;
   int nthreads;                      /* threads per block */
 };
 

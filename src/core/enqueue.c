@@ -393,26 +393,26 @@ fail:
 /*
  * A comm's kernels share its connections, so they run one after another whatever stream each
  * goes to: eagerly, each waits for the event recorded after the one before (when it went to
- * another stream); in a stream capture, for the event recorded after the capture's last one
- * (an edge of the graph). With graph mixing (NCCL_GRAPH_MIXING_SUPPORT, on by default) a
- * capture's first kernel also waits for the eager event (an external wait node), and its
- * last records it (a record node, enq_order_mix): a replay then runs after whatever the host
- * launched on this comm before it (an eager call, another replay), and what the host launches
- * after waits for the replay; from the first such capture on, every eager launch waits for
- * the event, whatever its stream.
+ * another stream); in a stream capture, each depends on the capture's kernel of this comm
+ * before it (a graph edge added to its stream's capture). With graph mixing
+ * (NCCL_GRAPH_MIXING_SUPPORT, on by default) a capture's first kernel also waits for the eager
+ * event (an external wait node), and its last records it (a record node, enq_order_capture): a
+ * replay then runs after whatever the host launched on this comm before it (an eager call,
+ * another replay), and what the host launches after waits for the replay; from the first such
+ * capture on, every eager launch waits for the event, whatever its stream.
  */
 struct enq_order {
   unsigned long long stream_id, cap_id;
   int capturing;
-  int chained; /* captured after this comm's previous kernel of the same capture */
+  struct braid_capture* cap; /* capturing: the capture's slot, NULL for its first kernel */
 };
 
-/* This comm's graph-mixing state of capture `cap_id` (capture ids start at 1), or NULL. */
-static struct braid_mix_capture* enq_mix_find(struct braid_dev_state* d,
+/* This comm's state of capture `cap_id` (capture ids start at 1), or NULL. */
+static struct braid_capture* enq_capture_find(struct braid_dev_state* d,
                                               unsigned long long cap_id) {
   if (cap_id == 0) return NULL;
-  for (int i = 0; i < BRAID_MIX_CAPTURES; i++)
-    if (d->mix[i].cap_id == cap_id) return &d->mix[i];
+  for (int i = 0; i < BRAID_CAPTURES; i++)
+    if (d->captures[i].cap_id == cap_id) return &d->captures[i];
   return NULL;
 }
 
@@ -423,7 +423,7 @@ static ncclResult_t enq_order_wait(struct ncclComm* comm, cudaStream_t stream, i
   enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   o->capturing = capturing;
   o->cap_id = 0;
-  o->chained = 0;
+  o->cap = NULL;
   if (!capturing) {
     BRAID_CUDA_TRY(cudaStreamGetId(stream, &o->stream_id));
     if (d->graphs_ordered || (d->launched && d->last_stream_id != o->stream_id))
@@ -433,11 +433,12 @@ static ncclResult_t enq_order_wait(struct ncclComm* comm, cudaStream_t stream, i
   /* cudaStreamGetId is refused while capturing; a capture's streams live as long as it. */
   o->stream_id = (unsigned long long)(uintptr_t)stream;
   BRAID_CUDA_TRY(cudaStreamGetCaptureInfo(stream, &status, &o->cap_id, NULL, NULL, NULL, NULL));
-  o->chained = d->cap_valid && d->cap_id == o->cap_id;
-  if (o->chained && d->cap_stream_id != o->stream_id)
-    BRAID_CUDA_TRY(cudaStreamWaitEvent(stream, d->cap_event, 0));
+  o->cap = enq_capture_find(d, o->cap_id);
+  if (o->cap != NULL && o->cap->last != NULL && o->cap->stream != stream)
+    BRAID_CUDA_TRY(cudaStreamUpdateCaptureDependencies(stream, &o->cap->last, NULL, 1,
+                                                       cudaStreamAddCaptureDependencies));
   /* Once per capture: what follows in it is ordered after its first kernel. */
-  if (braid_param_int(BRAID_P_GRAPH_MIXING_SUPPORT) != 0 && enq_mix_find(d, o->cap_id) == NULL)
+  if (o->cap == NULL && braid_param_int(BRAID_P_GRAPH_MIXING_SUPPORT) != 0)
     BRAID_CUDA_TRY(cudaStreamWaitEvent(stream, d->last_launch, cudaEventWaitExternal));
   return ncclSuccess;
 fail:
@@ -445,13 +446,14 @@ fail:
 }
 
 /*
- * Graph mixing: the replay records last_launch once, after the last kernel of this comm it
- * holds. The capture's one record node hangs off its kernels, outside the capture's chain (the
- * next kernel does not wait for it): each captured kernel becomes its dependency in place of
- * the one before (graph edges may change while capturing; nodes may not go).
+ * After a captured kernel: it becomes its capture's last (a new capture takes the slot of the
+ * one least recently begun). Graph mixing: the replay records last_launch once, after the
+ * capture's last kernel of this comm. The capture's one record node hangs off that kernel,
+ * outside the capture's chain (the next kernel does not wait for it), its edge moved to each
+ * new kernel (graph edges may change while capturing; nodes may not go).
  */
-static ncclResult_t enq_order_mix(struct ncclComm* comm, cudaStream_t stream,
-                                  const struct enq_order* o) {
+static ncclResult_t enq_order_capture(struct ncclComm* comm, cudaStream_t stream,
+                                      const struct enq_order* o) {
   ncclResult_t res = ncclSuccess;
   struct braid_dev_state* d = comm->dev;
   enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -459,22 +461,28 @@ static ncclResult_t enq_order_mix(struct ncclComm* comm, cudaStream_t stream,
   const cudaGraphNode_t* deps = NULL;
   size_t ndeps = 0;
   BRAID_CUDA_TRY(cudaStreamGetCaptureInfo(stream, &status, NULL, &graph, &deps, NULL, &ndeps));
-  struct braid_mix_capture* m = enq_mix_find(d, o->cap_id);
-  if (m == NULL) { /* a new capture takes the slot of the one least recently begun */
-    cudaGraphNode_t node = NULL;
-    BRAID_CUDA_TRY(cudaGraphAddEventRecordNode(&node, graph, deps, ndeps, d->last_launch));
-    m = &d->mix[d->mix_next++ % BRAID_MIX_CAPTURES];
-    m->cap_id = o->cap_id;
-    m->record = node;
-  } else {
-    for (size_t i = 0; i < ndeps; i++)
-      BRAID_CUDA_TRY(cudaGraphAddDependencies(graph, &deps[i], &m->record, NULL, 1));
-    /* This kernel runs after the one before (the capture's order): that edge says nothing. */
-    if (m->after != NULL && o->chained)
-      BRAID_CUDA_TRY(cudaGraphRemoveDependencies(graph, &m->after, &m->record, NULL, 1));
+  /* One node: the kernel just captured (a launch leaves its stream depending on it alone). */
+  cudaGraphNode_t kernel = ndeps == 1 ? deps[0] : NULL;
+  struct braid_capture* c = o->cap;
+  if (c == NULL) {
+    c = &d->captures[d->captures_next++ % BRAID_CAPTURES];
+    memset(c, 0, sizeof *c);
+    c->cap_id = o->cap_id;
   }
-  m->after = ndeps == 1 ? deps[0] : NULL; /* one node: the kernel just captured */
-  d->graphs_ordered = 1;
+  if (braid_param_int(BRAID_P_GRAPH_MIXING_SUPPORT) != 0) {
+    if (c->record == NULL) {
+      BRAID_CUDA_TRY(cudaGraphAddEventRecordNode(&c->record, graph, deps, ndeps, d->last_launch));
+    } else {
+      for (size_t i = 0; i < ndeps; i++)
+        BRAID_CUDA_TRY(cudaGraphAddDependencies(graph, &deps[i], &c->record, NULL, 1));
+      /* This kernel depends on the one before (enq_order_wait): that edge says nothing. */
+      if (c->last != NULL && kernel != NULL)
+        BRAID_CUDA_TRY(cudaGraphRemoveDependencies(graph, &c->last, &c->record, NULL, 1));
+    }
+    d->graphs_ordered = 1;
+  }
+  c->last = kernel;
+  c->stream = stream;
   return ncclSuccess;
 fail:
   return res;
@@ -484,18 +492,10 @@ static ncclResult_t enq_order_record(struct ncclComm* comm, cudaStream_t stream,
                                      const struct enq_order* o) {
   ncclResult_t res = ncclSuccess;
   struct braid_dev_state* d = comm->dev;
-  if (!o->capturing) {
-    BRAID_CUDA_TRY(cudaEventRecord(d->last_launch, stream));
-    d->last_stream_id = o->stream_id;
-    d->launched = 1;
-  } else {
-    BRAID_CUDA_TRY(cudaEventRecord(d->cap_event, stream));
-    d->cap_id = o->cap_id;
-    d->cap_stream_id = o->stream_id;
-    d->cap_valid = 1;
-    if (braid_param_int(BRAID_P_GRAPH_MIXING_SUPPORT) != 0)
-      BRAID_TRY(enq_order_mix(comm, stream, o));
-  }
+  if (o->capturing) return enq_order_capture(comm, stream, o);
+  BRAID_CUDA_TRY(cudaEventRecord(d->last_launch, stream));
+  d->last_stream_id = o->stream_id;
+  d->launched = 1;
   return ncclSuccess;
 fail:
   return res;
@@ -761,6 +761,8 @@ ncclResult_t enqueue_launch(struct ncclComm* comm) {
    */
   BRAID_CUDA_TRY(cudaStreamIsCapturing(stream, &capture));
   const int capturing = capture != cudaStreamCaptureStatusNone;
+  /* Before watchdog_launch_seq: it takes the operations issued since the last launch. */
+  if (capturing) plan->args.graph_op = watchdog_capture_register(comm);
   /* The op whose copy-engine exchange is the group's last launch (it reports to the ledger). */
   int ce_last = -1, has_p2p = 0;
   struct braid_ce_op ce;

@@ -39,6 +39,13 @@ const char* braid_err_last(void) {
 
 void braid_err_clear(void) { thread_error[0] = '\0'; }
 
+void braid_err_restore(const char* text) {
+  snprintf(thread_error, sizeof thread_error, "%s", text);
+  pthread_mutex_lock(&process_lock);
+  memcpy(process_error, thread_error, sizeof process_error);
+  pthread_mutex_unlock(&process_lock);
+}
+
 const char* braid_result_str(ncclResult_t res) {
   switch (res) {
     case ncclSuccess: return "no error";

@@ -22,6 +22,8 @@
 ncclResult_t braid_err(ncclResult_t code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The calling thread's last message, or the process's last one, or "". */
 const char* braid_err_last(void);
+/* Makes `text` the calling thread's last message again, without logging it. */
+void braid_err_restore(const char* text);
 /* Forgets the calling thread's last message (done at the start of every API call). */
 void braid_err_clear(void);
 /* Human-readable name of a result code. */

@@ -320,8 +320,10 @@ static void group_note_dropped(struct ncclComm* failed) {
                     d->rank, d->cuda_dev, failed->rank, failed->cuda_dev, braid_err_last());
 }
 
-static ncclResult_t group_launch_all(struct ncclComm* comms) {
+/* On failure *failed is the comm whose launch failed (NULL when none got that far). */
+static ncclResult_t group_launch_all(struct ncclComm* comms, struct ncclComm** failed) {
   ncclResult_t res = ncclSuccess;
+  *failed = NULL;
   for (struct ncclComm* c = comms; c; c = c->group->next) {
     braid_log_context_set(c->rank, c->cuda_dev);
     cudaError_t cerr = group_use_device(c->cuda_dev);
@@ -331,7 +333,7 @@ static ncclResult_t group_launch_all(struct ncclComm* comms) {
                           c->rank, c->cuda_dev, cudaGetErrorString(cerr));
     if (res != ncclSuccess) {
       comm_error_record(c, res);
-      group_note_dropped(c);
+      *failed = c;
       return res;
     }
   }
@@ -386,18 +388,19 @@ ncclResult_t group_end(void) {
     return braid_err(ncclInvalidUsage, "ncclGroupEnd called without a matching ncclGroupStart");
   if (--depth > 0) return ncclSuccess;
 
-  struct ncclComm* comms = NULL;
+  struct ncclComm *comms = NULL, *failed = NULL;
   int saved_dev = -1;
   res = group_close(&comms, &saved_dev);
   if (res == ncclSuccess && comms) {
     res = group_connect_p2p(comms);
     if (res == ncclSuccess && check_enabled()) res = check_group(comms);
-    if (res == ncclSuccess) res = group_launch_all(comms);
+    if (res == ncclSuccess) res = group_launch_all(comms, &failed);
   }
   /* As NCCL: a failed group is the async error of each of its nonblocking comms. */
   for (struct ncclComm* c = comms; c && res != ncclSuccess && res != ncclInProgress;
        c = c->group->next)
     if (!c->config.blocking) comm_fail_async(c, res);
+  if (failed) group_note_dropped(failed); /* after: comm_fail_async keeps the group's message */
   group_finish(comms, saved_dev);
   return res;
 }

@@ -241,17 +241,21 @@ static void teardown_wait_init(struct ncclComm* comm) {
  * the bootstrap, launching): the flags just raised make it leave soon; free nothing under it.
  */
 #define TEARDOWN_GROUP_END_WAIT_S 10.0
-static void teardown_wait_group_end(struct ncclComm* comm) {
+/* 0 once no group end holds the comm; -1 if one still does after the wait (it must not go). */
+static int teardown_wait_group_end(struct ncclComm* comm) {
   double start = braid_time_sec();
   while (__atomic_load_n(&comm->in_group_end, __ATOMIC_ACQUIRE) > 0) {
     if (braid_time_sec() - start > TEARDOWN_GROUP_END_WAIT_S) {
-      WARN("ncclCommAbort: rank %d: a thread is still inside ncclGroupEnd with this communicator "
-           "after %.0f s; freeing it anyway",
-           comm->rank, TEARDOWN_GROUP_END_WAIT_S);
-      return;
+      WARN(
+          "ncclCommAbort: rank %d: a thread is still inside ncclGroupEnd with this communicator "
+          "after %.0f s; the handle is retired, but its memory is kept (not freed under that "
+          "thread)",
+          comm->rank, TEARDOWN_GROUP_END_WAIT_S);
+      return -1;
     }
     usleep(100);
   }
+  return 0;
 }
 
 static ncclResult_t teardown_check(struct ncclComm* comm, const char* api) {
@@ -324,7 +328,11 @@ NCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
      or the group's end would find a freed comm, and the init wait below never end. */
   group_forget(comm); /* a pending init of it is dropped, the comm marked failed */
   teardown_wait_init(comm);
-  teardown_wait_group_end(comm);
+  if (teardown_wait_group_end(comm) != 0) {
+    comm_retire(comm); /* refused from now on, like a freed one; a leak over a use after free */
+    if (saved_dev >= 0) cudaSetDevice(saved_dev);
+    return ncclSuccess;
+  }
   /* The kernels see the flag in their wait loops and exit; their buffers go after them. */
   if (cudaSetDevice(comm->cuda_dev) == cudaSuccess && dev_state_drain(comm, 10.0) != ncclSuccess)
     WARN("%s", braid_err_last());

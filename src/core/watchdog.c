@@ -41,6 +41,15 @@
 #define WD_PEER_CHECK_S 0.5   /* local peers' pids are looked at this often */
 #define WD_QUERY_TIMEOUT_S 2.0
 #define WD_SECRET_BYTES 16
+#define WD_CAPTURES 1024       /* captured launches described (the oldest make room) */
+#define WD_GRAPH_PERIOD_S 0.25 /* graph replay words read this often, once a graph exists */
+
+/* A captured launch: what it holds, for a verdict on a replay stuck in it. */
+struct wd_capture {
+  uint32_t id; /* 0: free */
+  uint32_t nops;
+  struct braid_ledger_op first; /* its first operation */
+};
 
 struct wd_launch {
   uint64_t first, last; /* the operations it covers */
@@ -71,10 +80,21 @@ struct braid_watchdog {
   pthread_t thread, server;
   int started, server_started;
   uint32_t stop;               /* atomic; also the abort flag of the thread's socket waits */
-  int failed;                  /* the verdict was given (thread only) */
+  int failed;                  /* the verdict was given (the thread; or watchdog_silence) */
   unsigned long usr1_seen;
   double timeout_s;
   double peers_checked;
+  /* Graph replays (under `lock`: captures, capture_next, graphs; the rest the thread's). */
+  struct wd_capture captures[WD_CAPTURES];
+  uint32_t capture_next;
+  int graphs;               /* a launch was captured: the replay words are watched */
+  cudaEvent_t graph_copied; /* recorded behind each copy of the replay words */
+  int graph_copying;
+  int graph_armed; /* graph_progress_t was started (the first poll with graphs) */
+  double graph_polled, graph_progress_t;
+  uint64_t graph_ended; /* the sum of the blocks' clocks at their last ends, at the last read */
+  uint32_t graph_live;  /* a capture id some block was in at the last read (0: none) */
+  int graph_block;      /* that block */
 };
 
 static volatile sig_atomic_t wd_usr1_count;
@@ -142,6 +162,26 @@ uint64_t watchdog_launch_seq(struct ncclComm* comm, int captured, int grid) {
   l->grid = grid; /* a grown entry: its newest launch ends after the others */
   pthread_mutex_unlock(&wd->lock);
   return seq;
+}
+
+uint32_t watchdog_capture_register(struct ncclComm* comm) {
+  struct braid_watchdog* wd = comm->watchdog;
+  if (wd == NULL || wd->timeout_s <= 0) return 0; /* BRAID_TIMEOUT=0: nothing is followed */
+  pthread_mutex_lock(&wd->lock);
+  uint32_t id = ++wd->capture_next;
+  if (id == 0) id = ++wd->capture_next; /* 0 means "not captured" to the kernels */
+  struct wd_capture* c = &wd->captures[id % WD_CAPTURES];
+  c->id = id;
+  c->nops = (uint32_t)(wd->issued - wd->launched);
+  c->first = wd->ops[(wd->launched + 1) % BRAID_LEDGER_OPS];
+  wd->graphs = 1;
+  pthread_mutex_unlock(&wd->lock);
+  return id;
+}
+
+void watchdog_silence(struct ncclComm* comm) {
+  struct braid_watchdog* wd = comm->watchdog;
+  if (wd != NULL) __atomic_store_n(&wd->failed, 1, __ATOMIC_RELEASE);
 }
 
 void watchdog_forget_pending(struct ncclComm* comm) {
@@ -374,6 +414,103 @@ static void wd_query(struct braid_watchdog* wd, int r, struct braid_ledger_summa
   socket_close(&fd);
 }
 
+/* A verdict: a WARN only (SIGUSR1), or the comm's failure, its last error, and its kernels stopped.
+ */
+static void wd_deliver(struct braid_watchdog* wd, int fail, const char* text, const char* why) {
+  struct ncclComm* comm = wd->comm;
+  if (!fail) {
+    WARN("%s (comm 0x%llx, %s)", text, (unsigned long long)comm->comm_hash, why);
+    return;
+  }
+  braid_err(ncclRemoteError, "%s (comm 0x%llx, %s)", text, (unsigned long long)comm->comm_hash,
+            why); /* logs it as a WARN, and it becomes this comm's last error below */
+  comm_fail_async(comm, ncclRemoteError);
+  if (comm->abort_flag) __atomic_store_n(comm->abort_flag, 1, __ATOMIC_SEQ_CST);
+  wd->failed = 1;
+}
+
+/*
+ * Graph replays (the thread), once a launch was captured: every WD_GRAPH_PERIOD_S the kernels'
+ * replay words are copied out beside them (as the ledger's) and read a round later. A block
+ * that ended one is progress; a block still in a captured launch while none ends for
+ * BRAID_TIMEOUT is a replay stuck in it. Replays are not numbered, so unlike the ledger's
+ * verdict this one cannot compare ranks: it names the launch's operations.
+ */
+static void wd_graph_text(struct braid_watchdog* wd, double idle_s, char* out, size_t len) {
+  char op[160];
+  uint32_t nops = 0;
+  snprintf(op, sizeof op, "operations no more described (over %d captures since)", WD_CAPTURES);
+  pthread_mutex_lock(&wd->lock);
+  const struct wd_capture* c = &wd->captures[wd->graph_live % WD_CAPTURES];
+  if (c->id == wd->graph_live) {
+    watchdog_op_describe(&c->first, op, sizeof op);
+    nops = c->nops;
+  }
+  pthread_mutex_unlock(&wd->lock);
+  char more[48] = "";
+  if (nops > 1) snprintf(more, sizeof more, " and %u more operations", nops - 1);
+  snprintf(out, len,
+           "rank %d waits in a CUDA graph replay, in the launch captured with %s%s (capture "
+           "#%u of this communicator, block %d); no progress for %.0f s. Graph replays are not in "
+           "the ledger, so the ranks are not compared: does every rank replay the same graphs "
+           "in the same order?",
+           wd->comm->rank, op, more, wd->graph_live, wd->graph_block, idle_s);
+}
+
+static void wd_poll_graphs(struct braid_watchdog* wd) {
+  struct ncclComm* comm = wd->comm;
+  const double now = braid_time_sec();
+  if (wd->graph_copying) {
+    cudaError_t err = cudaEventQuery(wd->graph_copied);
+    if (err == cudaErrorNotReady) return;
+    wd->graph_copying = 0;
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    const struct braid_graph_words* g = (const struct braid_graph_words*)comm->graph_words;
+    uint64_t ended = 0;
+    const uint32_t was_live = wd->graph_live;
+    wd->graph_live = 0;
+    for (int b = 0; b < BRAID_MAX_GRID; b++) {
+      ended += BRAID_GRAPH_ENDED(g->word[b]);
+      if (wd->graph_live == 0 && BRAID_GRAPH_LIVE(g->word[b]) != 0) {
+        wd->graph_live = BRAID_GRAPH_LIVE(g->word[b]);
+        wd->graph_block = b;
+      }
+    }
+    /* Progress: a block ended a launch, or none is in one, or another launch began. */
+    if (ended != wd->graph_ended || wd->graph_live == 0 || wd->graph_live != was_live)
+      wd->graph_progress_t = now;
+    wd->graph_ended = ended;
+    double idle = now - wd->graph_progress_t;
+    if (wd->graph_live != 0 && !wd->failed && wd->timeout_s > 0 && idle > wd->timeout_s &&
+        comm->state != BRAID_COMM_REVOKED) {
+      char text[768], why[64];
+      wd_graph_text(wd, idle, text, sizeof text);
+      snprintf(why, sizeof why, "no progress for BRAID_TIMEOUT=%.0f s", wd->timeout_s);
+      wd_deliver(wd, 1, text, why);
+    }
+  }
+  if (now - wd->graph_polled < WD_GRAPH_PERIOD_S) return;
+  pthread_mutex_lock(&wd->lock);
+  int graphs = wd->graphs;
+  pthread_mutex_unlock(&wd->lock);
+  if (!graphs) return;
+  if (!wd->graph_armed) { /* the clock starts with the first read, not at 0 */
+    wd->graph_armed = 1;
+    wd->graph_progress_t = now;
+  }
+  wd->graph_polled = now;
+  if (cudaMemcpyAsync(comm->graph_words, &comm->dev->comm->graph, sizeof(struct braid_graph_words),
+                      cudaMemcpyDeviceToHost, wd->stream) != cudaSuccess ||
+      cudaEventRecord(wd->graph_copied, wd->stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  wd->graph_copying = 1;
+}
+
 /* Gathers every rank's summary and prints the verdict; on `fail`, the comm fails with it. */
 static void wd_verdict_run(struct braid_watchdog* wd, int fail, const char* why) {
   struct ncclComm* comm = wd->comm;
@@ -388,15 +525,7 @@ static void wd_verdict_run(struct braid_watchdog* wd, int fail, const char* why)
   }
   watchdog_verdict(all, comm->nranks, comm->rank, text, sizeof text);
   free(all);
-  if (!fail) {
-    WARN("%s (comm 0x%llx, %s)", text, (unsigned long long)comm->comm_hash, why);
-    return;
-  }
-  braid_err(ncclRemoteError, "%s (comm 0x%llx, %s)", text, (unsigned long long)comm->comm_hash,
-            why); /* logs it as a WARN, and it becomes this comm's last error below */
-  comm_fail_async(comm, ncclRemoteError);
-  if (comm->abort_flag) __atomic_store_n(comm->abort_flag, 1, __ATOMIC_SEQ_CST);
-  wd->failed = 1;
+  wd_deliver(wd, fail, text, why);
 }
 
 /* ---- the thread ---------------------------------------------------------------------------- */
@@ -554,7 +683,8 @@ static void wd_check_local_peers(struct braid_watchdog* wd) {
      * The ledger lags the GPU by a round of copies: when this comm's last launch has in fact
      * finished, nothing waits on the peer (it may well have exited after its own last op).
      */
-    if (comm->dev && cudaEventQuery(comm->dev->last_launch) == cudaSuccess) return;
+    if (wd->graph_live == 0 && comm->dev && cudaEventQuery(comm->dev->last_launch) == cudaSuccess)
+      return; /* (a replay in progress: without graph mixing the event does not cover it) */
     (void)cudaGetLastError();
     char why[96];
     snprintf(why, sizeof why, "rank %d's process (pid %d) is gone", r, p->pid);
@@ -578,9 +708,15 @@ static void* wd_main(void* arg) {
   wd->usr1_seen = (unsigned long)wd_usr1_count;
   while (!__atomic_load_n(&wd->stop, __ATOMIC_ACQUIRE)) {
     wd_poll_launches(wd);
+    wd_poll_graphs(wd);
     if ((unsigned long)wd_usr1_count != wd->usr1_seen) {
       wd->usr1_seen = (unsigned long)wd_usr1_count;
       wd_verdict_run(wd, 0, "SIGUSR1");
+      if (wd->graph_live != 0 && comm->state != BRAID_COMM_REVOKED) { /* as of the last read */
+        char text[768];
+        wd_graph_text(wd, braid_time_sec() - wd->graph_progress_t, text, sizeof text);
+        wd_deliver(wd, 0, text, "SIGUSR1");
+      }
     }
     double now = braid_time_sec();
     pthread_mutex_lock(&wd->lock);
@@ -593,7 +729,8 @@ static void* wd_main(void* arg) {
       snprintf(why, sizeof why, "no progress for BRAID_TIMEOUT=%.0f s", wd->timeout_s);
       wd_verdict_run(wd, 1, why);
     }
-    if (!wd->failed && pending && now - wd->peers_checked > WD_PEER_CHECK_S) {
+    if (!wd->failed && (pending || (wd->graph_live != 0 && comm->state != BRAID_COMM_REVOKED)) &&
+        now - wd->peers_checked > WD_PEER_CHECK_S) {
       wd->peers_checked = now;
       wd_check_local_peers(wd);
     }
@@ -625,6 +762,7 @@ ncclResult_t watchdog_start(struct ncclComm* comm) {
   BRAID_TRY(bootstrap_allgather(comm->bootstrap, wd->addrs, sizeof *wd->addrs));
   BRAID_CUDA_TRY(cudaStreamCreateWithFlags(&wd->stream, cudaStreamNonBlocking));
   BRAID_CUDA_TRY(cudaEventCreateWithFlags(&wd->words_copied, cudaEventDisableTiming));
+  BRAID_CUDA_TRY(cudaEventCreateWithFlags(&wd->graph_copied, cudaEventDisableTiming));
   pthread_once(&wd_signal_once, wd_signal_install);
   int err = pthread_create(&wd->server, NULL, wd_server_main, wd);
   BRAID_CHECK(err == 0, ncclSystemError, "cannot start the watchdog's server thread: %s",
@@ -650,6 +788,7 @@ void watchdog_stop(struct ncclComm* comm) {
   comm->watchdog = NULL;
   socket_close(&wd->listen_fd);
   if (wd->words_copied) cudaEventDestroy(wd->words_copied);
+  if (wd->graph_copied) cudaEventDestroy(wd->graph_copied);
   if (wd->stream) cudaStreamDestroy(wd->stream);
   (void)cudaGetLastError();
   free(wd->addrs);

@@ -79,6 +79,14 @@ void watchdog_issue(struct ncclComm* comm, const struct braid_op* op);
  * ledger does not follow).
  */
 uint64_t watchdog_launch_seq(struct ncclComm* comm, int captured, int grid);
+/*
+ * A launch being captured into a graph, holding the operations issued since the last launch:
+ * its id for the kernel arguments (graph_op), which the kernels write as they replay it, so a
+ * replay that stops moving gets a verdict of its own. 0 without a watchdog.
+ */
+uint32_t watchdog_capture_register(struct ncclComm* comm);
+/* No verdict from now on (a comm retired while another thread still uses it). */
+void watchdog_silence(struct ncclComm* comm);
 /* Launches that will never report (stopped by revoke or shrink-abort, or never started). */
 void watchdog_forget_pending(struct ncclComm* comm);
 /* The operations issued so far needed no launch (all empty). */

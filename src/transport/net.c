@@ -114,7 +114,7 @@ static int net_pick_dev(struct ncclComm* comm, const struct braid_net_ops* net, 
       struct braid_net_props props;
       char name[sizeof props.name];
       if (net->get_properties(d, &props) != ncclSuccess) continue;
-      net_topo_name(props.name, name, sizeof name);
+      net_topo_name(props.name, strcmp(net->name, "IB") == 0, name, sizeof name);
       if (strcmp(name, want) == 0) return d;
     }
   }
@@ -137,7 +137,7 @@ static int net_gdr_decide(struct ncclComm* comm, struct net_state* st) {
   int use = 0;
   if (st->net->get_properties(st->dev, &props) != ncclSuccess) return 0;
   char name[sizeof props.name];
-  net_topo_name(props.name, name, sizeof name);
+  net_topo_name(props.name, strcmp(st->net->name, "IB") == 0, name, sizeof name);
   snprintf(props.name, sizeof props.name, "%s", name);
   if (!(props.ptr_support & (BRAID_NET_PTR_CUDA | BRAID_NET_PTR_DMABUF))) {
     snprintf(why, sizeof why, "NET/%s cannot reach GPU memory", st->net->name);

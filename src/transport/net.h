@@ -158,10 +158,11 @@ const struct braid_net_ops* net_backend_find(const char* name);
 ncclResult_t net_backend_select(const struct braid_net_ops** out, int* ndev);
 
 /*
- * The topology's name for a backend device: the name up to its first space ("eth0 (tcp)"),
- * without the ":1" of an IB port 1 ("mlx5_0:1" is "mlx5_0" there, "mlx5_0:2" stays).
+ * The topology's name for a backend device: the name up to its first space ("eth0 (tcp)"); for
+ * IB (`ib`) without the ":1" of a port 1 ("mlx5_0:1" is "mlx5_0" there, "mlx5_0:2" stays),
+ * for the others up to a colon (an interface alias "eth0:2" is "eth0").
  */
-void net_topo_name(const char* props_name, char* out, size_t size);
+void net_topo_name(const char* props_name, int ib, char* out, size_t size);
 
 /* A stub for an ops slot a backend does not implement: fails with ncclInternalError. */
 ncclResult_t net_unsupported(const char* backend, const char* what);

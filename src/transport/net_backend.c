@@ -91,8 +91,8 @@ ncclResult_t net_connect_try_step(struct net_connect_try* t, const union braid_s
   return ncclSuccess;
 }
 
-void net_topo_name(const char* props_name, char* out, size_t size) {
-  size_t len = strcspn(props_name, " ");
+void net_topo_name(const char* props_name, int ib, char* out, size_t size) {
+  size_t len = strcspn(props_name, ib ? " " : " :");
   if (size == 0) return;
   if (len >= size) len = size - 1;
   memcpy(out, props_name, len);

@@ -203,17 +203,21 @@ static int ofi_getinfo(uint64_t caps, const char* prov, struct fi_info** list) {
  */
 static void ofi_find_devices(void) {
   const char* prov = braid_param_str(BRAID_P_OFI_PROVIDER);
-  int rc = ofi_getinfo(FI_TAGGED | FI_MSG | FI_DIRECTED_RECV, prov, &ofi.list);
-  ofi.directed = rc == 0 && ofi.list != NULL;
-  if (!ofi.directed) {
-    if (ofi.list) fi.freeinfo(ofi.list);
-    ofi.list = NULL;
-    rc = ofi_getinfo(FI_TAGGED | FI_MSG, prov, &ofi.list);
-    if (rc == 0 && ofi.list)
-      INFO(BRAID_LOG_NET,
-           "net OFI: provider %s does not offer FI_DIRECTED_RECV: a connection "
-           "takes messages from whoever has its endpoint's address",
-           ofi.list->fabric_attr->prov_name);
+  int rc = ofi_getinfo(FI_TAGGED | FI_MSG, prov, &ofi.list);
+  /* The provider chosen without it, then the same one asked for FI_DIRECTED_RECV too. */
+  struct fi_info* directed = NULL;
+  if (rc == 0 && ofi.list &&
+      ofi_getinfo(FI_TAGGED | FI_MSG | FI_DIRECTED_RECV, ofi.list->fabric_attr->prov_name,
+                  &directed) == 0 &&
+      directed != NULL) {
+    fi.freeinfo(ofi.list);
+    ofi.list = directed;
+    ofi.directed = 1;
+  } else if (rc == 0 && ofi.list) {
+    INFO(BRAID_LOG_NET,
+         "net OFI: provider %s does not offer FI_DIRECTED_RECV: a connection "
+         "takes messages from whoever has its endpoint's address",
+         ofi.list->fabric_attr->prov_name);
   }
   if (rc != 0 || ofi.list == NULL) {
     snprintf(ofi.why, sizeof ofi.why, "no libfabric provider%s%s offers tagged reliable datagrams: %s",
@@ -345,7 +349,7 @@ static ncclResult_t ofi_progress(struct ofi_comm* c) {
       fi_cq_readerr(c->cq, &err, 0);
       char buf[256];
       const char* text = fi_cq_strerror(c->cq, err.prov_errno, err.err_data, buf, sizeof buf);
-      if (err.op_context == &c->ctrl_recv.ctx) {
+      if (err.op_context == &c->ctrl_recv.ctx && (err.err == FI_ETRUNC || err.err == FI_EMSGSIZE)) {
         /* A handshake receive takes from anyone: a message that does not fit (not ours) is
            dropped, and the receive posted again, instead of failing the listener for good. */
         WARN("net OFI: dropped a malformed handshake message: %s (%s)", fi.strerror(err.err),
@@ -376,9 +380,9 @@ static ncclResult_t ofi_comm_new(int dev, int is_send, struct ofi_comm** out);
 
 static ncclResult_t ofi_probe_post_recv(struct ofi_comm* c) {
   c->probe_recv = (struct ofi_req){.comm = c, .used = 1};
-  ssize_t rc =
-      fi_trecv(c->ep, &c->probe_in, sizeof c->probe_in, NULL,
-               ofi.directed ? c->peer : FI_ADDR_UNSPEC, OFI_TAG_PROBE, 0, &c->probe_recv.ctx);
+  /* From anyone: the peer probes from an endpoint of its own (its prober), not c->peer. */
+  ssize_t rc = fi_trecv(c->ep, &c->probe_in, sizeof c->probe_in, NULL, FI_ADDR_UNSPEC,
+                        OFI_TAG_PROBE, 0, &c->probe_recv.ctx);
   if (rc == -FI_EAGAIN) return ncclSuccess; /* retried on the next turn */
   if (rc != 0) return c->failed = ofi_fail("posting a liveness probe receive", (int)rc);
   c->probing = 1;

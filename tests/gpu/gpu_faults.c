@@ -124,6 +124,33 @@ out:
   fault_case_end(w, buf);
 }
 
+/* A waiting rank polls its comm's async error until it is one, or DEAD_LIMIT_S; -1 on a failed
+ * call. */
+static int hang_wait(struct gpu_world* w, double t0, ncclResult_t* async) {
+  while (world_now() - t0 < DEAD_LIMIT_S && *async == ncclSuccess) {
+    mp_sleep(0.005);
+    if (world_nccl(w, ncclCommGetAsyncError(w->comm[0], async), w->comm[0],
+                   "ncclCommGetAsyncError"))
+      return -1;
+  }
+  return 0;
+}
+
+/* After the verdict: ncclCommAbort within DEAD_ABORT_S, the stream drains, rank 0 says done. */
+static void hang_abort(struct gpu_world* w, const char* tag, ncclResult_t async, double verdict_s,
+                       const char* msg, volatile double* done) {
+  double a0 = world_now();
+  ncclResult_t res = ncclCommAbort(w->comm[0]);
+  double abort_s = world_now() - a0;
+  w->comm[0] = NULL;
+  printf("%s [rank %d]: %s %.2f s after the call: \"%s\"; ncclCommAbort took %.3f s\n", tag,
+         w->rank0, ncclGetErrorString(async), verdict_s, msg, abort_s);
+  if (res != ncclSuccess) world_nccl(w, res, NULL, "ncclCommAbort");
+  if (abort_s > DEAD_ABORT_S) world_case_fail(w, "ncclCommAbort took %.3f s", abort_s);
+  world_cuda(w, cudaStreamSynchronize(w->stream[0]), "cudaStreamSynchronize after the abort");
+  if (w->rank0 == 0) *done = 1;
+}
+
 /*
  * The last rank skips an operation: the second, an AllReduce the others call; or (`send`, two
  * ranks) the third, the receive of rank 0's 64 MB Send, which fills any connection's buffer or
@@ -177,12 +204,7 @@ static void hang_case(struct gpu_world* w, int send) {
       world_case_fail(w, "after SIGUSR1 the communicator reads %s", ncclGetErrorString(async));
       goto out;
     }
-    while (world_now() - t0 < DEAD_LIMIT_S && async == ncclSuccess) {
-      mp_sleep(0.005);
-      if (world_nccl(w, ncclCommGetAsyncError(w->comm[0], &async), w->comm[0],
-                     "ncclCommGetAsyncError"))
-        goto out;
-    }
+    if (hang_wait(w, t0, &async)) goto out;
     double verdict_s = world_now() - t0;
     const char* msg = ncclGetLastError(w->comm[0]);
     char want_wait[64], want_blame[96];
@@ -191,16 +213,7 @@ static void hang_case(struct gpu_world* w, int send) {
              send ? "Recv #2" : "AllReduce #1");
     if (async != ncclRemoteError || strstr(msg, want_wait) == NULL || strstr(msg, want_blame) == NULL)
       world_case_fail(w, "after %.1f s: %s, \"%s\"", verdict_s, ncclGetErrorString(async), msg);
-    double a0 = world_now();
-    res = ncclCommAbort(w->comm[0]);
-    double abort_s = world_now() - a0;
-    w->comm[0] = NULL;
-    printf("hang [rank %d]: %s %.2f s after the call: \"%s\"; ncclCommAbort took %.3f s\n", me,
-           ncclGetErrorString(async), verdict_s, msg, abort_s);
-    if (res != ncclSuccess) world_nccl(w, res, NULL, "ncclCommAbort");
-    if (abort_s > DEAD_ABORT_S) world_case_fail(w, "ncclCommAbort took %.3f s", abort_s);
-    world_cuda(w, cudaStreamSynchronize(w->stream[0]), "cudaStreamSynchronize after the abort");
-    if (me == 0) *done = 1;
+    hang_abort(w, "hang", async, verdict_s, msg, done);
   }
 out:
   fault_case_end(w, buf);
@@ -313,3 +326,78 @@ out:
 void suite_hang(struct gpu_world* w) { hang_case(w, 0); }
 
 void suite_hang_send(struct gpu_world* w) { hang_case(w, 1); }
+
+/*
+ * hanggraph: every rank captures an AllReduce into a graph and replays it three times (the last
+ * rank a second late), then idles past BRAID_TIMEOUT (finished replays must give no verdict);
+ * then the last rank skips the next replay: the others' watchdogs must fail their comms naming
+ * the captured AllReduce, not before BRAID_TIMEOUT.
+ */
+void suite_hang_graph(struct gpu_world* w) {
+  char name[128];
+  snprintf(name, sizeof name, "Hang verdict: the last rank skips a graph replay mode=%s",
+           w->opts->mode);
+  if (w->nlocal == w->nranks || w->nranks < 2) return;
+  if (dlsym(RTLD_DEFAULT, "braidGetVersionString") == NULL) {
+    if (w->rank0 == 0) fprintf(stderr, "SKIP %s: Braid's watchdog only\n", name);
+    return;
+  }
+  if (!world_case_begin(w, name)) return;
+  const size_t count = 4096;
+  int skipper = w->nranks - 1, me = w->rank0;
+  volatile double* done = world_stamp(w, 1);
+  float* buf = NULL;
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  ncclResult_t async = ncclSuccess;
+  if (world_cuda(w, cudaSetDevice(w->dev[0]), "cudaSetDevice") ||
+      world_cuda(w, cudaMalloc((void**)&buf, count * sizeof(float)), "cudaMalloc") ||
+      world_cuda(w, cudaMemset(buf, 0, count * sizeof(float)), "cudaMemset") ||
+      world_nccl(w, ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, w->comm[0], w->stream[0]),
+                 w->comm[0], "ncclAllReduce (eager)") ||
+      world_sync(w) ||
+      world_cuda(w, cudaStreamBeginCapture(w->stream[0], cudaStreamCaptureModeThreadLocal),
+                 "cudaStreamBeginCapture"))
+    goto out;
+  ncclResult_t issued =
+      ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, w->comm[0], w->stream[0]);
+  if (world_cuda(w, cudaStreamEndCapture(w->stream[0], &graph), "cudaStreamEndCapture") ||
+      world_nccl(w, issued, w->comm[0], "ncclAllReduce (captured)") ||
+      world_cuda(w, cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate"))
+    goto out;
+  /* The first replays with the ranks a second apart: a replay waiting for a slow peer right
+     after its capture is no hang (the replay words' clock starts with their first read). */
+  if (me == skipper) mp_sleep(1.0);
+  for (int i = 0; i < 3; i++)
+    if (world_cuda(w, cudaGraphLaunch(exec, w->stream[0]), "cudaGraphLaunch")) goto out;
+  if (world_sync(w)) goto out;
+  mp_sleep(4.5); /* past BRAID_TIMEOUT=3 with every replay finished */
+  if (world_nccl(w, ncclCommGetAsyncError(w->comm[0], &async), w->comm[0],
+                 "ncclCommGetAsyncError") ||
+      async != ncclSuccess) {
+    world_case_fail(w, "idle after finished replays, the communicator reads %s: %s",
+                    ncclGetErrorString(async), ncclGetLastError(w->comm[0]));
+    goto out;
+  }
+  if (me == skipper) {
+    for (double t0 = world_now(); *done == 0 && world_now() - t0 < DEAD_LIMIT_S;) mp_sleep(0.01);
+    goto out;
+  }
+  double t0 = world_now();
+  if (world_cuda(w, cudaGraphLaunch(exec, w->stream[0]), "cudaGraphLaunch (the skipped one)"))
+    goto out;
+  if (hang_wait(w, t0, &async)) goto out;
+  double verdict_s = world_now() - t0;
+  const char* msg = ncclGetLastError(w->comm[0]);
+  char want[64];
+  snprintf(want, sizeof want, "rank %d waits in a CUDA graph replay", me);
+  /* Not before BRAID_TIMEOUT=3 (less a poll of the replay words), and naming the launch. */
+  if (async != ncclRemoteError || verdict_s < 2.5 || strstr(msg, want) == NULL ||
+      strstr(msg, "AllReduce") == NULL || strstr(msg, "float count=4096") == NULL)
+    world_case_fail(w, "after %.1f s: %s, \"%s\"", verdict_s, ncclGetErrorString(async), msg);
+  hang_abort(w, "hanggraph", async, verdict_s, msg, done);
+out:
+  if (exec) cudaGraphExecDestroy(exec);
+  if (graph) cudaGraphDestroy(graph);
+  fault_case_end(w, buf);
+}

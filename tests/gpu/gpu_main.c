@@ -20,26 +20,28 @@
 static const char* main_suite; /* what the suites callback runs; set once before it is called */
 
 static void main_usage(FILE* f) {
-  fprintf(f,
-          "usage: gpu_coll [options]\n"
-          "  --mode threads|procs|hosts|sharegpu\n"
-          "                         one process over all GPUs (default), one process per GPU, or\n"
-          "                         one process per rank posing as separate hosts (BRAID_HOSTID,\n"
-          "                         NCCL_HOSTID), sharing the visible GPUs: the network path;\n"
-          "                         sharegpu: one process per rank on the visible GPUs, rank i\n"
-          "                         posing as GPU i of BRAID_TOPO_FILE (bus ids in GPU_COLL_BUSIDS,\n"
-          "                         comma-separated; Braid only): the intra-node path on one GPU\n"
-          "  --suite NAME           all (default), coll, p2p, inflight, errors, api,\n"
-          "                         leaks, deadpeer, hang, hangsend, abortwait, abortpeer (not in all)\n"
-          "                         determinism (output hashes; tests/gpu/determinism_check.sh)\n"
-          "  --nranks N             GPUs to use (default 2); exit 77 when fewer are visible\n"
-          "  --quick                a reduced matrix (for compute-sanitizer)\n"
-          "  --filter SUBSTR        only the cases whose name contains SUBSTR\n"
-          "  --seed S               the inputs' seed (default: from the clock, printed)\n"
-          "  --case-timeout SEC     a case running longer fails as hung (default 240)\n"
-          "  --timeout SEC          procs: the whole run (default 570)\n"
-          "  --list                 print the case names and exit (needs no GPU)\n"
-          "  --verbose              print each case as it starts\n");
+  fprintf(
+      f,
+      "usage: gpu_coll [options]\n"
+      "  --mode threads|procs|hosts|sharegpu\n"
+      "                         one process over all GPUs (default), one process per GPU, or\n"
+      "                         one process per rank posing as separate hosts (BRAID_HOSTID,\n"
+      "                         NCCL_HOSTID), sharing the visible GPUs: the network path;\n"
+      "                         sharegpu: one process per rank on the visible GPUs, rank i\n"
+      "                         posing as GPU i of BRAID_TOPO_FILE (bus ids in GPU_COLL_BUSIDS,\n"
+      "                         comma-separated; Braid only): the intra-node path on one GPU\n"
+      "  --suite NAME           all (default), coll, p2p, inflight, errors, api,\n"
+      "                         leaks, deadpeer, hang, hangsend, hanggraph, abortwait, abortpeer\n"
+      "                         (not in all)\n"
+      "                         determinism (output hashes; tests/gpu/determinism_check.sh)\n"
+      "  --nranks N             GPUs to use (default 2); exit 77 when fewer are visible\n"
+      "  --quick                a reduced matrix (for compute-sanitizer)\n"
+      "  --filter SUBSTR        only the cases whose name contains SUBSTR\n"
+      "  --seed S               the inputs' seed (default: from the clock, printed)\n"
+      "  --case-timeout SEC     a case running longer fails as hung (default 240)\n"
+      "  --timeout SEC          procs: the whole run (default 570)\n"
+      "  --list                 print the case names and exit (needs no GPU)\n"
+      "  --verbose              print each case as it starts\n");
 }
 
 static void main_suites(struct gpu_world* w) {
@@ -56,6 +58,7 @@ static void main_suites(struct gpu_world* w) {
   if (strcmp(main_suite, "deadpeer") == 0) suite_deadpeer(w); /* kills a rank: alone */
   if (strcmp(main_suite, "hang") == 0) suite_hang(w);         /* aborts the comm: alone */
   if (strcmp(main_suite, "hangsend") == 0) suite_hang_send(w); /* the same */
+  if (strcmp(main_suite, "hanggraph") == 0) suite_hang_graph(w); /* the same */
   if (strcmp(main_suite, "abortwait") == 0) suite_abort_wait(w); /* the same */
   if (strcmp(main_suite, "abortpeer") == 0) suite_abort_peer(w); /* the same */
   if (strcmp(main_suite, "determinism") == 0) suite_determinism(w);
@@ -127,15 +130,16 @@ static int main_parse(int argc, char** argv, struct gpu_opts* o) {
         goto bad;
     }
   }
-  if (optind == argc && (strcmp(o->mode, "threads") == 0 || strcmp(o->mode, "procs") == 0 ||
-                        strcmp(o->mode, "hosts") == 0 || strcmp(o->mode, "sharegpu") == 0) &&
+  if (optind == argc &&
+      (strcmp(o->mode, "threads") == 0 || strcmp(o->mode, "procs") == 0 ||
+       strcmp(o->mode, "hosts") == 0 || strcmp(o->mode, "sharegpu") == 0) &&
       (strcmp(o->suite, "all") == 0 || strcmp(o->suite, "coll") == 0 ||
        strcmp(o->suite, "p2p") == 0 || strcmp(o->suite, "inflight") == 0 ||
        strcmp(o->suite, "errors") == 0 || strcmp(o->suite, "api") == 0 ||
        strcmp(o->suite, "leaks") == 0 || strcmp(o->suite, "deadpeer") == 0 ||
        strcmp(o->suite, "hang") == 0 || strcmp(o->suite, "hangsend") == 0 ||
-       strcmp(o->suite, "abortwait") == 0 || strcmp(o->suite, "abortpeer") == 0 ||
-       strcmp(o->suite, "determinism") == 0))
+       strcmp(o->suite, "hanggraph") == 0 || strcmp(o->suite, "abortwait") == 0 ||
+       strcmp(o->suite, "abortpeer") == 0 || strcmp(o->suite, "determinism") == 0))
     return 0;
 bad:
   main_usage(stderr);
@@ -151,7 +155,8 @@ int main(int argc, char** argv) {
   ref_init();
   main_suite = o.suite;
   /* The hang suite waits for the watchdog: a short timeout, unless the caller chose one. */
-  if (strcmp(o.suite, "hang") == 0 || strcmp(o.suite, "hangsend") == 0)
+  if (strcmp(o.suite, "hang") == 0 || strcmp(o.suite, "hangsend") == 0 ||
+      strcmp(o.suite, "hanggraph") == 0)
     setenv("BRAID_TIMEOUT", "3", 0);
   if (!o.list)
     printf("gpu_coll: mode=%s suite=%s nranks=%d%s seed=%llu%s%s (reproduce with --seed %llu)\n",

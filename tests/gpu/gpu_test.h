@@ -261,6 +261,7 @@ void suite_leaks(struct gpu_world* w);    /* gpu_leaks.c: 1000 communicators mad
 void suite_deadpeer(struct gpu_world* w); /* gpu_faults.c: a rank SIGKILLed mid-collective */
 void suite_hang(struct gpu_world* w);     /* gpu_faults.c: a rank skips a collective */
 void suite_hang_send(struct gpu_world* w); /* gpu_faults.c: a rank skips a large receive */
+void suite_hang_graph(struct gpu_world* w); /* gpu_faults.c: a rank skips a graph replay */
 void suite_abort_wait(struct gpu_world* w); /* gpu_faults.c: abort beside a blocked call */
 void suite_abort_peer(struct gpu_world* w); /* gpu_faults.c: a peer aborts (network path) */
 /* gpu_coll.c: reductions whose output hashes determinism_check.sh compares across settings */

@@ -423,10 +423,42 @@ static int notice_child(const struct mp_child* c) {
                    strstr(msg, "/nowhere.xml: no such file"),
                "message: %s", msg);
     fprintf(stderr, "rank %d after %.3f s: %s\n", c->index, took, msg);
+    bootstrap_report_failure(b, msg); /* as comm_init_failed does: passes rank 2's notice on */
     boot_add_flag(&sh->done, 1);
   }
   TEST_EXPECT_RES(bootstrap_close(b), ncclSuccess);
   return child_result();
+}
+
+/*
+ * After every rank's init is through (bootstrap_init_done), a failure concerns its own rank:
+ * rank 2's report sends nothing, and the next allgather of all three works.
+ */
+static int notice_late_child(const struct mp_child* c) {
+  struct abort_shared* sh = c->arg;
+  struct bootstrap* b = NULL;
+  int data[3] = {0};
+  child_reset("30");
+  if (boot_id_share(&sh->slot, c->index, 20.0) != 0) return 1;
+  TEST_EXPECT_RES(bootstrap_init(&sh->slot.id, 1, c->index, 3, NULL, &b), ncclSuccess);
+  if (b == NULL) return 1;
+  bootstrap_init_done(b);
+  if (c->index == 2) bootstrap_report_failure(b, "a failure after init");
+  data[c->index] = 10 + c->index;
+  TEST_EXPECT_RES(bootstrap_allgather(b, data, sizeof data[0]), ncclSuccess);
+  TEST_CHECK(data[0] == 10 && data[1] == 11 && data[2] == 12, "allgather: %d %d %d", data[0],
+             data[1], data[2]);
+  TEST_EXPECT_RES(bootstrap_barrier(b), ncclSuccess);
+  TEST_EXPECT_RES(bootstrap_close(b), ncclSuccess);
+  return child_result();
+}
+
+static int case_notice_late(void) {
+  struct abort_shared* sh = mp_shared_alloc(sizeof *sh);
+  struct mp_opts opts = {.name = "notice_late", .nprocs = 3, .timeout_sec = 40, .arg = sh};
+  int rc = mp_run(&opts, notice_late_child);
+  mp_shared_free(sh, sizeof *sh);
+  return rc;
 }
 
 static int case_notice(void) {
@@ -507,8 +539,13 @@ int main(int argc, char** argv) {
   static const struct {
     const char* name;
     int (*run)(void);
-  } cases[] = {{"secret", case_secret}, {"timeout", case_timeout},     {"abort", case_abort},
-               {"cut", case_cut},       {"duplicate", case_duplicate}, {"notice", case_notice}};
+  } cases[] = {{"secret", case_secret},
+               {"timeout", case_timeout},
+               {"abort", case_abort},
+               {"cut", case_cut},
+               {"duplicate", case_duplicate},
+               {"notice", case_notice},
+               {"notice_late", case_notice_late}};
   for (size_t i = 0; argc > 1 && i < sizeof cases / sizeof cases[0]; i++) {
     if (strcmp(argv[1], cases[i].name) != 0) continue;
     int rc = cases[i].run();

@@ -87,20 +87,21 @@ static void test_socket_share(void) {
 
 /* Backend device names as the topology writes its NICs (topo_nic.c): port 1 bare, others ":p". */
 static void test_topo_name(void) {
-  static const char* const cases[][2] = {{"mlx5_0:1", "mlx5_0"},
-                                         {"mlx5_0:2", "mlx5_0:2"},
-                                         {"mlx5_10:1", "mlx5_10"},
-                                         {"mlx5_0:10", "mlx5_0:10"},
-                                         {"eth0", "eth0"},
-                                         {"ens5 (tcp;ofi_rxm)", "ens5"},
-                                         {"", ""}};
+  static const struct {
+    const char* in;
+    int ib;
+    const char* out;
+  } cases[] = {{"mlx5_0:1", 1, "mlx5_0"},   {"mlx5_0:2", 1, "mlx5_0:2"},
+               {"mlx5_10:1", 1, "mlx5_10"}, {"mlx5_0:10", 1, "mlx5_0:10"},
+               {"eth0", 0, "eth0"},         {"ens5 (tcp;ofi_rxm)", 0, "ens5"},
+               {"eth0:2", 0, "eth0"},       {"", 0, ""}};
   char out[64];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    net_topo_name(cases[i][0], out, sizeof out);
-    TEST_CHECK(strcmp(out, cases[i][1]) == 0, "\"%s\" -> \"%s\", expected \"%s\"", cases[i][0], out,
-               cases[i][1]);
+    net_topo_name(cases[i].in, cases[i].ib, out, sizeof out);
+    TEST_CHECK(strcmp(out, cases[i].out) == 0, "\"%s\" (ib %d) -> \"%s\", expected \"%s\"",
+               cases[i].in, cases[i].ib, out, cases[i].out);
   }
-  net_topo_name("mlx5_0:2", out, 4);
+  net_topo_name("mlx5_0:2", 1, out, 4);
   TEST_CHECK(strcmp(out, "mlx") == 0, "truncated to the buffer: \"%s\"", out);
 }
 

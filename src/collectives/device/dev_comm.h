@@ -106,6 +106,18 @@ struct braid_dev_comm {
    * complete when the first `grid` words have reached its number.
    */
   uint64_t ledger_done[BRAID_MAX_GRID];
+  /*
+   * Graph replays, which the ledger does not follow (their arguments are fixed at capture):
+   * one word per block, its high half the capture id of the launch the block is in (0: none),
+   * its low half the block's clock when it last left one. A block of a captured launch writes
+   * the high half as it starts, and the whole word (id 0, the clock) when through. The watchdog
+   * reads them: a block whose id stays set while no low half moves is stuck in that launch.
+   */
+  struct braid_graph_words {
+    uint64_t word[BRAID_MAX_GRID];
+  } graph;
+#define BRAID_GRAPH_LIVE(word) ((uint32_t)((word) >> 32))
+#define BRAID_GRAPH_ENDED(word) ((uint32_t)(word))
 };
 
 /* Reduction operators as the device runs them (ncclAvg becomes one of the last two). */
@@ -161,7 +173,7 @@ struct braid_work {
 struct braid_kernel_args {
   struct braid_dev_comm* comm;
   int nwork;
-  int pad;
+  uint32_t graph_op;   /* a captured launch: its id in the watchdog's capture table; 0: eager */
   uint64_t ledger_seq; /* written to comm->ledger_done[block] by every block once through; 0: not */
   struct braid_work work[BRAID_MAX_WORK];
 };

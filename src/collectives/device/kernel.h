@@ -135,9 +135,25 @@ __device__ __forceinline__ void ledger_report(struct braid_dev_comm* comm, uint6
 typedef void (*work_fn)(const struct braid_work& w, struct braid_dev_comm* comm,
                         volatile int* aborted);
 
+/*
+ * A captured launch (replayed from a graph) marks this block as in it, then as through, with
+ * its clock (dev_comm.h: `graph`): thread 0 only, one store each (the high half of the word,
+ * little-endian, then the whole), no load (one would hold thread 0 up until it returned). An
+ * eager launch costs one untaken branch.
+ */
+__device__ __forceinline__ void graph_begin(struct braid_dev_comm* comm, uint32_t op) {
+  if (op != 0 && threadIdx.x == 0) ((volatile uint32_t*)&comm->graph.word[blockIdx.x])[1] = op;
+}
+
+__device__ __forceinline__ void graph_end(struct braid_dev_comm* comm, uint32_t op) {
+  if (op != 0 && threadIdx.x == 0)
+    *(volatile uint64_t*)&comm->graph.word[blockIdx.x] = (uint32_t)clock64();
+}
+
 template <work_fn RUN>
 __device__ __forceinline__ void kernel_works(const struct braid_kernel_args& args) {
   __shared__ volatile int aborted[2];
+  graph_begin(args.comm, args.graph_op);
   for (int i = 0; i < args.nwork; i++) {
     const struct braid_work& w = args.work[i];
     if ((int)blockIdx.x < w.channel_lo || (int)blockIdx.x >= w.channel_lo + w.nchannels) continue;
@@ -148,6 +164,7 @@ __device__ __forceinline__ void kernel_works(const struct braid_kernel_args& arg
     if (aborted[0] || aborted[1]) return;
   }
   if (args.ledger_seq != 0) ledger_report(args.comm, args.ledger_seq);
+  graph_end(args.comm, args.graph_op);
 }
 
 template <typename T, typename Op>
