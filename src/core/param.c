@@ -28,134 +28,119 @@ struct param_row {
 #define ROW(id, alias, type, def, help) [BRAID_P_##id] = {#id, alias, BRAID_PARAM_##type, def, help}
 
 static const struct param_row rows[BRAID_P_COUNT] = {
-    ROW(DEBUG, "NCCL_DEBUG", STRING, "WARN",
-        "Log level: NONE, VERSION, WARN, INFO or TRACE (TRACE only in debug builds)."),
-    ROW(DEBUG_SUBSYS, "NCCL_DEBUG_SUBSYS", STRING, "INIT,BOOTSTRAP,ENV",
-        "Subsystems logged at INFO/TRACE: comma list of INIT, COLL, P2P, SHM, NET, GRAPH, TUNING, "
-        "ENV, ALLOC, CALL, PROXY, BOOTSTRAP, REG or ALL; a leading ^ excludes the list."),
-    ROW(DEBUG_FILE, "NCCL_DEBUG_FILE", STRING, NULL,
-        "Write the log to this file instead of stdout; %h is replaced by the host name, %p by the "
-        "pid."),
-    ROW(SOCKET_IFNAME, "NCCL_SOCKET_IFNAME", STRING, NULL,
-        "Network interfaces for bootstrap and sockets: prefixes (eth,ib), ^ to exclude, = for "
-        "exact "
-        "names. Default: any interface but loopback and docker/virtual bridges, loopback if "
-        "nothing else."),
-    ROW(SOCKET_FAMILY, "NCCL_SOCKET_FAMILY", STRING, NULL,
-        "Restrict interface addresses to AF_INET or AF_INET6."),
-    ROW(COMM_ID, "NCCL_COMM_ID", STRING, NULL,
-        "host:port of a rendezvous the launcher provides; rank 0 listens there and no unique id "
-        "needs to be broadcast by the application."),
-    ROW(BOOTSTRAP_TIMEOUT, NULL, INT, "120",
-        "Seconds a rank waits for the others at bootstrap before failing with the list of missing "
-        "ranks."),
-    ROW(HOSTID, "NCCL_HOSTID", STRING, NULL,
-        "Override the host identity, so processes of one machine can pose as separate hosts."),
-    ROW(TIMEOUT, NULL, INT, "600",
-        "Seconds without progress before a hang verdict is printed and the communicator fails (0 = "
-        "off)."),
-    ROW(CHECK, NULL, INT, "0",
-        "1: verify across ranks that each collective's op, type, count and root agree."),
-    ROW(ALGO, "NCCL_ALGO", STRING, NULL,
-        "Force the algorithm (Ring, Tree, Direct; per collective as allreduce:tree); a list "
-        "after ^ only removes from the model's choice; default: chosen by the tuning model."),
-    ROW(PROTO, "NCCL_PROTO", STRING, NULL,
-        "Force the protocol (Simple, LL, LL128); a list after ^ only removes from the model's "
-        "choice (LL128 stays off unless named); default: chosen by the tuning model."),
-    ROW(P2P_DISABLE, "NCCL_P2P_DISABLE", INT, "0",
-        "1: never use GPU peer-to-peer (NVLink/PCIe) between GPUs; fall back to shared memory."),
-    ROW(P2P_READ, "NCCL_P2P_READ_ENABLE", INT, "-1",
-        "Accepted so job scripts keep working; changes nothing: Braid's P2P transport always has "
-        "the sender write into the receiver's buffer (push)."),
-    ROW(SHM_DISABLE, "NCCL_SHM_DISABLE", INT, "0",
-        "1: never use host shared memory between GPUs of one host."),
-    ROW(NET, "NCCL_NET", STRING, NULL,
-        "Network backend between hosts: Socket, IB or OFI; default: IB when a port is usable, else "
-        "Socket."),
-    ROW(IB_HCA, "NCCL_IB_HCA", STRING, NULL,
-        "InfiniBand/RoCE devices to use: prefixes, ^ to exclude, = for exact, :port to pick a "
-        "port."),
-    ROW(IB_GID_INDEX, "NCCL_IB_GID_INDEX", INT, "-1",
-        "RoCE GID index to use; -1: choose (RoCEv2 with an IPv4 address first, then RoCEv2, then "
-        "any)."),
-    ROW(NET_GDR_LEVEL, "NCCL_NET_GDR_LEVEL", STRING, "PIX",
-        "Farthest GPU-NIC path where GPUDirect RDMA is used: LOC, PIX (same PCIe switch), PXB, PHB "
-        "(same CPU) or SYS; farther pairs stage through host memory."),
-    ROW(SOCKET_NTHREADS, "NCCL_SOCKET_NTHREADS", INT, "2",
-        "Socket backend: helper threads per connection (1-16); each owns BRAID_NSOCKS_PERTHREAD "
-        "streams."),
-    ROW(NSOCKS_PERTHREAD, "NCCL_NSOCKS_PERTHREAD", INT, "2",
-        "Socket backend: TCP streams per helper thread; large messages are split across all "
-        "streams."),
-    ROW(NET_PAIR_MAX, NULL, INT, "67108864",
-        "All-reduce of two ranks across the network: largest size in bytes sent as a one-hop "
-        "exchange "
-        "(each rank sends all, reduces the peer's); larger ones take the ring. 0: always the "
-        "ring."),
-    ROW(P2P_PAIR_MAX, NULL, INT, "0",
-        "All-reduce of two ranks within a host (NVLink, PCIe or shared memory) with Simple: "
-        "largest size in bytes sent as the same one-hop exchange; the same on every rank. "
-        "0 (default): always the ring, until measured faster."),
-    ROW(LL128_PAIR_MAX, NULL, INT, "2097152",
-        "All-reduce of two ranks with LL128: largest size in bytes sent as the one-hop exchange "
-        "(on one shared H200 faster than the ring from 32 KB to 512 KB, even at 2 MB, slower "
-        "from 8 MB); the same on every rank."),
-    ROW(CE_MIN_BYTES, NULL, INT, "0",
-        "Two ranks joined by P2P: smallest all-reduce, reduce-scatter, all-gather or broadcast "
-        "(in bytes, as nccl-tests counts its size), or send/receive (the larger message of a "
-        "pair), whose data moves through the copy engines (copies into the peer's scratch) "
-        "instead of the kernels; not under stream capture. 0 (default): never, until measured "
-        "on the 2x H200. The same on every rank."),
-    ROW(CE_SLOT_BYTES, NULL, INT, "16777216",
-        "Copy-engine exchange: bytes per scratch slot (the largest chunk), 1 MB to 1 GB; the same "
-        "on every rank."),
-    ROW(CE_NSLOTS, NULL, INT, "4",
-        "Copy-engine exchange: scratch slots per rank (chunks in flight), 2 to 16, rounded down "
-        "to a power of two; the same on every rank."),
-    ROW(CE_FAIL_CONNECT, NULL, INT, "-1",
-        "Testing: the rank (of a two-rank communicator) whose copy-engine setup fails after its "
-        "peer's has begun, so that both leave the exchange off and run the kernels; -1: none."),
-    ROW(OFI_PROVIDER, NULL, STRING, NULL,
-        "OFI backend: libfabric provider, e.g. \"tcp;ofi_rxm\" or efa; default: libfabric's first "
-        "reliable-datagram provider with tagged messages (libfabric's own FI_PROVIDER also "
-        "filters)."),
-    ROW(TOPO_FILE, "NCCL_TOPO_FILE", STRING, NULL,
-        "Read the node topology from this XML file (NCCL's format) instead of detecting it."),
-    ROW(TOPO_DUMP_FILE, "NCCL_TOPO_DUMP_FILE", STRING, NULL,
-        "Write the detected node topology to this XML file."),
-    ROW(TOPO_BUSID, NULL, STRING, NULL,
-        "Testing: the PCI bus id this rank's GPU takes in the topology (one of BRAID_TOPO_FILE's "
-        "GPUs), so ranks sharing one GPU pose as GPUs of their own; the device used is unchanged."),
-    ROW(GRAPH_DUMP_FILE, "NCCL_GRAPH_DUMP_FILE", STRING, NULL,
-        "Write the chosen rings and trees to this XML file."),
-    ROW(MIN_NCHANNELS, "NCCL_MIN_NCHANNELS", INT, "0",
-        "Lower bound on channels (CTAs) per collective; 0 = automatic."),
-    ROW(MAX_NCHANNELS, "NCCL_MAX_NCHANNELS", INT, "0",
-        "Upper bound on channels (CTAs) per collective; 0 = automatic."),
-    ROW(NTHREADS, "NCCL_NTHREADS", INT, "0",
-        "Threads per CTA (a multiple of 32 from 64 to 1024); 0 = automatic."),
-    ROW(BUFFSIZE, "NCCL_BUFFSIZE", INT, "4194304",
-        "Bytes of receive buffer per connection for collectives (split into 8 steps)."),
-    ROW(P2P_BUFFSIZE, NULL, INT, "1048576",
-        "Bytes of receive buffer per connection for send/recv (split into 8 steps)."),
-    ROW(LL128_BUFFSIZE, "NCCL_LL128_BUFFSIZE", INT, "524288",
-        "Bytes of LL128 lines per P2P connection (split into 8 steps of whole 128-byte lines, "
-        "4 KiB to 4 MiB a step); every rank must use the same."),
-    ROW(CHUNKSIZE, NULL, INT, "0", "Bytes per pipeline chunk of ring collectives; 0 = automatic."),
-    ROW(NVLS_ENABLE, "NCCL_NVLS_ENABLE", INT, "0",
-        "NVLink SHARP (multicast). Braid never uses it; accepted so job scripts keep working."),
-    ROW(DETERMINISTIC, NULL, INT, "0",
-        "1: bitwise-identical reductions for a given input whatever protocol, channel count or "
-        "chunk size (3+ ranks: all-reduce runs as reduce + broadcast, on one ring)."),
-    ROW(LAUNCH_MODE, "NCCL_LAUNCH_MODE", STRING, "PARALLEL",
-        "Accepted so job scripts keep working; changes nothing: the communicators of a group are "
-        "always launched one after another, each on its own stream (NCCL's PARALLEL)."),
-    ROW(GRAPH_MIXING_SUPPORT, "NCCL_GRAPH_MIXING_SUPPORT", INT, "1",
-        "1: a communicator's CUDA-graph replays are ordered with its eager calls and with its "
-        "other graphs' replays, in the order the host launched them (an event wait before a "
-        "capture's first kernel, a record after its last; such graphs cannot be device-launched "
-        "or sit in a conditional or loop body); 0: only within a graph, and the caller keeps "
-        "them apart."),
+  ROW(DEBUG, "NCCL_DEBUG", STRING, "WARN",
+      "Log level: NONE, VERSION, WARN, INFO or TRACE (TRACE only in debug builds)."),
+  ROW(DEBUG_SUBSYS, "NCCL_DEBUG_SUBSYS", STRING, "INIT,BOOTSTRAP,ENV",
+      "Subsystems logged at INFO/TRACE: comma list of INIT, COLL, P2P, SHM, NET, GRAPH, TUNING, "
+      "ENV, ALLOC, CALL, PROXY, BOOTSTRAP, REG or ALL; a leading ^ excludes the list."),
+  ROW(DEBUG_FILE, "NCCL_DEBUG_FILE", STRING, NULL,
+      "Write the log to this file instead of stdout; %h is replaced by the host name, %p by the pid."),
+  ROW(SOCKET_IFNAME, "NCCL_SOCKET_IFNAME", STRING, NULL,
+      "Network interfaces for bootstrap and sockets: prefixes (eth,ib), ^ to exclude, = for exact "
+      "names. Default: any interface but loopback and docker/virtual bridges, loopback if nothing else."),
+  ROW(SOCKET_FAMILY, "NCCL_SOCKET_FAMILY", STRING, NULL,
+      "Restrict interface addresses to AF_INET or AF_INET6."),
+  ROW(COMM_ID, "NCCL_COMM_ID", STRING, NULL,
+      "host:port of a rendezvous the launcher provides; rank 0 listens there and no unique id "
+      "needs to be broadcast by the application."),
+  ROW(BOOTSTRAP_TIMEOUT, NULL, INT, "120",
+      "Seconds a rank waits for the others at bootstrap before failing with the list of missing ranks."),
+  ROW(HOSTID, "NCCL_HOSTID", STRING, NULL,
+      "Override the host identity, so processes of one machine can pose as separate hosts."),
+  ROW(TIMEOUT, NULL, INT, "600",
+      "Seconds without progress before a hang verdict is printed and the communicator fails (0 = off)."),
+  ROW(CHECK, NULL, INT, "0",
+      "1: verify across ranks that each collective's op, type, count and root agree."),
+  ROW(ALGO, "NCCL_ALGO", STRING, NULL,
+      "Force the algorithm (Ring, Tree, Direct; per collective as allreduce:tree); a list "
+      "after ^ only removes from the model's choice; default: chosen by the tuning model."),
+  ROW(PROTO, "NCCL_PROTO", STRING, NULL,
+      "Force the protocol (Simple, LL, LL128); a list after ^ only removes from the model's "
+      "choice (LL128 stays off unless named); default: chosen by the tuning model."),
+  ROW(P2P_DISABLE, "NCCL_P2P_DISABLE", INT, "0",
+      "1: never use GPU peer-to-peer (NVLink/PCIe) between GPUs; fall back to shared memory."),
+  ROW(P2P_READ, "NCCL_P2P_READ_ENABLE", INT, "-1",
+      "Accepted so job scripts keep working; changes nothing: Braid's P2P transport always has "
+      "the sender write into the receiver's buffer (push)."),
+  ROW(SHM_DISABLE, "NCCL_SHM_DISABLE", INT, "0",
+      "1: never use host shared memory between GPUs of one host."),
+  ROW(NET, "NCCL_NET", STRING, NULL,
+      "Network backend between hosts: Socket, IB or OFI; default: IB when a port is usable, else Socket."),
+  ROW(IB_HCA, "NCCL_IB_HCA", STRING, NULL,
+      "InfiniBand/RoCE devices to use: prefixes, ^ to exclude, = for exact, :port to pick a port."),
+  ROW(IB_GID_INDEX, "NCCL_IB_GID_INDEX", INT, "-1",
+      "RoCE GID index to use; -1: choose (RoCEv2 with an IPv4 address first, then RoCEv2, then any)."),
+  ROW(NET_GDR_LEVEL, "NCCL_NET_GDR_LEVEL", STRING, "PIX",
+      "Farthest GPU-NIC path where GPUDirect RDMA is used: LOC, PIX (same PCIe switch), PXB, PHB "
+      "(same CPU) or SYS; farther pairs stage through host memory."),
+  ROW(SOCKET_NTHREADS, "NCCL_SOCKET_NTHREADS", INT, "2",
+      "Socket backend: helper threads per connection (1-16); each owns BRAID_NSOCKS_PERTHREAD streams."),
+  ROW(NSOCKS_PERTHREAD, "NCCL_NSOCKS_PERTHREAD", INT, "2",
+      "Socket backend: TCP streams per helper thread; large messages are split across all streams."),
+  ROW(NET_PAIR_MAX, NULL, INT, "67108864",
+      "All-reduce of two ranks across the network: largest size in bytes sent as a one-hop exchange "
+      "(each rank sends all, reduces the peer's); larger ones take the ring. 0: always the ring."),
+  ROW(P2P_PAIR_MAX, NULL, INT, "0",
+      "All-reduce of two ranks within a host (NVLink, PCIe or shared memory) with Simple: "
+      "largest size in bytes sent as the same one-hop exchange; the same on every rank. "
+      "0 (default): always the ring, until measured faster."),
+  ROW(LL128_PAIR_MAX, NULL, INT, "2097152",
+      "All-reduce of two ranks with LL128: largest size in bytes sent as the one-hop exchange "
+      "(on one shared H200 faster than the ring from 32 KB to 512 KB, even at 2 MB, slower "
+      "from 8 MB); the same on every rank."),
+  ROW(CE_MIN_BYTES, NULL, INT, "0",
+      "Two ranks joined by P2P: smallest all-reduce, reduce-scatter, all-gather or broadcast "
+      "(in bytes, as nccl-tests counts its size), or send/receive (the larger message of a "
+      "pair), whose data moves through the copy engines (copies into the peer's scratch) "
+      "instead of the kernels; not under stream capture. 0 (default): never, until measured "
+      "on the 2x H200. The same on every rank."),
+  ROW(CE_SLOT_BYTES, NULL, INT, "16777216",
+      "Copy-engine exchange: bytes per scratch slot (the largest chunk), 1 MB to 1 GB; the same "
+      "on every rank."),
+  ROW(CE_NSLOTS, NULL, INT, "4",
+      "Copy-engine exchange: scratch slots per rank (chunks in flight), 2 to 16, rounded down "
+      "to a power of two; the same on every rank."),
+  ROW(CE_FAIL_CONNECT, NULL, INT, "-1",
+      "Testing: the rank (of a two-rank communicator) whose copy-engine setup fails after its "
+      "peer's has begun, so that both leave the exchange off and run the kernels; -1: none."),
+  ROW(OFI_PROVIDER, NULL, STRING, NULL,
+      "OFI backend: libfabric provider, e.g. \"tcp;ofi_rxm\" or efa; default: libfabric's first "
+      "reliable-datagram provider with tagged messages (libfabric's own FI_PROVIDER also filters)."),
+  ROW(TOPO_FILE, "NCCL_TOPO_FILE", STRING, NULL,
+      "Read the node topology from this XML file (NCCL's format) instead of detecting it."),
+  ROW(TOPO_DUMP_FILE, "NCCL_TOPO_DUMP_FILE", STRING, NULL,
+      "Write the detected node topology to this XML file."),
+  ROW(TOPO_BUSID, NULL, STRING, NULL,
+      "Testing: the PCI bus id this rank's GPU takes in the topology (one of BRAID_TOPO_FILE's "
+      "GPUs), so ranks sharing one GPU pose as GPUs of their own; the device used is unchanged."),
+  ROW(GRAPH_DUMP_FILE, "NCCL_GRAPH_DUMP_FILE", STRING, NULL,
+      "Write the chosen rings and trees to this XML file."),
+  ROW(MIN_NCHANNELS, "NCCL_MIN_NCHANNELS", INT, "0", "Lower bound on channels (CTAs) per collective; 0 = automatic."),
+  ROW(MAX_NCHANNELS, "NCCL_MAX_NCHANNELS", INT, "0", "Upper bound on channels (CTAs) per collective; 0 = automatic."),
+  ROW(NTHREADS, "NCCL_NTHREADS", INT, "0",
+      "Threads per CTA (a multiple of 32 from 64 to 1024); 0 = automatic."),
+  ROW(BUFFSIZE, "NCCL_BUFFSIZE", INT, "4194304",
+      "Bytes of receive buffer per connection for collectives (split into 8 steps)."),
+  ROW(P2P_BUFFSIZE, NULL, INT, "1048576",
+      "Bytes of receive buffer per connection for send/recv (split into 8 steps)."),
+  ROW(LL128_BUFFSIZE, "NCCL_LL128_BUFFSIZE", INT, "524288",
+      "Bytes of LL128 lines per P2P connection (split into 8 steps of whole 128-byte lines, "
+      "4 KiB to 4 MiB a step); every rank must use the same."),
+  ROW(CHUNKSIZE, NULL, INT, "0", "Bytes per pipeline chunk of ring collectives; 0 = automatic."),
+  ROW(NVLS_ENABLE, "NCCL_NVLS_ENABLE", INT, "0",
+      "NVLink SHARP (multicast). Braid never uses it; accepted so job scripts keep working."),
+  ROW(DETERMINISTIC, NULL, INT, "0",
+      "1: bitwise-identical reductions for a given input whatever protocol, channel count or "
+      "chunk size (3+ ranks: all-reduce runs as reduce + broadcast, on one ring)."),
+  ROW(LAUNCH_MODE, "NCCL_LAUNCH_MODE", STRING, "PARALLEL",
+      "Accepted so job scripts keep working; changes nothing: the communicators of a group are "
+      "always launched one after another, each on its own stream (NCCL's PARALLEL)."),
+  ROW(GRAPH_MIXING_SUPPORT, "NCCL_GRAPH_MIXING_SUPPORT", INT, "1",
+      "1: a communicator's CUDA-graph replays are ordered with its eager calls and with its "
+      "other graphs' replays, in the order the host launched them (an event wait before a "
+      "capture's first kernel, a record after its last; such graphs cannot be device-launched "
+      "or sit in a conditional or loop body); 0: only within a graph, and the caller keeps "
+      "them apart."),
 };
 
 struct param_value {
