@@ -15,6 +15,7 @@
 
 #include "core/debug.h"
 #include "core/error.h"
+#include "core/param.h"
 
 #define CONFIG_MAX_CTAS 64
 #define CONFIG_MAX_CGA_CLUSTER 8 /* NCCL_MAX_CGA_CLUSTER_SIZE */
@@ -124,12 +125,64 @@ fail:
   return res;
 }
 
+/* The variable a parameter was set by: NCCL_X or BRAID_X. */
+static const char* config_env_name(braid_param_id_t id) {
+  return braid_param_source(id) == BRAID_PARAM_FROM_NCCL_ENV ? braid_param_alias(id)
+                                                              : braid_param_name(id);
+}
+
+/* One override: the environment's value when set and in [lo, hi] (else said at INFO, ignored). */
+static void config_env_int(braid_param_id_t id, const char* field, int lo, int hi, int* dst) {
+  int64_t v = braid_param_int(id);
+  if (braid_param_source(id) == BRAID_PARAM_FROM_DEFAULT || v == -1) return;
+  if (v < lo || v > hi) {
+    INFO(BRAID_LOG_ENV, "%s=%lld is out of range [%d, %d]: ncclConfig_t.%s stays %d",
+         config_env_name(id), (long long)v, lo, hi, field, *dst);
+    return;
+  }
+  if (*dst != (int)v)
+    INFO(BRAID_LOG_ENV, "ncclConfig_t.%s = %d reset to %lld by %s", field, *dst, (long long)v,
+         config_env_name(id));
+  *dst = (int)v;
+}
+
+/*
+ * As NCCL's envConfigOverride, for every init and split (a copied parent config too): the
+ * environment wins over the caller's fields; then the same caps as for the caller's values.
+ */
+static void config_env_override(struct braid_config* c) {
+  config_env_int(BRAID_P_COMM_BLOCKING, "blocking", 0, 1, &c->blocking);
+  /* NCCL: a cluster size too big is limited to the largest, not ignored. */
+  config_env_int(BRAID_P_CGA_CLUSTER_SIZE, "cgaClusterSize", 0, INT_MAX, &c->cga_cluster_size);
+  config_cap(&c->cga_cluster_size, CONFIG_MAX_CGA_CLUSTER, "cgaClusterSize");
+  config_env_int(BRAID_P_MIN_CTAS, "minCTAs", 1, INT_MAX, &c->min_ctas);
+  config_env_int(BRAID_P_MAX_CTAS, "maxCTAs", 1, INT_MAX, &c->max_ctas);
+  config_env_int(BRAID_P_COMM_SPLIT_SHARE_RESOURCES, "splitShare", 0, 1, &c->split_share);
+  config_env_int(BRAID_P_COMM_SHRINK_SHARE_RESOURCES, "shrinkShare", 0, 1, &c->shrink_share);
+  config_env_int(BRAID_P_CTA_POLICY, "CTAPolicy", 0, 2, &c->cta_policy);
+  config_env_int(BRAID_P_NVLS_NCHANNELS, "nvlsCTAs", 1, INT_MAX, &c->nvls_ctas);
+  config_env_int(BRAID_P_NCHANNELS_PER_NET_PEER, "nChannelsPerNetPeer", 1, CONFIG_MAX_CTAS,
+                 &c->nchannels_per_net_peer);
+  config_env_int(BRAID_P_NVLINK_UTIL_CENTRIC_SCHED_ENABLE, "nvlinkCentricSched", 0, 1,
+                 &c->nvlink_centric_sched);
+  config_cap(&c->min_ctas, CONFIG_MAX_CTAS, "minCTAs");
+  config_cap(&c->max_ctas, CONFIG_MAX_CTAS, "maxCTAs");
+  config_cap(&c->nvls_ctas, CONFIG_MAX_CTAS, "nvlsCTAs");
+  if (c->min_ctas > c->max_ctas) {
+    INFO(BRAID_LOG_INIT, "minCTAs = %d is larger than maxCTAs = %d: both set to %d", c->min_ctas,
+         c->max_ctas, c->max_ctas);
+    c->min_ctas = c->max_ctas;
+  }
+}
+
 ncclResult_t config_resolve(const ncclConfig_t* user, struct braid_config* out) {
   struct braid_config c;
   config_defaults(&c);
   ncclResult_t res = config_apply(user, &c);
-  if (res == ncclSuccess) *out = c;
-  return res;
+  if (res != ncclSuccess) return res;
+  config_env_override(&c);
+  *out = c;
+  return ncclSuccess;
 }
 
 ncclResult_t config_resolve_from(const struct braid_config* parent, const ncclConfig_t* user,
@@ -138,5 +191,6 @@ ncclResult_t config_resolve_from(const struct braid_config* parent, const ncclCo
      from the defaults, like an init's, whatever the parent had. */
   if (user != NULL) return config_resolve(user, out);
   *out = *parent;
+  config_env_override(out);
   return ncclSuccess;
 }

@@ -141,6 +141,28 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "capture's first kernel, a record after its last; such graphs cannot be device-launched "
       "or sit in a conditional or loop body); 0: only within a graph, and the caller keeps "
       "them apart."),
+  /* The communicator config's overrides (NCCL's envConfigOverride): set, they win over the
+     ncclConfig_t field of every init and split; -1 (unset) leaves the field alone. */
+  ROW(COMM_BLOCKING, "NCCL_COMM_BLOCKING", INT, "-1",
+      "0 or 1: every communicator's ncclConfig_t.blocking, whatever the caller set."),
+  ROW(CGA_CLUSTER_SIZE, "NCCL_CGA_CLUSTER_SIZE", INT, "-1",
+      "0 to 8 (larger: 8): every communicator's ncclConfig_t.cgaClusterSize."),
+  ROW(MIN_CTAS, "NCCL_MIN_CTAS", INT, "-1",
+      "Above 0: every communicator's ncclConfig_t.minCTAs (capped at 64 and at maxCTAs)."),
+  ROW(MAX_CTAS, "NCCL_MAX_CTAS", INT, "-1",
+      "Above 0: every communicator's ncclConfig_t.maxCTAs (capped at 64)."),
+  ROW(COMM_SPLIT_SHARE_RESOURCES, "NCCL_COMM_SPLIT_SHARE_RESOURCES", INT, "-1",
+      "0 or 1: every communicator's ncclConfig_t.splitShare (Braid shares nothing either way)."),
+  ROW(COMM_SHRINK_SHARE_RESOURCES, "NCCL_COMM_SHRINK_SHARE_RESOURCES", INT, "-1",
+      "0 or 1: every communicator's ncclConfig_t.shrinkShare (Braid shares nothing either way)."),
+  ROW(CTA_POLICY, "NCCL_CTA_POLICY", INT, "-1",
+      "0 to 2: every communicator's ncclConfig_t.CTAPolicy."),
+  ROW(NVLS_NCHANNELS, "NCCL_NVLS_NCHANNELS", INT, "-1",
+      "Above 0: every communicator's ncclConfig_t.nvlsCTAs (Braid never uses NVLS)."),
+  ROW(NCHANNELS_PER_NET_PEER, "NCCL_NCHANNELS_PER_NET_PEER", INT, "-1",
+      "1 to 64: every communicator's ncclConfig_t.nChannelsPerNetPeer."),
+  ROW(NVLINK_UTIL_CENTRIC_SCHED_ENABLE, "NCCL_NVLINK_UTIL_CENTRIC_SCHED_ENABLE", INT, "-1",
+      "0 or 1: every communicator's ncclConfig_t.nvlinkCentricSched."),
 };
 
 struct param_value {

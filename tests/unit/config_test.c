@@ -145,7 +145,40 @@ static void test_split_config(void) {
              c.blocking, c.max_ctas, c.comm_name);
 }
 
-int main(void) {
+/*
+ * `config_test env`, run with NCCL_COMM_BLOCKING=0 NCCL_MIN_CTAS=80 NCCL_MAX_CTAS=6
+ * NCCL_CGA_CLUSTER_SIZE=20 NCCL_CTA_POLICY=7 NCCL_COMM_SPLIT_SHARE_RESOURCES=1 (CTest sets them):
+ * NCCL's envConfigOverride, the environment winning over the caller's fields.
+ */
+static void test_env_overrides(void) {
+  struct braid_config c, child, defaults;
+  ncclConfig_t user = NCCL_CONFIG_INITIALIZER;
+  user.blocking = 1;
+  user.maxCTAs = 32;
+  user.CTAPolicy = 1;
+  TEST_EXPECT_RES(config_resolve(&user, &c), ncclSuccess);
+  TEST_CHECK(c.blocking == 0, "NCCL_COMM_BLOCKING=0 wins over blocking=1: %d", c.blocking);
+  TEST_CHECK(c.max_ctas == 6 && c.min_ctas == 6, "NCCL_MAX_CTAS=6, NCCL_MIN_CTAS=80 capped: %d/%d",
+             c.min_ctas, c.max_ctas);
+  TEST_CHECK(c.cga_cluster_size == 8, "NCCL_CGA_CLUSTER_SIZE=20 limited to 8: %d",
+             c.cga_cluster_size);
+  TEST_CHECK(c.cta_policy == 1, "NCCL_CTA_POLICY=7 is out of range, the caller's 1 stays: %d",
+             c.cta_policy);
+  TEST_CHECK(c.split_share == 1, "NCCL_COMM_SPLIT_SHARE_RESOURCES=1: %d", c.split_share);
+  TEST_EXPECT_RES(config_resolve(NULL, &defaults), ncclSuccess);
+  TEST_CHECK(defaults.blocking == 0 && defaults.max_ctas == 6, "no config: the same overrides");
+  struct braid_config parent = c;
+  parent.blocking = 1; /* as if resolved before the variable was set */
+  TEST_EXPECT_RES(config_resolve_from(&parent, NULL, &child), ncclSuccess);
+  TEST_CHECK(child.blocking == 0, "a split inheriting the parent's config gets them too: %d",
+             child.blocking);
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "env") == 0) {
+    test_env_overrides();
+    return test_summary();
+  }
   test_defaults();
   test_fields_taken();
   test_older_struct();
