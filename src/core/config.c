@@ -81,7 +81,7 @@ static ncclResult_t config_apply(const ncclConfig_t* user, struct braid_config* 
       c->blocking = user->blocking;
     }
   }
-  /* As NCCL: nonsense is refused, values past the limits are capped (below) with an INFO. */
+  /* As NCCL: nonsense is refused, values past the limits are capped (config_finish), said at INFO. */
   if (HAS_FIELD(size, cgaClusterSize))
     BRAID_TRY(config_check_range("cgaClusterSize", user->cgaClusterSize, 0, INT_MAX));
   if (HAS_FIELD(size, minCTAs)) BRAID_TRY(config_check_range("minCTAs", user->minCTAs, 1, INT_MAX));
@@ -111,15 +111,7 @@ static ncclResult_t config_apply(const ncclConfig_t* user, struct braid_config* 
     snprintf(c->net_name, sizeof c->net_name, "%s", user->netName);
   if (HAS_FIELD(size, commName) && user->commName != NULL)
     snprintf(c->comm_name, sizeof c->comm_name, "%s", user->commName);
-  config_cap(&c->cga_cluster_size, CONFIG_MAX_CGA_CLUSTER, "cgaClusterSize");
-  config_cap(&c->min_ctas, CONFIG_MAX_CTAS, "minCTAs");
-  config_cap(&c->max_ctas, CONFIG_MAX_CTAS, "maxCTAs");
-  config_cap(&c->nvls_ctas, CONFIG_MAX_CTAS, "nvlsCTAs");
-  if (c->min_ctas > c->max_ctas) {
-    INFO(BRAID_LOG_INIT, "ncclConfig_t.minCTAs = %d is larger than maxCTAs = %d: both set to %d",
-         c->min_ctas, c->max_ctas, c->max_ctas);
-    c->min_ctas = c->max_ctas;
-  }
+  /* Values past the limits are capped once the environment had its say (config_finish). */
   return ncclSuccess;
 fail:
   return res;
@@ -148,13 +140,13 @@ static void config_env_int(braid_param_id_t id, const char* field, int lo, int h
 
 /*
  * As NCCL's envConfigOverride, for every init and split (a copied parent config too): the
- * environment wins over the caller's fields; then the same caps as for the caller's values.
+ * environment wins over the caller's fields; then values past the limits are capped, as NCCL
+ * does, and said at INFO.
  */
-static void config_env_override(struct braid_config* c) {
+static void config_finish(struct braid_config* c) {
   config_env_int(BRAID_P_COMM_BLOCKING, "blocking", 0, 1, &c->blocking);
-  /* NCCL: a cluster size too big is limited to the largest, not ignored. */
+  /* NCCL: a cluster size too big is limited to the largest (below), not ignored. */
   config_env_int(BRAID_P_CGA_CLUSTER_SIZE, "cgaClusterSize", 0, INT_MAX, &c->cga_cluster_size);
-  config_cap(&c->cga_cluster_size, CONFIG_MAX_CGA_CLUSTER, "cgaClusterSize");
   config_env_int(BRAID_P_MIN_CTAS, "minCTAs", 1, INT_MAX, &c->min_ctas);
   config_env_int(BRAID_P_MAX_CTAS, "maxCTAs", 1, INT_MAX, &c->max_ctas);
   config_env_int(BRAID_P_COMM_SPLIT_SHARE_RESOURCES, "splitShare", 0, 1, &c->split_share);
@@ -165,6 +157,7 @@ static void config_env_override(struct braid_config* c) {
                  &c->nchannels_per_net_peer);
   config_env_int(BRAID_P_NVLINK_UTIL_CENTRIC_SCHED_ENABLE, "nvlinkCentricSched", 0, 1,
                  &c->nvlink_centric_sched);
+  config_cap(&c->cga_cluster_size, CONFIG_MAX_CGA_CLUSTER, "cgaClusterSize");
   config_cap(&c->min_ctas, CONFIG_MAX_CTAS, "minCTAs");
   config_cap(&c->max_ctas, CONFIG_MAX_CTAS, "maxCTAs");
   config_cap(&c->nvls_ctas, CONFIG_MAX_CTAS, "nvlsCTAs");
@@ -180,7 +173,7 @@ ncclResult_t config_resolve(const ncclConfig_t* user, struct braid_config* out) 
   config_defaults(&c);
   ncclResult_t res = config_apply(user, &c);
   if (res != ncclSuccess) return res;
-  config_env_override(&c);
+  config_finish(&c);
   *out = c;
   return ncclSuccess;
 }
@@ -191,6 +184,6 @@ ncclResult_t config_resolve_from(const struct braid_config* parent, const ncclCo
      from the defaults, like an init's, whatever the parent had. */
   if (user != NULL) return config_resolve(user, out);
   *out = *parent;
-  config_env_override(out);
+  config_finish(out);
   return ncclSuccess;
 }
