@@ -270,6 +270,7 @@ static int case_timeout(void) {
 struct abort_shared {
   struct boot_id_slot slot;
   int done;
+  int ready; /* cut: rank 1 is out of bootstrap_init (so it reads nothing more) */
 };
 
 struct delayed_abort {
@@ -365,6 +366,8 @@ static int cut_child(const struct mp_child* c) {
   if (c->index == 0) {
     char* big = calloc(1, CUT_BYTES);
     struct delayed_abort d = {.delay = 0.3, .flag = &flag};
+    /* Rank 1 still inside its init would read the message into its queue as it arrives. */
+    TEST_CHECK(boot_wait_flag(&sh->ready, 1, 10.0) == 0, "rank 1 never left its init");
     pthread_t th;
     int v = 7;
     pthread_create(&th, NULL, delayed_abort_main, &d);
@@ -379,6 +382,7 @@ static int cut_child(const struct mp_child* c) {
     boot_add_flag(&sh->done, 1);
   } else {
     char* big = malloc(CUT_BYTES);
+    boot_add_flag(&sh->ready, 1);
     TEST_CHECK(boot_wait_flag(&sh->done, 1, 10.0) == 0, "rank 0 never got through its sends");
     TEST_EXPECT_RES(bootstrap_recv(b, 0, 1, big, CUT_BYTES), ncclRemoteError);
     free(big);
