@@ -5,17 +5,23 @@
 # public API. Each tools/sharegpu-round.sh SPEC runs ROUNDS times, old then new.
 #   bash tools/gpu-lib-ab.sh ROUNDS SPEC...   (SPEC as in sharegpu-round.sh, NAME without prefix)
 # Logs: $OUT/{old,new}<round>/logs.tgz; perf rows and verdicts in $OUT/ab.txt.
+# AB_OLD_SRC=DIR: the other way round, for a change to the kernels (a local build of both would
+# take most of an hour): the staged build is "new", and "old" is built here from DIR, an export
+# of the commit before (git archive HEAD | tar -x -C DIR; not ignored, so the tree carries it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-lib-ab-out}
 rounds=$1; shift
 mkdir -p "$OUT"
 start=$(date +%s)
-{ cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+src=.
+built=new
+if [ -n "${AB_OLD_SRC:-}" ]; then src=$AB_OLD_SRC; built=old; fi
+{ cmake -S "$src" -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DBRAID_BUILD_TESTS=OFF -DBRAID_BUILD_PERF=OFF &&
   cmake --build build-gpu -j "$(nproc)" --target nccl; } > "$OUT/build.log" 2>&1 ||
   { tail -40 "$OUT/build.log"; exit 1; }
-echo "== new library built in $(( $(date +%s) - start )) s" | tee "$OUT/ab.txt"
+echo "== $built library built in $(( $(date +%s) - start )) s" | tee "$OUT/ab.txt"
 . tools/device-build.sh .device/build
 rm -rf .device/new && mkdir -p .device/new
 ln -s "$PWD/build-gpu/src" .device/new/src
@@ -26,7 +32,7 @@ for r in $(seq 1 "$rounds"); do
   for side in old new; do
     specs=()
     for s in "$@"; do specs+=("${side}_$s"); done
-    b=.device/build; [ $side = new ] && b=.device/new
+    b=.device/build; [ $side = $built ] && b=.device/new
     OUT=$OUT/$side$r BUILD_DIR=$b bash tools/sharegpu-round.sh "${specs[@]}" > /dev/null 2>&1 || status=1
     mkdir -p "$OUT/x" && tar xzf "$OUT/$side$r/logs.tgz" -C "$OUT/x"
     for s in "${specs[@]}"; do
