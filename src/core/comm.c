@@ -18,6 +18,7 @@
 #include "core/ce.h"
 #include "core/debug.h"
 #include "core/dev_state.h"
+#include "core/share.h"
 #include "core/param.h"
 #include "core/redop.h"
 #include "core/register.h"
@@ -114,6 +115,10 @@ ncclResult_t comm_check(const struct ncclComm* comm, const char* api) {
 }
 
 int comm_fail_async(struct ncclComm* comm, ncclResult_t res) {
+  return comm_fail_async_why(comm, res, braid_err_last());
+}
+
+int comm_fail_async_why(struct ncclComm* comm, ncclResult_t res, const char* why) {
   ncclResult_t none = ncclSuccess;
   /* During init async_error reads ncclInProgress: a failure then counts too (comm_init). */
   if (!__atomic_compare_exchange_n((ncclResult_t*)&comm->async_error, &none, res, 0,
@@ -124,10 +129,15 @@ int comm_fail_async(struct ncclComm* comm, ncclResult_t res) {
       return 0;
   }
   pthread_mutex_lock(&comm->lock);
-  snprintf(comm->fail_error, sizeof comm->fail_error, "%s", braid_err_last());
+  snprintf(comm->fail_error, sizeof comm->fail_error, "%s", why);
+  snprintf(comm->last_error, sizeof comm->last_error, "%s", why);
   pthread_mutex_unlock(&comm->lock);
-  comm_error_record(comm, res);
   return 1;
+}
+
+void comm_stop(struct ncclComm* comm, const char* why) {
+  if (comm->abort_flag) __atomic_store_n(comm->abort_flag, 1, __ATOMIC_SEQ_CST);
+  share_break(comm, why); /* the flag is its family's: their kernels stop too */
 }
 
 ncclResult_t comm_check_usable(const struct ncclComm* comm, const char* api) {
@@ -367,7 +377,7 @@ fail:
 }
 
 ncclResult_t comm_init_split(struct ncclComm* comm, struct ncclComm* parent, const int* members,
-                             int nmembers, int new_rank) {
+                             int nmembers, int new_rank, int shrink) {
   ncclResult_t res = ncclSuccess;
   comm->rank = new_rank;
   comm->nranks = nmembers;
@@ -377,6 +387,8 @@ ncclResult_t comm_init_split(struct ncclComm* comm, struct ncclComm* parent, con
   comm->comm_hash = braid_hash(words, sizeof words);
   BRAID_CUDA_TRY(cudaSetDevice(comm->cuda_dev));
   BRAID_TRY(comm_abort_flag_alloc(comm));
+  /* splitShare/shrinkShare: into the parent's family (its abort flag from here on). */
+  BRAID_TRY(share_join(comm, parent, members, nmembers, shrink));
   BRAID_TRY(bootstrap_split(parent->bootstrap, members, nmembers, new_rank, comm->abort_flag,
                             &comm->bootstrap));
   BRAID_TRY(comm_init_connect(comm));
@@ -396,6 +408,8 @@ ncclResult_t comm_quiesce(struct ncclComm* comm) {
   BRAID_CUDA_TRY(cudaSetDevice(comm->cuda_dev));
   res = dev_state_drain(comm, COMM_DRAIN_TIMEOUT_S);
   watchdog_forget_pending(comm); /* the stopped launches will never report */
+  /* The flag is the family's: the others' kernels stopped too, mid-operation. */
+  share_break(comm, "stopped (ncclCommRevoke, or ncclCommShrink with NCCL_SHRINK_ABORT)");
   /* A replay's blocks that left on the flag are still marked in it (graph_end skipped). */
   if (res == ncclSuccess && comm->dev && comm->dev->comm &&
       cudaMemset(comm->dev->comm->graph.word, 0, sizeof comm->dev->comm->graph.word) !=
@@ -419,6 +433,8 @@ void comm_free(struct ncclComm* comm) {
   if (comm->cuda_dev >= 0) (void)cudaSetDevice(comm->cuda_dev);
   watchdog_stop(comm); /* first: its thread reads the connections */
   ce_free(comm);       /* before dev_state: it may wait on the peer's last writes */
+  /* Before dev_state and channels: what others of its family may use stays in the family. */
+  struct braid_share* family = share_leave(comm);
   dev_state_free(comm);
   transport_channels_free(comm);
   topo_comm_free(comm);
@@ -428,6 +444,7 @@ void comm_free(struct ncclComm* comm) {
   register_free_all(comm);
   free(comm->peers);
   if (comm->abort_flag_mem) cudaFreeHost(comm->abort_flag_mem);
+  share_free(family); /* the last of its family: what the departed members left, too */
   (void)cudaGetLastError();
   pthread_mutex_destroy(&comm->lock);
   comm->magic = 0;

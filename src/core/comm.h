@@ -55,6 +55,8 @@ struct braid_redop_table;
 struct braid_reg;
 struct braid_watchdog;
 struct braid_ce;
+struct braid_share;
+struct braid_lender;
 
 struct ncclComm {
   uint64_t magic;
@@ -80,6 +82,8 @@ struct ncclComm {
   struct braid_watchdog* watchdog;   /* op ledger and hang verdicts (watchdog.c) */
   struct braid_ce* ce;               /* copy-engine exchange (ce.c), or NULL */
   int ce_wanted;                     /* an operation asked for it: set it up at the next connect */
+  struct braid_share* share;         /* its family (share.c): kernel order, shared connections */
+  struct braid_lender* lender;       /* a sharing child: the parent connections it may borrow */
 
   volatile braid_comm_state_t state;
   volatile ncclResult_t async_error; /* ncclInProgress while a nonblocking init runs */
@@ -106,6 +110,14 @@ ncclResult_t comm_check_ready(const struct ncclComm* comm, const char* api);
  * reason; returns 1, or 0 when the comm had failed already.
  */
 int comm_fail_async(struct ncclComm* comm, ncclResult_t res);
+/* The same with `why` as the reason, the calling thread's last error left as it is. */
+int comm_fail_async_why(struct ncclComm* comm, ncclResult_t res, const char* why);
+/*
+ * Raises the abort flag (its kernels leave their wait loops) after a failure. The flag is its
+ * family's (share.h): the others of the family fail too, told `why` ("aborted", ...).
+ * Never with the family's lock held (enqueue).
+ */
+void comm_stop(struct ncclComm* comm, const char* why);
 /* comm_check_ready, and no asynchronous error (a failed peer, a hang verdict): for operations. */
 ncclResult_t comm_check_usable(const struct ncclComm* comm, const char* api);
 /* A new communicator object, state INITIALIZING; nothing is connected yet. */
@@ -117,9 +129,11 @@ ncclResult_t comm_init(struct ncclComm* comm, const ncclUniqueId* ids, int nids)
  * The same sequence for a communicator made from `parent` (split, shrink):
  * `members` lists the parent ranks in new-rank order, the same list on every
  * member, and this rank is member `new_rank`. Collective over the members.
+ * With the config's splitShare (shrinkShare for a `shrink`), the new comm
+ * joins the parent's family (share.h).
  */
 ncclResult_t comm_init_split(struct ncclComm* comm, struct ncclComm* parent, const int* members,
-                             int nmembers, int new_rank);
+                             int nmembers, int new_rank, int shrink);
 /*
  * Waits for the split/shrink jobs still using this comm's bootstrap: the
  * caller's own use of it must not interleave with theirs, or ranks that

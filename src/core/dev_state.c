@@ -15,6 +15,7 @@
 #include "core/comm.h"
 #include "core/debug.h"
 #include "core/param.h"
+#include "core/share.h"
 #include "core/utils.h"
 #include "graph/graph.h"
 #include "transport/transport.h"
@@ -147,7 +148,8 @@ ncclResult_t dev_state_create(struct ncclComm* comm) {
   d->nthreads = dev_nthreads();
   BRAID_TRY(dev_kernels_load(d));
   BRAID_CUDA_TRY(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
-  BRAID_CUDA_TRY(cudaEventCreateWithFlags(&d->last_launch, cudaEventDisableTiming));
+  if (comm->share == NULL) BRAID_TRY(share_create(comm));
+  d->order = &comm->share->order;
   BRAID_CUDA_TRY(cudaMalloc((void**)&d->comm, sizeof *d->comm));
   BRAID_CUDA_TRY(cudaMalloc((void**)&d->p2p_send, nconn * sizeof *d->p2p_send));
   BRAID_CUDA_TRY(cudaMalloc((void**)&d->p2p_recv, nconn * sizeof *d->p2p_recv));
@@ -162,6 +164,14 @@ ncclResult_t dev_state_create(struct ncclComm* comm) {
   BRAID_CUDA_TRY(cudaHostGetDevicePointer((void**)&d->host.abort_flag, (void*)comm->abort_flag, 0));
   dev_fill_channels(comm);
   BRAID_TRY(dev_upload(comm, d->comm, &d->host, sizeof d->host));
+  /* The kernels have the ring connections: a child may borrow them (share.h). */
+  for (int c = 0; c < comm->channels->nchannels; c++) {
+    struct braid_connector* ends[2] = {&comm->channels->ring_send[c],
+                                       &comm->channels->ring_recv[c]};
+    for (int e = 0; e < 2; e++)
+      if (ends[e]->transport != &braid_transport_net)
+        __atomic_store_n(&ends[e]->lendable, 1, __ATOMIC_RELEASE);
+  }
   return ncclSuccess;
 fail:
   return res;
@@ -176,26 +186,51 @@ ncclResult_t dev_state_upload_p2p(struct ncclComm* comm, int channel, int peer, 
 
 int dev_state_idle(struct ncclComm* comm) {
   struct braid_dev_state* d = comm->dev;
-  if (d == NULL || (!d->launched && !d->graphs_ordered)) return 1;
-  cudaError_t err = cudaEventQuery(d->last_launch);
+  if (d == NULL || d->order == NULL || (!d->order->launched && !d->order->graphs_ordered)) return 1;
+  cudaError_t err = cudaEventQuery(d->order->last_launch);
   if (err == cudaErrorNotReady) return 0;
   (void)cudaGetLastError();
   return 1;
 }
 
+/* The family's kernels up to the last record seen are done: a wait may forget them. */
+static void dev_order_done(struct ncclComm* comm, uint64_t seen) {
+  struct braid_launch_order* ord = comm->dev->order;
+  share_lock(comm);
+  if (ord->records == seen) ord->launched = 0;
+  share_unlock(comm);
+}
+
+/* The family's launches recorded so far (a wait's starting point). */
+static uint64_t dev_order_seen(struct ncclComm* comm) {
+  share_lock(comm);
+  uint64_t seen = comm->dev->order->records;
+  share_unlock(comm);
+  return seen;
+}
+
+/* How long kernels get to notice the abort flag (they poll it in every wait loop). */
+#define DEV_DRAIN_TIMEOUT_S 10.0
+
 ncclResult_t dev_state_wait_idle(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   struct braid_dev_state* d = comm->dev;
-  if (d == NULL || (!d->launched && !d->graphs_ordered)) return ncclSuccess;
+  if (d == NULL || d->order == NULL || (!d->order->launched && !d->order->graphs_ordered))
+    return ncclSuccess;
+  uint64_t seen = dev_order_seen(comm);
   /* Poll rather than block, so an abort from another thread is noticed. */
   for (;;) {
-    cudaError_t err = cudaEventQuery(d->last_launch);
+    cudaError_t err = cudaEventQuery(d->order->last_launch);
     if (err == cudaSuccess) break;
     if (err != cudaErrorNotReady) BRAID_CUDA_TRY(err);
-    if (*comm->abort_flag) return ncclRemoteError;
+    if (*comm->abort_flag) {
+      /* The kernels leave on the flag: their memory may go only once they have. */
+      res = dev_state_drain(comm, DEV_DRAIN_TIMEOUT_S);
+      return res == ncclSuccess ? ncclRemoteError : res;
+    }
     usleep(20);
   }
-  d->launched = 0;
+  dev_order_done(comm, seen);
   return ncclSuccess;
 fail:
   return res;
@@ -203,10 +238,12 @@ fail:
 
 ncclResult_t dev_state_drain(struct ncclComm* comm, double timeout_s) {
   struct braid_dev_state* d = comm->dev;
-  if (d == NULL || (!d->launched && !d->graphs_ordered)) return ncclSuccess;
+  if (d == NULL || d->order == NULL || (!d->order->launched && !d->order->graphs_ordered))
+    return ncclSuccess;
+  uint64_t seen = dev_order_seen(comm);
   double start = braid_time_sec();
   for (;;) {
-    cudaError_t err = cudaEventQuery(d->last_launch);
+    cudaError_t err = cudaEventQuery(d->order->last_launch);
     if (err == cudaSuccess) break;
     if (err != cudaErrorNotReady)
       return braid_err(ncclUnhandledCudaError, "rank %d: a kernel failed while aborting: %s",
@@ -218,7 +255,7 @@ ncclResult_t dev_state_drain(struct ncclComm* comm, double timeout_s) {
                        comm->rank, timeout_s);
     usleep(20);
   }
-  d->launched = 0;
+  dev_order_done(comm, seen);
   return ncclSuccess;
 }
 
@@ -229,7 +266,6 @@ void dev_state_free(struct ncclComm* comm) {
   if (d->p2p_send) cudaFree(d->p2p_send);
   if (d->p2p_recv) cudaFree(d->p2p_recv);
   if (d->ring_ranks) cudaFree(d->ring_ranks);
-  if (d->last_launch) cudaEventDestroy(d->last_launch);
   if (d->stream) cudaStreamDestroy(d->stream);
   (void)cudaGetLastError();
   free(d);

@@ -18,28 +18,27 @@ struct ncclComm;
 
 #define BRAID_CAPTURES 32 /* captures of one comm tracked at once (its kernels' order in each) */
 
-struct braid_dev_state {
-  struct braid_dev_comm host;        /* the host's copy of what was uploaded */
-  struct braid_dev_comm* comm;       /* device copy */
-  struct braid_dev_conn* p2p_send;   /* device [BRAID_MAX_CHANNELS * nranks] */
-  struct braid_dev_conn* p2p_recv;
-  int* ring_ranks;                   /* device [nchannels * nranks] */
-  cudaStream_t stream;               /* internal, non-blocking: uploads only */
-  /* The kernels as the driver launches them (this comm's device), by family, type, operator. */
-  CUfunction kernels[BRAID_KERNEL_FAMILIES][ncclNumTypes][BRAID_DEVOP_COUNT];
-  cudaEvent_t last_launch;           /* recorded after each kernel of this comm (and in
+/*
+ * The order of a family's kernels (core/share.c: a communicator, and the children it shares
+ * its connections with): one event recorded after each kernel of any of them, which the next
+ * launch waits for when it goes to another stream (and always once graphs are involved).
+ */
+struct braid_launch_order {
+  cudaEvent_t last_launch;           /* recorded after each kernel of the family (and in
                                         graphs, as it replays: graph mixing) */
   unsigned long long last_stream_id; /* where the last kernel went (cudaStreamGetId: a handle
                                         may be reused by a new stream, an id is not) */
   int launched;                      /* a kernel was launched since the last wait */
+  uint64_t records;                  /* eager records of last_launch so far: a wait clears
+                                        `launched` only if none came after the one it saw */
   /* A captured kernel records last_launch in its graph (graph mixing): a replay may be the
      latest record, so eager launches always wait, and idle/drain always query. */
   int graphs_ordered;
   /*
-   * Captures with a kernel of this comm (in progress, or ended: capture ids are never reused):
-   * the capture's last kernel node, which its next kernel of this comm depends on whatever
-   * stream it goes to, and (graph mixing) its record node. The least recently begun slot
-   * goes to a new capture: past BRAID_CAPTURES open at once, order is lost.
+   * Captures with a kernel of the family (in progress, or ended: capture ids are never reused):
+   * the capture's last kernel node, which its next kernel depends on whatever stream it goes
+   * to, and (graph mixing) its record node. The least recently begun slot goes to a new
+   * capture: past BRAID_CAPTURES open at once, order is lost.
    */
   struct braid_capture {
     unsigned long long cap_id; /* 0: free */
@@ -48,6 +47,18 @@ struct braid_dev_state {
     cudaGraphNode_t record;    /* graph mixing: the record node, hanging off `last` */
   } captures[BRAID_CAPTURES];
   unsigned captures_next;
+};
+
+struct braid_dev_state {
+  struct braid_dev_comm host;      /* the host's copy of what was uploaded */
+  struct braid_dev_comm* comm;     /* device copy */
+  struct braid_dev_conn* p2p_send; /* device [BRAID_MAX_CHANNELS * nranks] */
+  struct braid_dev_conn* p2p_recv;
+  int* ring_ranks;     /* device [nchannels * nranks] */
+  cudaStream_t stream; /* internal, non-blocking: uploads only */
+  /* The kernels as the driver launches them (this comm's device), by family, type, operator. */
+  CUfunction kernels[BRAID_KERNEL_FAMILIES][ncclNumTypes][BRAID_DEVOP_COUNT];
+  struct braid_launch_order* order;  /* the family's (comm->share) */
   int nthreads;                      /* threads per block */
 };
 
@@ -63,7 +74,11 @@ ncclResult_t dev_state_launch(struct ncclComm* comm, int family, int dtype, int 
 /* Uploads one newly connected send/recv connection. */
 ncclResult_t dev_state_upload_p2p(struct ncclComm* comm, int channel, int peer, int is_send,
                                   const struct braid_dev_conn* conn);
-/* Blocks until every kernel this comm launched has finished (or the comm aborts). */
+/*
+ * Blocks until every kernel this comm's family launched has finished. If the abort flag goes
+ * up meanwhile: waits (bounded, as dev_state_drain) for the kernels to leave, then
+ * ncclRemoteError.
+ */
 ncclResult_t dev_state_wait_idle(struct ncclComm* comm);
 /*
  * With the abort flag raised: waits up to `timeout_s` for the kernels to

@@ -29,6 +29,7 @@
 #include "core/group.h"
 #include "core/param.h"
 #include "core/redop.h"
+#include "core/share.h"
 #include "core/utils.h"
 #include "core/watchdog.h"
 #include "graph/graph.h"
@@ -408,38 +409,38 @@ struct enq_order {
 };
 
 /* This comm's state of capture `cap_id` (capture ids start at 1), or NULL. */
-static struct braid_capture* enq_capture_find(struct braid_dev_state* d,
+static struct braid_capture* enq_capture_find(struct braid_launch_order* ord,
                                               unsigned long long cap_id) {
   if (cap_id == 0) return NULL;
   for (int i = 0; i < BRAID_CAPTURES; i++)
-    if (d->captures[i].cap_id == cap_id) return &d->captures[i];
+    if (ord->captures[i].cap_id == cap_id) return &ord->captures[i];
   return NULL;
 }
 
 static ncclResult_t enq_order_wait(struct ncclComm* comm, cudaStream_t stream, int capturing,
                                    struct enq_order* o) {
   ncclResult_t res = ncclSuccess;
-  struct braid_dev_state* d = comm->dev;
+  struct braid_launch_order* ord = comm->dev->order;
   enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   o->capturing = capturing;
   o->cap_id = 0;
   o->cap = NULL;
   if (!capturing) {
     BRAID_CUDA_TRY(cudaStreamGetId(stream, &o->stream_id));
-    if (d->graphs_ordered || (d->launched && d->last_stream_id != o->stream_id))
-      BRAID_CUDA_TRY(cudaStreamWaitEvent(stream, d->last_launch, 0));
+    if (ord->graphs_ordered || (ord->launched && ord->last_stream_id != o->stream_id))
+      BRAID_CUDA_TRY(cudaStreamWaitEvent(stream, ord->last_launch, 0));
     return ncclSuccess;
   }
   /* cudaStreamGetId is refused while capturing; a capture's streams live as long as it. */
   o->stream_id = (unsigned long long)(uintptr_t)stream;
   BRAID_CUDA_TRY(cudaStreamGetCaptureInfo(stream, &status, &o->cap_id, NULL, NULL, NULL, NULL));
-  o->cap = enq_capture_find(d, o->cap_id);
+  o->cap = enq_capture_find(ord, o->cap_id);
   if (o->cap != NULL && o->cap->last != NULL && o->cap->stream != stream)
     BRAID_CUDA_TRY(cudaStreamUpdateCaptureDependencies(stream, &o->cap->last, NULL, 1,
                                                        cudaStreamAddCaptureDependencies));
   /* Once per capture: what follows in it is ordered after its first kernel. */
   if (o->cap == NULL && braid_param_int(BRAID_P_GRAPH_MIXING_SUPPORT) != 0)
-    BRAID_CUDA_TRY(cudaStreamWaitEvent(stream, d->last_launch, cudaEventWaitExternal));
+    BRAID_CUDA_TRY(cudaStreamWaitEvent(stream, ord->last_launch, cudaEventWaitExternal));
   return ncclSuccess;
 fail:
   return res;
@@ -455,7 +456,7 @@ fail:
 static ncclResult_t enq_order_capture(struct ncclComm* comm, cudaStream_t stream,
                                       const struct enq_order* o) {
   ncclResult_t res = ncclSuccess;
-  struct braid_dev_state* d = comm->dev;
+  struct braid_launch_order* ord = comm->dev->order;
   enum cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   cudaGraph_t graph = NULL;
   const cudaGraphNode_t* deps = NULL;
@@ -465,13 +466,13 @@ static ncclResult_t enq_order_capture(struct ncclComm* comm, cudaStream_t stream
   cudaGraphNode_t kernel = ndeps == 1 ? deps[0] : NULL;
   struct braid_capture* c = o->cap;
   if (c == NULL) {
-    c = &d->captures[d->captures_next++ % BRAID_CAPTURES];
+    c = &ord->captures[ord->captures_next++ % BRAID_CAPTURES];
     memset(c, 0, sizeof *c);
     c->cap_id = o->cap_id;
   }
   if (braid_param_int(BRAID_P_GRAPH_MIXING_SUPPORT) != 0) {
     if (c->record == NULL) {
-      BRAID_CUDA_TRY(cudaGraphAddEventRecordNode(&c->record, graph, deps, ndeps, d->last_launch));
+      BRAID_CUDA_TRY(cudaGraphAddEventRecordNode(&c->record, graph, deps, ndeps, ord->last_launch));
     } else {
       for (size_t i = 0; i < ndeps; i++)
         BRAID_CUDA_TRY(cudaGraphAddDependencies(graph, &deps[i], &c->record, NULL, 1));
@@ -479,7 +480,7 @@ static ncclResult_t enq_order_capture(struct ncclComm* comm, cudaStream_t stream
       if (c->last != NULL && kernel != NULL)
         BRAID_CUDA_TRY(cudaGraphRemoveDependencies(graph, &c->last, &c->record, NULL, 1));
     }
-    d->graphs_ordered = 1;
+    ord->graphs_ordered = 1;
   }
   c->last = kernel;
   c->stream = stream;
@@ -491,11 +492,12 @@ fail:
 static ncclResult_t enq_order_record(struct ncclComm* comm, cudaStream_t stream,
                                      const struct enq_order* o) {
   ncclResult_t res = ncclSuccess;
-  struct braid_dev_state* d = comm->dev;
+  struct braid_launch_order* ord = comm->dev->order;
   if (o->capturing) return enq_order_capture(comm, stream, o);
-  BRAID_CUDA_TRY(cudaEventRecord(d->last_launch, stream));
-  d->last_stream_id = o->stream_id;
-  d->launched = 1;
+  BRAID_CUDA_TRY(cudaEventRecord(ord->last_launch, stream));
+  ord->last_stream_id = o->stream_id;
+  ord->launched = 1;
+  ord->records++;
   return ncclSuccess;
 fail:
   return res;
@@ -742,7 +744,7 @@ static int enq_one_rank_copy(const struct ncclComm* comm, const struct braid_op*
   return comm->nranks == 1 && op->coll != BRAID_COLL_SENDRECV && op->devop != BRAID_DEVOP_PREMULSUM;
 }
 
-ncclResult_t enqueue_launch(struct ncclComm* comm) {
+static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
   ncclResult_t res = ncclSuccess;
   struct braid_group_comm* g = comm->group;
   struct launch_plan* plan = NULL;
@@ -845,9 +847,21 @@ fail:
   if (plan && plan->launched && capture == cudaStreamCaptureStatusNone) {
     /* Part of the group went out: the peers' step counts and this rank's no longer agree. */
     comm_fail_async(comm, res);
+    *spoilt = 1;
     for (int i = 1; i < g->nops; i++) (void)enq_launch_stream_sync(stream, g->ops[i].stream);
   }
   free(plan);
+  return res;
+}
+
+/* A family's groups launch one at a time (share.h): their kernels go out in one order. */
+ncclResult_t enqueue_launch(struct ncclComm* comm) {
+  int spoilt = 0;
+  share_lock(comm);
+  ncclResult_t res = enqueue_launch_locked(comm, &spoilt);
+  share_unlock(comm);
+  /* The connections the family shares are out of step too. */
+  if (spoilt) share_break(comm, "left with part of a group launched");
   return res;
 }
 

@@ -261,14 +261,20 @@ static ncclResult_t group_connect_p2p_all(struct ncclComm* comms) {
     BRAID_TRY(ce_setup(c));
   }
   /*
-   * The copy-engine answers first, and for every comm whatever fails: a peer waits for its
-   * answer in the third phase, which nothing else of this call may keep from it.
+   * The answers, copy-engine and send/recv (a late info: an offer to borrow that the peer did
+   * not match, transport.c), for every comm whatever fails: a peer waits for them in the
+   * third phase, which nothing else of this call may keep from it.
    */
   for (struct ncclComm* c = comms; c; c = c->group->next) {
-    ncclResult_t r =
-        cudaSetDevice(c->cuda_dev) == cudaSuccess
-            ? ce_connect(c)
-            : braid_err(ncclUnhandledCudaError, "cannot make device %d current", c->cuda_dev);
+    if (cudaSetDevice(c->cuda_dev) != cudaSuccess) {
+      ncclResult_t r =
+          braid_err(ncclUnhandledCudaError, "cannot make device %d current", c->cuda_dev);
+      if (res == ncclSuccess) res = r;
+      continue;
+    }
+    ncclResult_t r = ce_connect(c);
+    if (res == ncclSuccess) res = r;
+    r = transport_p2p_answer(c);
     if (res == ncclSuccess) res = r;
   }
   if (res != ncclSuccess) goto fail;

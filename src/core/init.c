@@ -17,6 +17,7 @@
 #include "core/debug.h"
 #include "core/dev_state.h"
 #include "core/group.h"
+#include "core/share.h"
 #include "core/utils.h"
 
 #define NCCL_API __attribute__((visibility("default")))
@@ -322,7 +323,7 @@ NCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
   BRAID_TRY(comm_check(comm, "ncclCommAbort"));
   /* Every kernel wait loop and every bootstrap wait polls these. */
   cudaGetDevice(&saved_dev); /* before group_forget, which may switch devices */
-  if (comm->abort_flag) __atomic_store_n(comm->abort_flag, 1, __ATOMIC_SEQ_CST);
+  comm_stop(comm, "aborted");
   if (comm->bootstrap) bootstrap_abort(comm->bootstrap);
   /* In this thread's open group (its operations, or its init still to run): out of it first,
      or the group's end would find a freed comm, and the init wait below never end. */

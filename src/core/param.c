@@ -152,9 +152,11 @@ static const struct param_row rows[BRAID_P_COUNT] = {
   ROW(MAX_CTAS, "NCCL_MAX_CTAS", INT, "-1",
       "Above 0: every communicator's ncclConfig_t.maxCTAs (capped at 64)."),
   ROW(COMM_SPLIT_SHARE_RESOURCES, "NCCL_COMM_SPLIT_SHARE_RESOURCES", INT, "-1",
-      "0 or 1: every communicator's ncclConfig_t.splitShare (Braid shares nothing either way)."),
+      "0 or 1: every communicator's ncclConfig_t.splitShare (1: a split child borrows the "
+      "parent's P2P/SHM connections)."),
   ROW(COMM_SHRINK_SHARE_RESOURCES, "NCCL_COMM_SHRINK_SHARE_RESOURCES", INT, "-1",
-      "0 or 1: every communicator's ncclConfig_t.shrinkShare (Braid shares nothing either way)."),
+      "0 or 1: every communicator's ncclConfig_t.shrinkShare (1: a shrunk child borrows the "
+      "parent's P2P/SHM connections)."),
   ROW(CTA_POLICY, "NCCL_CTA_POLICY", INT, "-1",
       "0 to 2: every communicator's ncclConfig_t.CTAPolicy."),
   ROW(NVLS_NCHANNELS, "NCCL_NVLS_NCHANNELS", INT, "-1",

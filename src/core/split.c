@@ -11,8 +11,9 @@
  * now, at ncclGroupEnd, or on its own thread for a nonblocking config, as
  * init does (group_job_dispatch).
  *
- * splitShare/shrinkShare are accepted, but the child always gets its own
- * connections and FIFOs: Braid does not share them with the parent.
+ * With splitShare/shrinkShare the child borrows the parent's P2P/SHM
+ * connections where both ends find one, and shares its abort flag and its
+ * order of kernels (share.h).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -113,7 +114,7 @@ static ncclResult_t split_job_run(struct braid_init_job* job) {
               parent->rank, n);
   INFO(BRAID_LOG_INIT, "comm %p rank %d nranks %d: %s -> new rank %d of %d", (void*)parent,
        parent->rank, parent->nranks, a->shrink ? "shrink" : "split", me, n);
-  res = comm_init_split(job->comm, parent, members, n, me);
+  res = comm_init_split(job->comm, parent, members, n, me, a->shrink);
   free(members);
   split_job_done(a);
   return res;
@@ -145,10 +146,6 @@ static ncclResult_t split_start(struct ncclComm* parent, struct split_args* args
   struct ncclComm* child = NULL;
   struct braid_init_job* job = NULL;
   BRAID_TRY(config_resolve_from(&parent->config, config, &cfg));
-  if ((cfg.split_share == 1 || cfg.shrink_share == 1))
-    INFO(BRAID_LOG_INIT, "%s: %s requested; the new communicator gets its own connections all the "
-         "same (Braid shares none with the parent)", api,
-         cfg.split_share == 1 ? "splitShare" : "shrinkShare");
   if (member) BRAID_TRY(comm_alloc(&child, -1, 0, parent->cuda_dev, &cfg));
   BRAID_TRY(BRAID_CALLOC(&job, 1, "split job"));
   job->comm = child;

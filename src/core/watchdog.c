@@ -425,7 +425,7 @@ static void wd_deliver(struct braid_watchdog* wd, int fail, const char* text, co
   braid_err(ncclRemoteError, "%s (comm 0x%llx, %s)", text, (unsigned long long)comm->comm_hash,
             why); /* logs it as a WARN, and it becomes this comm's last error below */
   comm_fail_async(comm, ncclRemoteError);
-  if (comm->abort_flag) __atomic_store_n(comm->abort_flag, 1, __ATOMIC_SEQ_CST);
+  comm_stop(comm, "stopped by a hang verdict");
   wd->failed = 1;
 }
 
@@ -683,7 +683,8 @@ static void wd_check_local_peers(struct braid_watchdog* wd) {
      * The ledger lags the GPU by a round of copies: when this comm's last launch has in fact
      * finished, nothing waits on the peer (it may well have exited after its own last op).
      */
-    if (wd->graph_live == 0 && comm->dev && cudaEventQuery(comm->dev->last_launch) == cudaSuccess)
+    if (wd->graph_live == 0 && comm->dev && comm->dev->order &&
+        cudaEventQuery(comm->dev->order->last_launch) == cudaSuccess)
       return; /* (a replay in progress: without graph mixing the event does not cover it) */
     (void)cudaGetLastError();
     char why[96];

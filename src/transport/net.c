@@ -261,7 +261,7 @@ fail:
 static void net_on_error(void* arg, ncclResult_t res) {
   struct ncclComm* comm = arg;
   comm_fail_async(comm, res); /* the proxy's message, for ncclGetLastError(comm) */
-  if (comm->abort_flag) __atomic_store_n(comm->abort_flag, 1, __ATOMIC_SEQ_CST);
+  comm_stop(comm, "stopped by a failed network connection");
 }
 
 static ncclResult_t net_info_check(struct ncclComm* comm, const struct braid_connector* conn,

@@ -5,6 +5,15 @@
  * a thread driving several communicators never waits on itself), the ring
  * connections made at init and the send/recv connections made the first
  * time a group needs them.
+ *
+ * Connecting an end takes three phases, each run over every end before the
+ * next: (1) set up and send the info, or, in a child sharing its parent's
+ * connections (core/share.h), send an offer to borrow the parent's; (2) read
+ * the peer's message: two offers mean both ends borrow; an offer met by an
+ * info means the offering end sets up a real end now and sends its info late;
+ * (3) connect (reading a late info first), or borrow. Every late info is
+ * sent in phase 2, before anyone waits for one, so no order of ends can
+ * deadlock.
  */
 #include "transport/transport.h"
 
@@ -16,12 +25,21 @@
 #include "core/debug.h"
 #include "core/dev_state.h"
 #include "core/param.h"
+#include "core/share.h"
 #include "core/utils.h"
 #include "graph/graph.h"
 
 /* Bootstrap tags: kind in the high bits, channel in the low ones. */
 enum { TAG_RING_SEND_INFO = 1, TAG_RING_RECV_INFO = 2, TAG_P2P_SEND_INFO = 3, TAG_P2P_RECV_INFO = 4 };
 #define CONN_TAG(kind, channel) (0x40000000 | ((kind) << 16) | (channel))
+#define CONN_TAG_LATE(tag) ((tag) ^ 0x20000000) /* an info sent after an offer was refused */
+
+/* What one end sends the other in phase 1 (and late, phase 2). */
+struct conn_msg {
+  uint32_t borrow; /* 1: an offer to borrow the parent's connection; `info` unused */
+  uint32_t pad;
+  struct braid_conn_info info;
+};
 
 /* In order of preference; NET, the last, only connects ranks on different hosts. */
 static const struct braid_transport_ops* const transports[] = {
@@ -51,34 +69,81 @@ static ncclResult_t transport_select(struct ncclComm* comm, int peer,
                    shm_off ? "disabled" : "not possible (different /dev/shm)");
 }
 
-/* Phase 1 for one end: choose the transport, set up, send the info to the peer. */
-static ncclResult_t conn_setup(struct ncclComm* comm, struct braid_connector* conn, int tag) {
+/* Chooses the transport and sets up this end: what the peer needs goes into *info. */
+static ncclResult_t conn_setup_end(struct ncclComm* comm, struct braid_connector* conn,
+                                   struct braid_conn_info* info) {
   ncclResult_t res = ncclSuccess;
-  struct braid_conn_info info;
-  memset(&info, 0, sizeof info);
   BRAID_TRY(transport_select(comm, conn->peer, &conn->transport));
   if (conn->is_send)
-    BRAID_TRY(conn->transport->send_setup(comm, conn, &info));
+    BRAID_TRY(conn->transport->send_setup(comm, conn, info));
   else
-    BRAID_TRY(conn->transport->recv_setup(comm, conn, &info));
-  BRAID_TRY(bootstrap_send(comm->bootstrap, conn->peer, tag, &info, sizeof info));
+    BRAID_TRY(conn->transport->recv_setup(comm, conn, info));
   return ncclSuccess;
 fail:
   return res;
 }
 
-/* Phase 2 for one end: receive the peer's info and connect. */
-static ncclResult_t conn_connect(struct ncclComm* comm, struct braid_connector* conn, int tag) {
+/* Phase 1 for one end: an offer to borrow (`ring`: a ring end), or set up; sent to the peer. */
+static ncclResult_t conn_setup(struct ncclComm* comm, struct braid_connector* conn, int tag,
+                               int ring) {
   ncclResult_t res = ncclSuccess;
-  struct braid_conn_info info;
-  BRAID_TRY(bootstrap_recv(comm->bootstrap, conn->peer, tag, &info, sizeof info));
-  if (conn->is_send)
-    BRAID_TRY(conn->transport->send_connect(comm, conn, &info));
+  struct conn_msg msg;
+  memset(&msg, 0, sizeof msg);
+  conn->setup_tag = tag;
+  conn->offer = share_lender_conn(comm, conn, ring);
+  if (conn->offer)
+    msg.borrow = 1;
   else
-    BRAID_TRY(conn->transport->recv_connect(comm, conn, &info));
-  conn->dev.connected = 1;
+    BRAID_TRY(conn_setup_end(comm, conn, &msg.info));
+  BRAID_TRY(bootstrap_send(comm->bootstrap, conn->peer, tag, &msg, sizeof msg));
+  conn->phase = 1;
   return ncclSuccess;
 fail:
+  return res;
+}
+
+/* Phase 2 for one end: the peer's message; an offer of ours it did not match becomes a real end. */
+static ncclResult_t conn_answer(struct ncclComm* comm, struct braid_connector* conn, int tag) {
+  ncclResult_t res = ncclSuccess;
+  free(conn->answer); /* one left by a failed attempt */
+  conn->answer = NULL;
+  BRAID_TRY(BRAID_CALLOC(&conn->answer, 1, "connection answer"));
+  BRAID_TRY(bootstrap_recv(comm->bootstrap, conn->peer, tag, conn->answer, sizeof *conn->answer));
+  if (conn->offer && !conn->answer->borrow) {
+    struct conn_msg late;
+    memset(&late, 0, sizeof late);
+    conn->offer = NULL;
+    BRAID_TRY(conn_setup_end(comm, conn, &late.info));
+    BRAID_TRY(bootstrap_send(comm->bootstrap, conn->peer, CONN_TAG_LATE(conn->setup_tag), &late,
+                             sizeof late));
+  }
+  conn->phase = 2;
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+/* Phase 3 for one end: borrow (both offered), or connect with the peer's info (late or not). */
+static ncclResult_t conn_connect(struct ncclComm* comm, struct braid_connector* conn, int tag,
+                                 int ring) {
+  ncclResult_t res = ncclSuccess;
+  struct conn_msg* m = conn->answer;
+  if (conn->offer) {
+    share_borrow(comm, conn, conn->offer, ring);
+    conn->offer = NULL;
+  } else {
+    if (m->borrow)
+      BRAID_TRY(bootstrap_recv(comm->bootstrap, conn->peer, CONN_TAG_LATE(tag), m, sizeof *m));
+    if (conn->is_send)
+      BRAID_TRY(conn->transport->send_connect(comm, conn, &m->info));
+    else
+      BRAID_TRY(conn->transport->recv_connect(comm, conn, &m->info));
+  }
+  conn->dev.connected = 1;
+  conn->phase = 3;
+fail:
+  free(conn->answer);
+  conn->answer = NULL;
   return res;
 }
 
@@ -142,22 +207,35 @@ ncclResult_t transport_rings_connect(struct ncclComm* comm) {
   int n = comm->nranks;
   if (n == 1) return ncclSuccess;
   size_t bytes = transport_buff_bytes(BRAID_P_BUFFSIZE);
+  int nborrowed = 0;
   for (int c = 0; c < ch->nchannels; c++) {
     int next = ch->ring_ranks_host[c * n + 1], prev = ch->ring_ranks_host[c * n + n - 1];
     conn_init(&ch->ring_send[c], next, c, 1, bytes);
     conn_init(&ch->ring_recv[c], prev, c, 0, bytes);
-    BRAID_TRY(conn_setup(comm, &ch->ring_recv[c], CONN_TAG(TAG_RING_RECV_INFO, c)));
-    BRAID_TRY(conn_setup(comm, &ch->ring_send[c], CONN_TAG(TAG_RING_SEND_INFO, c)));
+    BRAID_TRY(conn_setup(comm, &ch->ring_recv[c], CONN_TAG(TAG_RING_RECV_INFO, c), 1));
+    BRAID_TRY(conn_setup(comm, &ch->ring_send[c], CONN_TAG(TAG_RING_SEND_INFO, c), 1));
   }
+  /* Every end, whatever fails: the peer may wait for a late info from a later one. */
+  for (int c = 0; c < ch->nchannels; c++) {
+    ncclResult_t r = conn_answer(comm, &ch->ring_recv[c], CONN_TAG(TAG_RING_SEND_INFO, c));
+    if (res == ncclSuccess) res = r;
+    r = conn_answer(comm, &ch->ring_send[c], CONN_TAG(TAG_RING_RECV_INFO, c));
+    if (res == ncclSuccess) res = r;
+  }
+  if (res != ncclSuccess) goto fail;
   ch->ll_ok = ch->ll128_ok = 1;
   for (int c = 0; c < ch->nchannels; c++) {
-    BRAID_TRY(conn_connect(comm, &ch->ring_recv[c], CONN_TAG(TAG_RING_SEND_INFO, c)));
-    BRAID_TRY(conn_connect(comm, &ch->ring_send[c], CONN_TAG(TAG_RING_RECV_INFO, c)));
+    BRAID_TRY(conn_connect(comm, &ch->ring_recv[c], CONN_TAG(TAG_RING_SEND_INFO, c), 1));
+    BRAID_TRY(conn_connect(comm, &ch->ring_send[c], CONN_TAG(TAG_RING_RECV_INFO, c), 1));
+    nborrowed += ch->ring_recv[c].borrowed + ch->ring_send[c].borrowed;
     if (!ch->ring_recv[c].dev.ll_buff || !ch->ring_send[c].dev.ll_buff) ch->ll_ok = 0;
     if (!ch->ring_recv[c].dev.ll128_buff || !ch->ring_send[c].dev.ll128_buff) ch->ll128_ok = 0;
   }
-  INFO(BRAID_LOG_INIT, "%d ring channels connected via %s (next rank %d), %zu KiB per FIFO",
-       ch->nchannels, ch->ring_send[0].transport->name, ch->ring_send[0].peer, bytes >> 10);
+  INFO(BRAID_LOG_INIT, "%d ring channels connected via %s (next rank %d), %zu KiB per FIFO%s",
+       ch->nchannels, ch->ring_send[0].transport->name, ch->ring_send[0].peer, bytes >> 10,
+       nborrowed == 2 * ch->nchannels ? "; all borrowed from the parent (splitShare)"
+       : nborrowed > 0                ? "; some borrowed from the parent (splitShare)"
+                                      : "");
   return ncclSuccess;
 fail:
   return res;
@@ -194,9 +272,9 @@ uint32_t transport_p2p_slot_bytes(void) {
   return (uint32_t)(transport_buff_bytes(BRAID_P_P2P_BUFFSIZE) / BRAID_STEPS);
 }
 
-/* Marked (buff_bytes set) but not yet set up (no transport). */
+/* Marked (buff_bytes set) but not yet set up (nor half set up by a failed attempt). */
 static int p2p_pending_setup(const struct braid_connector* conn) {
-  return conn->buff_bytes != 0 && conn->transport == NULL;
+  return conn->buff_bytes != 0 && conn->phase == 0 && conn->transport == NULL;
 }
 
 ncclResult_t transport_p2p_setup(struct ncclComm* comm) {
@@ -208,8 +286,8 @@ ncclResult_t transport_p2p_setup(struct ncclComm* comm) {
     for (int peer = 0; peer < n; peer++) {
       struct braid_connector* rc = p2p_conn(ch, n, c, peer, 0);
       struct braid_connector* sc = p2p_conn(ch, n, c, peer, 1);
-      if (p2p_pending_setup(rc)) BRAID_TRY(conn_setup(comm, rc, CONN_TAG(TAG_P2P_RECV_INFO, c)));
-      if (p2p_pending_setup(sc)) BRAID_TRY(conn_setup(comm, sc, CONN_TAG(TAG_P2P_SEND_INFO, c)));
+      if (p2p_pending_setup(rc)) BRAID_TRY(conn_setup(comm, rc, CONN_TAG(TAG_P2P_RECV_INFO, c), 0));
+      if (p2p_pending_setup(sc)) BRAID_TRY(conn_setup(comm, sc, CONN_TAG(TAG_P2P_SEND_INFO, c), 0));
     }
   }
   return ncclSuccess;
@@ -217,7 +295,27 @@ fail:
   return res;
 }
 
-ncclResult_t transport_p2p_connect(struct ncclComm* comm) {
+/* Phase 3 for a send/recv end: connect (or borrow), then the kernels get it. */
+static ncclResult_t p2p_connect_one(struct ncclComm* comm, struct braid_connector* conn, int tag) {
+  ncclResult_t res = ncclSuccess;
+  comm->channels->p2p_marked--; /* not looked at again, even if what follows fails */
+  BRAID_TRY(conn_connect(comm, conn, tag, 0));
+  BRAID_TRY(dev_state_upload_p2p(comm, conn->channel, conn->peer, conn->is_send, &conn->dev));
+  if (conn->transport != &braid_transport_net) /* a child may borrow it from now on */
+    __atomic_store_n(&conn->lendable, 1, __ATOMIC_RELEASE);
+  TRACE(BRAID_LOG_P2P, "channel %d %s rank %d %s %s", conn->channel,
+        conn->is_send ? "send to" : "recv from", conn->peer,
+        conn->borrowed ? "borrowed from the parent:" : "connected via", conn->transport->name);
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+/*
+ * Phase 2 (answers) or 3 (connects) over the marked send/recv ends, in one order on every
+ * rank. Answers go on whatever fails: the peer may wait for a late info from a later one.
+ */
+static ncclResult_t p2p_phase(struct ncclComm* comm, int phase) {
   ncclResult_t res = ncclSuccess;
   struct braid_channels* ch = comm->channels;
   int n = comm->nranks;
@@ -226,39 +324,67 @@ ncclResult_t transport_p2p_connect(struct ncclComm* comm) {
     for (int peer = 0; peer < n; peer++) {
       for (int is_send = 0; is_send <= 1; is_send++) {
         struct braid_connector* conn = p2p_conn(ch, n, c, peer, is_send);
-        if (conn->transport == NULL || conn->dev.connected) continue;
+        if (conn->phase != phase - 1) continue;
         int tag = CONN_TAG(is_send ? TAG_P2P_RECV_INFO : TAG_P2P_SEND_INFO, c);
-        BRAID_TRY(conn_connect(comm, conn, tag));
-        ch->p2p_marked--; /* connected: not looked at again, even if the upload fails */
-        BRAID_TRY(dev_state_upload_p2p(comm, c, peer, is_send, &conn->dev));
-        TRACE(BRAID_LOG_P2P, "channel %d %s rank %d connected via %s", c,
-              is_send ? "send to" : "recv from", peer, conn->transport->name);
+        ncclResult_t r =
+            phase == 2 ? conn_answer(comm, conn, tag) : p2p_connect_one(comm, conn, tag);
+        if (res == ncclSuccess) res = r;
+        if (res != ncclSuccess && phase == 3) return res;
       }
     }
   }
-  return ncclSuccess;
-fail:
   return res;
 }
 
+ncclResult_t transport_p2p_answer(struct ncclComm* comm) { return p2p_phase(comm, 2); }
+
+ncclResult_t transport_p2p_connect(struct ncclComm* comm) { return p2p_phase(comm, 3); }
+
 static void conn_free(struct braid_connector* conn) {
-  if (conn->transport) conn->transport->free(conn);
+  if (conn->transport && !conn->borrowed) conn->transport->free(conn);
+  free(conn->answer);
   memset(conn, 0, sizeof *conn);
 }
 
-void transport_channels_free(struct ncclComm* comm) {
-  struct braid_channels* ch = comm->channels;
-  if (ch == NULL) return;
+/* Calls fn on every connector of `ch` (ring and send/recv). */
+static void channels_each(struct braid_channels* ch, int nranks,
+                          void (*fn)(struct braid_connector*)) {
   for (int c = 0; c < BRAID_MAX_CHANNELS; c++) {
-    conn_free(&ch->ring_send[c]);
-    conn_free(&ch->ring_recv[c]);
+    fn(&ch->ring_send[c]);
+    fn(&ch->ring_recv[c]);
   }
-  size_t np = (size_t)BRAID_MAX_CHANNELS * comm->nranks;
-  for (size_t i = 0; ch->p2p_send && i < np; i++) conn_free(&ch->p2p_send[i]);
-  for (size_t i = 0; ch->p2p_recv && i < np; i++) conn_free(&ch->p2p_recv[i]);
+  size_t np = (size_t)BRAID_MAX_CHANNELS * nranks;
+  for (size_t i = 0; ch->p2p_send && i < np; i++) fn(&ch->p2p_send[i]);
+  for (size_t i = 0; ch->p2p_recv && i < np; i++) fn(&ch->p2p_recv[i]);
+}
+
+void transport_channels_release(struct braid_channels* ch, int nranks) {
+  if (ch == NULL) return;
+  channels_each(ch, nranks, conn_free);
   free(ch->p2p_send);
   free(ch->p2p_recv);
   free(ch->ring_ranks_host);
   free(ch);
+}
+
+void transport_channels_free(struct ncclComm* comm) {
+  transport_channels_release(comm->channels, comm->nranks);
   comm->channels = NULL;
+}
+
+/*
+ * Frees a connector no child may borrow, leaving `lendable` (0) alone: a child of the departing
+ * comm may be reading it on another thread.
+ */
+static void conn_keep_lendable(struct braid_connector* conn) {
+  if (conn->transport == &braid_transport_p2p || conn->transport == &braid_transport_shm) return;
+  if (conn->transport && !conn->borrowed) conn->transport->free(conn);
+  conn->transport = NULL;
+  conn->state = NULL;
+  free(conn->answer);
+  conn->answer = NULL;
+}
+
+void transport_channels_keep_lendable(struct braid_channels* ch, int nranks) {
+  channels_each(ch, nranks, conn_keep_lendable);
 }

@@ -43,6 +43,14 @@ struct braid_connector {
   int channel;
   int is_send;
   size_t buff_bytes;                           /* FIFO size requested (all BRAID_STEPS slots) */
+  /* Connecting (transport.c): 0 to do, 1 info sent, 2 answer read, 3 connected. */
+  int phase;
+  int setup_tag;                       /* the bootstrap tag of the info this end sent */
+  const struct braid_connector* offer; /* phases 1-2: the parent's end it offered to borrow */
+  struct conn_msg* answer;             /* phase 2: the peer's message */
+  int borrowed;                        /* `dev` is a parent's connection (core/share.h):
+                                          nothing here to free */
+  int lendable;                        /* (atomic) the kernels have it: a child may borrow */
 };
 
 struct braid_transport_ops {
@@ -122,10 +130,16 @@ uint32_t transport_p2p_slot_bytes(void);
 int transport_p2p_pending(const struct ncclComm* comm);
 /* Phase 1 of connecting what was marked: set up local ends and send infos to peers. */
 ncclResult_t transport_p2p_setup(struct ncclComm* comm);
-/* Phase 2: receive the peers' infos and connect. */
+/* Phase 2: read the peers' answers (core/share.h: offers to borrow a parent's connection). */
+ncclResult_t transport_p2p_answer(struct ncclComm* comm);
+/* Phase 3: connect, or borrow, and upload. */
 ncclResult_t transport_p2p_connect(struct ncclComm* comm);
 
 /* Frees every connection and the channels struct. */
 void transport_channels_free(struct ncclComm* comm);
+/* The same for a channels struct of `nranks` ranks that no comm holds (core/share.c). */
+void transport_channels_release(struct braid_channels* ch, int nranks);
+/* Frees the connections no other comm can borrow (all but P2P and SHM); keeps the rest. */
+void transport_channels_keep_lendable(struct braid_channels* ch, int nranks);
 
 #endif

@@ -6,6 +6,12 @@
  *   split by host     colour = the host (each rank its own in hosts mode, one otherwise)
  *   split nocolor     rank 0 passes NCCL_SPLIT_NOCOLOR and gets no communicator
  *   split nonblocking blocking = 0: the split returns at once, the child is polled ready
+ *   split share       splitShare = 1: a child and a grandchild of a copy of the world's
+ *                     comm, collectives and send/recv rings on all three interleaved, the
+ *                     parent destroyed first, then the child; where the ranks share a host,
+ *                     the shared split must take at least a ring FIFO (4 MiB) less device
+ *                     memory than an unshared one; (Braid) aborting a sharing child fails
+ *                     the parent
  *   init nonblocking  ncclCommInitRankConfig with blocking = 0, polled, then a collective
  *   shrink            without the last rank; the parent still works afterwards
  *   shrink abort      the excluded rank leaves; the others shrink with NCCL_SHRINK_ABORT
@@ -474,6 +480,210 @@ static int api_expect_refused(struct gpu_world* w, ncclComm_t* comms, const char
   world_sync(w);
   buf_free(w, &a);
   return rc;
+}
+
+/* ---- split share
+ * --------------------------------------------------------------------------------- */
+
+/*
+ * The family of the split share cases: [0] a copy of the world's comm, [1] its child, [2] its
+ * grandchild (both splitShare = 1, one colour: the world's ranks in order). Each has a stream
+ * of its own per local rank ([0] the world's), so only the family's order of kernels keeps
+ * their kernels off the shared connections at the same time.
+ */
+struct api_family {
+  ncclComm_t comm[3][GPU_MAX_RANKS];
+  cudaStream_t stream[3][GPU_MAX_RANKS];
+};
+
+static int api_family_init(struct gpu_world* w, struct api_family* f) {
+  memset(f, 0, sizeof *f);
+  for (int l = 0; l < w->nlocal; l++) {
+    f->stream[0][l] = w->stream[l];
+    for (int g = 1; g < 3; g++)
+      if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
+          world_cuda(w, cudaStreamCreateWithFlags(&f->stream[g][l], cudaStreamNonBlocking),
+                     "cudaStreamCreateWithFlags"))
+        return -1;
+  }
+  return 0;
+}
+
+static void api_family_free(struct gpu_world* w, struct api_family* f, int abort) {
+  for (int g = 0; g < 3; g++)
+    for (int l = 0; l < w->nlocal; l++) {
+      if (f->comm[g][l]) {
+        ncclResult_t res = abort ? ncclCommAbort(f->comm[g][l]) : ncclCommDestroy(f->comm[g][l]);
+        world_nccl(w, res, NULL, abort ? "ncclCommAbort" : "ncclCommDestroy");
+      }
+      f->comm[g][l] = NULL;
+      if (g > 0 && f->stream[g][l]) cudaStreamDestroy(f->stream[g][l]);
+      f->stream[g][l] = NULL;
+    }
+}
+
+/* Splits comms[] with one colour (the ranks in order) and the given splitShare. */
+static int api_split_all(struct gpu_world* w, ncclComm_t* comms, int share, ncclComm_t* out) {
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.splitShare = share;
+  if (world_group_start(w) != 0) return -1;
+  for (int l = 0; l < w->nlocal; l++)
+    world_nccl(w, ncclCommSplit(comms[l], 0, api_rank(w, l), &out[l], &cfg), comms[l],
+               share ? "ncclCommSplit (splitShare = 1)" : "ncclCommSplit (splitShare = 0)");
+  return world_group_end(w) != 0 || w->case_failed ? -1 : 0;
+}
+
+/* Device memory in use on local rank 0's GPU, once every rank is past its last call on `via`. */
+static int api_mem_used(struct gpu_world* w, ncclComm_t* via, struct api_buf* a, size_t* used) {
+  size_t free_b = 0, total = 0;
+  if (api_allreduce(w, via, a, a, "ncclAllReduce (a barrier)") || api_sync(w, via) ||
+      world_cuda(w, cudaSetDevice(w->dev[0]), "cudaSetDevice") ||
+      world_cuda(w, cudaMemGetInfo(&free_b, &total), "cudaMemGetInfo"))
+    return -1;
+  *used = total - free_b;
+  return 0;
+}
+
+static const char* const api_family_name[3] = {"parent", "child", "grandchild"};
+
+/*
+ * One round on the live members of f ([0..nfam), destroyed ones skipped): on each in turn, on
+ * its own stream, a send/recv ring of A (rank r to r + 1) and an AllReduce of A, with no
+ * synchronization between members; then every member's results checked.
+ */
+static int api_share_round(struct gpu_world* w, struct api_family* f, int nfam, const char* when) {
+  struct api_buf a, r[3], s[3];
+  int rc = -1, all[GPU_MAX_RANKS];
+  memset(r, 0, sizeof r);
+  memset(s, 0, sizeof s);
+  if (buf_alloc(w, &a, API_N)) goto out;
+  for (int l = 0; l < w->nlocal; l++)
+    if (buf_put(w, &a, l, api_rank(w, l), 5)) goto out;
+  for (int g = 0; g < nfam; g++) {
+    if (f->comm[g][0] == NULL) continue;
+    if (buf_alloc(w, &r[g], API_N) || buf_alloc(w, &s[g], API_N) || world_group_start(w)) goto out;
+    for (int l = 0; l < w->nlocal; l++) {
+      int me = api_rank(w, l), n = w->nranks;
+      ncclComm_t c = f->comm[g][l];
+      cudaStream_t st = f->stream[g][l];
+      if (world_nccl(w, ncclSend(a.d[l], a.n, ncclInt64, (me + 1) % n, c, st), c, "ncclSend") ||
+          world_nccl(w, ncclRecv(r[g].d[l], a.n, ncclInt64, (me - 1 + n) % n, c, st), c,
+                     "ncclRecv") ||
+          world_nccl(w, ncclAllReduce(a.d[l], s[g].d[l], a.n, ncclInt64, ncclSum, c, st), c,
+                     "ncclAllReduce"))
+        break;
+    }
+    if (world_group_end(w)) goto out;
+  }
+  for (int g = 0; g < nfam; g++)
+    for (int l = 0; l < w->nlocal && f->comm[g][0]; l++)
+      if (world_cuda(w, cudaStreamSynchronize(f->stream[g][l]), "cudaStreamSynchronize")) goto out;
+  for (int k = 0; k < w->nranks; k++) all[k] = k;
+  int64_t* want_s = api_sum(API_N, all, w->nranks, 5, 1);
+  rc = want_s ? 0 : -1;
+  for (int g = 0; want_s && g < nfam; g++) {
+    if (f->comm[g][0] == NULL) continue;
+    for (int l = 0; l < w->nlocal; l++) {
+      int prev = (api_rank(w, l) - 1 + w->nranks) % w->nranks;
+      int64_t* want_r = api_sum(API_N, &prev, 1, 5, 1);
+      char what[96];
+      snprintf(what, sizeof what, "%s, %s's ring", when, api_family_name[g]);
+      rc |= want_r ? buf_expect(w, &r[g], l, want_r, what) : -1;
+      snprintf(what, sizeof what, "%s, %s's AllReduce", when, api_family_name[g]);
+      rc |= buf_expect(w, &s[g], l, want_s, what);
+      free(want_r);
+    }
+  }
+  free(want_s);
+out:
+  buf_free(w, &a);
+  for (int g = 0; g < 3; g++) {
+    buf_free(w, &r[g]);
+    buf_free(w, &s[g]);
+  }
+  return rc;
+}
+
+static void api_split_share(struct gpu_world* w) {
+  char name[128];
+  snprintf(name, sizeof name, "Split share: parent, child, grandchild mode=%s", w->opts->mode);
+  if (w->nranks < 2 || !world_case_begin(w, name)) return;
+  struct api_family f;
+  ncclComm_t own[GPU_MAX_RANKS] = {0};
+  struct api_buf bar;
+  size_t m0 = 0, m1 = 0, m2 = 0;
+  memset(&bar, 0, sizeof bar);
+  if (api_family_init(w, &f) || buf_alloc(w, &bar, 16) || api_dup(w, f.comm[0])) goto out;
+  /* The parent's own send/recv connections first: the child's send/recv may borrow them. */
+  if (api_share_round(w, &f, 1, "parent alone")) goto out;
+  if (api_mem_used(w, f.comm[0], &bar, &m0) || api_split_all(w, f.comm[0], 1, f.comm[1]) ||
+      api_mem_used(w, f.comm[0], &bar, &m1) || api_split_all(w, f.comm[0], 0, own) ||
+      api_mem_used(w, f.comm[0], &bar, &m2) || api_split_all(w, f.comm[1], 1, f.comm[2]))
+    goto out;
+  if (api_share_round(w, &f, 3, "all three") || api_share_round(w, &f, 3, "all three again"))
+    goto out;
+  long shared_mib = (long)((m1 > m0 ? m1 - m0 : 0) >> 20);
+  long own_mib = (long)((m2 > m1 ? m2 - m1 : 0) >> 20);
+  /* Ring FIFOs are device memory over P2P only (SHM's are host memory, NET is not shared). */
+  int p2p = strcmp(w->opts->mode, "hosts") != 0 && getenv("BRAID_P2P_DISABLE") == NULL &&
+            getenv("NCCL_P2P_DISABLE") == NULL;
+  if (w->rank0 == 0)
+    fprintf(stderr,
+            "INFO %s: device memory taken by a split: splitShare = 1 %ld MiB, "
+            "splitShare = 0 %ld MiB%s\n",
+            name, shared_mib, own_mib, p2p ? "" : " (not checked: no P2P connections)");
+  /* At least one ring FIFO (4 MiB of NCCL_BUFFSIZE) saved on this GPU. */
+  if (p2p && own_mib - shared_mib < 4)
+    world_case_fail(w,
+                    "a shared split took %ld MiB of device memory, an unshared one %ld MiB "
+                    "(expected at least a ring FIFO, 4 MiB, less)",
+                    shared_mib, own_mib);
+  api_destroy(w, own);
+  /* The parent goes first: the child and grandchild keep its connections. */
+  api_destroy(w, f.comm[0]);
+  if (api_share_round(w, &f, 3, "parent destroyed")) goto out;
+  api_destroy(w, f.comm[1]);
+  api_share_round(w, &f, 3, "parent and child destroyed");
+out:
+  buf_free(w, &bar);
+  api_destroy(w, own);
+  api_family_free(w, &f, 0);
+  world_case_end(w);
+}
+
+/* Braid: aborting a sharing child stops the family; the parent then fails, saying why. */
+static void api_split_share_abort(struct gpu_world* w) {
+  char name[128];
+  snprintf(name, sizeof name, "Split share: abort of the child fails the parent mode=%s",
+           w->opts->mode);
+  if (w->nranks < 2) return;
+  if (dlsym(RTLD_DEFAULT, "braidGetVersionString") == NULL) {
+    if (w->rank0 == 0 && !w->opts->list)
+      fprintf(stderr, "SKIP %s: Braid's semantics (this libnccl is not Braid)\n", name);
+    return;
+  }
+  if (!world_case_begin(w, name)) return;
+  struct api_family f;
+  if (api_family_init(w, &f) || api_dup(w, f.comm[0]) ||
+      api_split_all(w, f.comm[0], 1, f.comm[1]) || api_share_round(w, &f, 2, "before the abort"))
+    goto out;
+  for (int l = 0; l < w->nlocal; l++) {
+    world_nccl(w, ncclCommAbort(f.comm[1][l]), NULL, "ncclCommAbort (the child)");
+    f.comm[1][l] = NULL;
+  }
+  api_expect_refused(w, f.comm[0], "sharing with an aborted child");
+  for (int l = 0; l < w->nlocal; l++) {
+    ncclResult_t async = ncclSuccess;
+    world_nccl(w, ncclCommGetAsyncError(f.comm[0][l], &async), f.comm[0][l],
+               "ncclCommGetAsyncError");
+    const char* msg = ncclGetLastError(f.comm[0][l]);
+    if (async != ncclRemoteError || msg == NULL || strstr(msg, "splitShare") == NULL)
+      world_case_fail(w, "rank %d: after its sharing child's abort the parent reports %s, \"%s\"",
+                      api_rank(w, l), ncclGetErrorString(async), msg ? msg : "(null)");
+  }
+out:
+  api_family_free(w, &f, 1);
+  world_case_end(w);
 }
 
 static void api_shrink_abort(struct gpu_world* w) {
@@ -1071,6 +1281,8 @@ out:
 
 void suite_api(struct gpu_world* w) {
   api_splits(w);
+  api_split_share(w);
+  api_split_share_abort(w);
   api_init_nonblocking(w);
   api_shrink(w);
   api_shrink_abort(w);

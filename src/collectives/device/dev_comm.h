@@ -17,7 +17,11 @@
  * the pipeline flows.
  *
  * Both ends keep their own `step` (the next step to fill or drain) in device
- * memory, so it survives from one kernel to the next.
+ * memory, so it survives from one kernel to the next. A connection a split
+ * child shares with its parent (splitShare) has one step word, the lender's:
+ * the borrower's copy points at it (`step_home`), and the family's kernels
+ * run one after another (core/share.c), so the word is never used by two
+ * kernels at once.
  */
 #ifndef BRAID_DEVICE_DEV_COMM_H
 #define BRAID_DEVICE_DEV_COMM_H
@@ -32,20 +36,23 @@ extern "C" {
 #endif
 
 struct braid_dev_conn {
+  /* `step` and `step_home` first, on one 16-byte line: the kernels read both with one load. */
+  uint64_t step;       /* this end's next step (persists across kernels) */
+  uint64_t* step_home; /* NULL: `step` above; else where the step lives (a shared connection:
+                          the lending comm's word) */
   char* buff;          /* BRAID_STEPS slots of slot_bytes, in the receiver's memory */
   char* ll_buff;       /* BRAID_STEPS LL slots of ll_slot_bytes, or NULL: no LL on this link */
   uint64_t* tail;      /* steps filled (Simple): written by the sender */
   uint64_t* head;      /* steps drained (every protocol): written by the receiver */
   uint32_t* sizes;     /* sender, or NULL: bytes of each step, published before `tail` (net: the
                           proxy sends only those bytes, not the whole slot) */
-  uint64_t step;       /* this end's next step (persists across kernels) */
   uint64_t seen_head;  /* sender: the head value it last read (saves a remote read per launch) */
   uint32_t slot_bytes; /* bytes per slot, a multiple of 16 */
   uint32_t ll_slot_bytes; /* bytes of LL lines per slot (half of it is data), a multiple of 16 */
   uint32_t connected;
   uint32_t ll128_slot_bytes; /* bytes of LL128 lines per slot, a multiple of 128 */
   char* ll128_buff;    /* BRAID_STEPS LL128 slots, or NULL: no LL128 on this link (not P2P) */
-};
+} __attribute__((aligned(16)));
 
 /*
  * The LL protocol. A line is 16 bytes: 8 bytes of data split in two 4-byte
