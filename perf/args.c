@@ -39,6 +39,7 @@ static const struct {
 
 /* Long options without a short letter (getopt_long returns these). */
 #define PERF_OPT_PARALLEL_INIT 1000
+#define PERF_OPT_SPLIT_SHARE 1001
 
 static const char* const perf_op_names[PERF_NUM_OPS] = {"sum", "prod", "max", "min", "avg",
                                                         "mulsum"};
@@ -62,6 +63,7 @@ void perf_args_defaults(perf_args_t* a) {
   a->average = 1;
   a->min_bw = -1.0;
   a->device0 = -1;
+  a->split_share = -1;
 }
 
 const char* perf_type_name(int type) {
@@ -188,6 +190,7 @@ static const struct option perf_long_options[] = {
     {"run_cycles", required_argument, 0, 'N'},
     {"procs", required_argument, 0, 'p'},
     {"parallel_init", required_argument, 0, PERF_OPT_PARALLEL_INIT},
+    {"split_share", required_argument, 0, PERF_OPT_SPLIT_SHARE},
     {"check", required_argument, 0, 'c'},
     {"op", required_argument, 0, 'o'},
     {"datatype", required_argument, 0, 'd'},
@@ -282,6 +285,11 @@ static int perf_apply_option(perf_args_t* a, int c, const char* v, char* err, si
       if (perf_parse_int(v, 0, INT_MAX, &iv) != 0)
         return perf_fail(err, n, "--parallel_init expects 0 or 1, got '%s'", v);
       a->parallel_init = iv != 0;
+      return 0;
+    case PERF_OPT_SPLIT_SHARE:
+      if (perf_parse_int(v, 0, 1, &iv) != 0)
+        return perf_fail(err, n, "--split_share expects 0 or 1, got '%s'", v);
+      a->split_share = iv;
       return 0;
     case 'p':
       if (perf_parse_int(v, 0, 1024, &iv) != 0)
@@ -424,6 +432,8 @@ void perf_usage(const char* program, const char* collective) {
       "                           -p 0 / -p 1 keep nccl-tests' parallel_init meaning\n"
       "     --parallel_init <0|1> threads create their communicators concurrently (0)\n"
       "     --alloc <nccl|cuda>   buffers from ncclMemAlloc (as nccl-tests) or cudaMalloc (nccl)\n"
+      "     --split_share <0|1>   run on a child of the world (ncclCommSplit, one colour, the\n"
+      "                           same ranks) made with splitShare 0 or 1 (not in nccl-tests)\n"
       "  -R -S -M -x -D -V        nccl-tests options Braid does not implement: only 0 accepted\n"
       "  -h,--help                this text\n"
       "Environment, as nccl-tests: NCCL_TESTS_MIN_BW=<GB/s> fails the run (exit 1) when the\n"

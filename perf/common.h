@@ -58,6 +58,7 @@ typedef struct perf_args {
   int procs;              /* -p N (N >= 2): fork N processes, one rendezvous */
   int parallel_init;      /* -p 1: each thread creates its own communicators */
   int alloc_cuda;         /* --alloc cuda: cudaMalloc instead of ncclMemAlloc */
+  int split_share;        /* --split_share: run on a split child with this splitShare; -1: no */
   const char* json_path;  /* -J: JSON lines file, NULL for none */
   int help;               /* -h */
   double min_bw;          /* NCCL_TESTS_MIN_BW: fail below 0.9x this average busbw; < 0: none */

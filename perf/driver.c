@@ -289,9 +289,11 @@ static int perf_rank_resources(perf_job_t* job, perf_rank_t* r) {
 }
 
 static void perf_rank_release(perf_job_t* job, perf_rank_t* r) {
-  if (!r->comm && !r->send && !r->recv && !r->wrong && !r->stream) return; /* never set up */
+  if (!r->comm && !r->parent && !r->send && !r->recv && !r->wrong && !r->stream)
+    return; /* never set up */
   if (r->comm) PERF_NCCL(r, ncclCommDestroy(r->comm));
-  r->comm = NULL;
+  if (r->parent) PERF_NCCL(r, ncclCommDestroy(r->parent));
+  r->comm = r->parent = NULL;
   if (PERF_CUDA(r, cudaSetDevice(r->device))) return; /* leave the rest to process exit */
   if (job->args->alloc_cuda) {
     if (r->send) PERF_CUDA(r, cudaFree(r->send));
@@ -316,6 +318,19 @@ static int perf_init_comms(perf_job_t* job, perf_rank_t* ranks, int n) {
     perf_rank_t* r = &ranks[i];
     rc = PERF_CUDA(r, cudaSetDevice(r->device)) ||
          PERF_NCCL(r, ncclCommInitRank(&r->comm, job->nranks, job->id, r->rank));
+  }
+  if (PERF_NCCL(NULL, ncclGroupEnd())) rc = -1;
+  if (rc || job->args->split_share < 0) return rc ? -1 : 0;
+  /* --split_share: the benchmark runs on a child of the same ranks. */
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.splitShare = job->args->split_share;
+  if (PERF_NCCL(NULL, ncclGroupStart())) return -1;
+  for (int i = 0; i < n && rc == 0; i++) {
+    perf_rank_t* r = &ranks[i];
+    r->parent = r->comm;
+    r->comm = NULL;
+    rc = PERF_CUDA(r, cudaSetDevice(r->device)) ||
+         PERF_NCCL(r, ncclCommSplit(r->parent, 0, r->rank, &r->comm, &config));
   }
   if (PERF_NCCL(NULL, ncclGroupEnd())) rc = -1;
   return rc ? -1 : 0;

@@ -24,6 +24,7 @@ typedef struct perf_rank {
   int rank;            /* global rank in the communicator */
   int device;          /* CUDA device ordinal */
   ncclComm_t comm;
+  ncclComm_t parent;   /* --split_share: the world comm `comm` was split from */
   cudaStream_t stream;
   void* send;          /* max_bytes each */
   void* recv;

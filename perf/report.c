@@ -94,6 +94,8 @@ void perf_report_header(const perf_job_t* job) {
     printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
   if (a->parallel_init)
     printf("# Parallel Init Enabled: threads call into NcclInitRank concurrently \n");
+  if (a->split_share >= 0)
+    printf("# On a split child of the world communicator, splitShare %d\n", a->split_share);
   printf("#\n");
 }
 

@@ -137,7 +137,7 @@ int comm_fail_async_why(struct ncclComm* comm, ncclResult_t res, const char* why
 
 void comm_stop(struct ncclComm* comm, const char* why) {
   if (comm->abort_flag) __atomic_store_n(comm->abort_flag, 1, __ATOMIC_SEQ_CST);
-  share_break(comm, why); /* the flag is its family's: their kernels stop too */
+  share_break(comm, why); /* and every other member's: their kernels stop too */
 }
 
 ncclResult_t comm_check_usable(const struct ncclComm* comm, const char* api) {
@@ -405,11 +405,11 @@ ncclResult_t comm_quiesce(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   if (comm->abort_flag == NULL) return ncclSuccess;
   __atomic_store_n(comm->abort_flag, 1, __ATOMIC_SEQ_CST);
+  /* The family's kernels stop too, mid-operation (the drain waits for theirs as well). */
+  share_break(comm, "stopped (ncclCommRevoke, or ncclCommShrink with NCCL_SHRINK_ABORT)");
   BRAID_CUDA_TRY(cudaSetDevice(comm->cuda_dev));
   res = dev_state_drain(comm, COMM_DRAIN_TIMEOUT_S);
   watchdog_forget_pending(comm); /* the stopped launches will never report */
-  /* The flag is the family's: the others' kernels stopped too, mid-operation. */
-  share_break(comm, "stopped (ncclCommRevoke, or ncclCommShrink with NCCL_SHRINK_ABORT)");
   /* A replay's blocks that left on the flag are still marked in it (graph_end skipped). */
   if (res == ncclSuccess && comm->dev && comm->dev->comm &&
       cudaMemset(comm->dev->comm->graph.word, 0, sizeof comm->dev->comm->graph.word) !=

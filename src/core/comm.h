@@ -113,9 +113,8 @@ int comm_fail_async(struct ncclComm* comm, ncclResult_t res);
 /* The same with `why` as the reason, the calling thread's last error left as it is. */
 int comm_fail_async_why(struct ncclComm* comm, ncclResult_t res, const char* why);
 /*
- * Raises the abort flag (its kernels leave their wait loops) after a failure. The flag is its
- * family's (share.h): the others of the family fail too, told `why` ("aborted", ...).
- * Never with the family's lock held (enqueue).
+ * Raises the abort flag (its kernels leave their wait loops) after a failure, and those of its
+ * family (share.h): the others of the family fail too, told `why` ("aborted", ...).
  */
 void comm_stop(struct ncclComm* comm, const char* why);
 /* comm_check_ready, and no asynchronous error (a failed peer, a hang verdict): for operations. */

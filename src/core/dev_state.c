@@ -72,6 +72,8 @@ fail:
 ncclResult_t dev_state_launch(struct ncclComm* comm, int family, int dtype, int devop, int grid,
                               struct braid_kernel_args* args, cudaStream_t stream) {
   struct braid_dev_state* d = comm->dev;
+  args->borrows = d->borrows; /* as of now: every connection the works use is uploaded */
+  args->borrows_per = d->borrows_per_channel;
   if (dev_drv.launch == NULL) { /* no driver entry point: the runtime copies the whole struct */
     void* params[] = {args};
     dim3 g = {(unsigned)grid, 1, 1}, b = {(unsigned)d->nthreads, 1, 1};
@@ -168,9 +170,13 @@ ncclResult_t dev_state_create(struct ncclComm* comm) {
   for (int c = 0; c < comm->channels->nchannels; c++) {
     struct braid_connector* ends[2] = {&comm->channels->ring_send[c],
                                        &comm->channels->ring_recv[c]};
-    for (int e = 0; e < 2; e++)
+    for (int e = 0; e < 2; e++) {
+      if (ends[e]->borrowed)
+        BRAID_TRY(
+            dev_state_borrowed(comm, c, ends[e]->peer, ends[e]->is_send, 1, ends[e]->step_home));
       if (ends[e]->transport != &braid_transport_net)
         __atomic_store_n(&ends[e]->lendable, 1, __ATOMIC_RELEASE);
+    }
   }
   return ncclSuccess;
 fail:
@@ -182,6 +188,69 @@ ncclResult_t dev_state_upload_p2p(struct ncclComm* comm, int channel, int peer, 
   struct braid_dev_state* d = comm->dev;
   struct braid_dev_conn* dst = (is_send ? d->p2p_send : d->p2p_recv) + (size_t)channel * comm->nranks + peer;
   return dev_upload(comm, dst, conn, sizeof *conn);
+}
+
+/*
+ * Room for each channel's borrowed ends: its two ring ends and a send and a receive end to
+ * every other rank of this host (only P2P and SHM connections are lent, and they join ranks of
+ * one host). Made once, at the first borrow, so that graphs captured after it keep its address.
+ */
+static ncclResult_t dev_borrows_create(struct ncclComm* comm) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_dev_state* d = comm->dev;
+  struct braid_borrows* b = NULL;
+  uint32_t same_host = 0;
+  for (int r = 0; r < comm->nranks; r++)
+    same_host += r != comm->rank && comm->peers[r].host_hash == comm->peers[comm->rank].host_hash;
+  const uint32_t per = 2 + 2 * same_host;
+  /* The kernels copy one pair per thread (kernel.h: borrows_in); share_join keeps to that. */
+  BRAID_CHECK(per <= (uint32_t)d->nthreads, ncclInternalError,
+              "rank %d: %u borrowed ends per channel, more than the %d threads of a block",
+              comm->rank, per, d->nthreads);
+  const size_t bytes =
+      sizeof(struct braid_borrows) + (size_t)BRAID_MAX_CHANNELS * per * sizeof(struct braid_borrow);
+  struct braid_borrows head;
+  memset(&head, 0, sizeof head);
+  head.per_channel = per;
+  BRAID_CUDA_TRY(cudaMalloc((void**)&b, bytes));
+  BRAID_CUDA_TRY(cudaMemsetAsync(b, 0, bytes, d->stream)); /* dev_upload waits for it too */
+  BRAID_TRY(dev_upload(comm, b, &head, sizeof head));
+  d->borrows = b;
+  memset(d->borrows_count, 0, sizeof d->borrows_count);
+  d->borrows_per_channel = per;
+  return ncclSuccess;
+fail:
+  if (b) (void)cudaFree(b);
+  return res;
+}
+
+ncclResult_t dev_state_borrowed(struct ncclComm* comm, int channel, int peer, int is_send, int ring,
+                                uint64_t* home) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_dev_state* d = comm->dev;
+  if (d->borrows == NULL) BRAID_TRY(dev_borrows_create(comm));
+  uint32_t n = d->borrows_count[channel];
+  BRAID_CHECK(n < d->borrows_per_channel, ncclInternalError,
+              "rank %d: channel %d borrows more connections than it has room for (%u; the one "
+              "to rank %d lent over neither P2P nor SHM?)",
+              comm->rank, channel, n, peer);
+  struct braid_borrow pair;
+  if (ring)
+    pair.own = is_send ? &d->comm->channels[channel].ring_send.step
+                       : &d->comm->channels[channel].ring_recv.step;
+  else
+    pair.own = &(is_send ? d->p2p_send : d->p2p_recv)[(size_t)channel * comm->nranks + peer].step;
+  pair.home = home;
+  /* The pair, then the count that takes it in: a running kernel sees all of it or none. */
+  struct braid_borrow* at =
+      BRAID_BORROW_PAIRS(d->borrows) + (size_t)channel * d->borrows_per_channel + n;
+  BRAID_TRY(dev_upload(comm, at, &pair, sizeof pair));
+  n++;
+  BRAID_TRY(dev_upload(comm, &d->borrows->count[channel], &n, sizeof n));
+  d->borrows_count[channel] = n;
+  return ncclSuccess;
+fail:
+  return res;
 }
 
 int dev_state_idle(struct ncclComm* comm) {
@@ -266,6 +335,7 @@ void dev_state_free(struct ncclComm* comm) {
   if (d->p2p_send) cudaFree(d->p2p_send);
   if (d->p2p_recv) cudaFree(d->p2p_recv);
   if (d->ring_ranks) cudaFree(d->ring_ranks);
+  if (d->borrows) cudaFree(d->borrows);
   if (d->stream) cudaStreamDestroy(d->stream);
   (void)cudaGetLastError();
   free(d);

@@ -60,6 +60,10 @@ struct braid_dev_state {
   CUfunction kernels[BRAID_KERNEL_FAMILIES][ncclNumTypes][BRAID_DEVOP_COUNT];
   struct braid_launch_order* order;  /* the family's (comm->share) */
   int nthreads;                      /* threads per block */
+  /* splitShare: the borrowed connections' step words (dev_comm.h), device; NULL: none yet. */
+  struct braid_borrows* borrows;
+  uint32_t borrows_count[BRAID_MAX_CHANNELS]; /* the host's copy of its counts */
+  uint32_t borrows_per_channel;
 };
 
 /* Uploads rings and ring connections (after transport_rings_connect) and loads the kernels. */
@@ -74,6 +78,13 @@ ncclResult_t dev_state_launch(struct ncclComm* comm, int family, int dtype, int 
 /* Uploads one newly connected send/recv connection. */
 ncclResult_t dev_state_upload_p2p(struct ncclComm* comm, int channel, int peer, int is_send,
                                   const struct braid_dev_conn* conn);
+/*
+ * After the upload of a borrowed end (`home`: the lender's step word; `ring`: a ring end, else
+ * send/recv): the comm's kernels take its step from there as they start and put it back as
+ * they end (dev_comm.h: struct braid_borrows).
+ */
+ncclResult_t dev_state_borrowed(struct ncclComm* comm, int channel, int peer, int is_send, int ring,
+                                uint64_t* home);
 /*
  * Blocks until every kernel this comm's family launched has finished. If the abort flag goes
  * up meanwhile: waits (bounded, as dev_state_drain) for the kernels to leave, then

@@ -127,10 +127,37 @@ static ncclResult_t group_job_run(struct braid_init_job* job) {
   return job->run(job);
 }
 
+/*
+ * The threads of one group's inits start together: each waits at the gate until every one
+ * exists, so a thread that cannot be made fails the group before any init has begun (none
+ * is left waiting for a rank that never comes, none has joined a family or connected).
+ */
+struct group_gate {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int state; /* 0: wait, 1: run, -1: cancelled */
+};
+
+struct group_start {
+  struct braid_init_job* job;
+  struct group_gate* gate;
+};
+
 static void* group_job_main(void* arg) {
-  struct braid_init_job* job = arg;
-  job->result = group_job_run(job);
+  struct group_start* s = arg;
+  pthread_mutex_lock(&s->gate->lock);
+  while (s->gate->state == 0) pthread_cond_wait(&s->gate->cond, &s->gate->lock);
+  const int run = s->gate->state > 0;
+  pthread_mutex_unlock(&s->gate->lock);
+  if (run) s->job->result = group_job_run(s->job);
   return NULL;
+}
+
+/* A job that will never run: it fails with `res`, and its comm with it. */
+static void group_job_never(struct braid_init_job* j, ncclResult_t res) {
+  j->result = res;
+  if (j->cancel) j->cancel(j);
+  if (j->comm) comm_init_failed(j->comm, res); /* or its destroy waits forever */
 }
 
 ncclResult_t group_run_jobs(struct braid_init_job* jobs) {
@@ -138,40 +165,40 @@ ncclResult_t group_run_jobs(struct braid_init_job* jobs) {
   int n = 0;
   for (struct braid_init_job* j = jobs; j; j = j->next) n++;
   pthread_t* threads = calloc((size_t)n, sizeof *threads);
-  int* started = calloc((size_t)n, sizeof *started);
-  if (threads == NULL || started == NULL) {
+  struct group_start* starts = calloc((size_t)n, sizeof *starts);
+  if (threads == NULL || starts == NULL) {
     free(threads);
-    free(started);
+    free(starts);
     res = braid_err(ncclSystemError, "out of host memory starting %d init threads", n);
-    for (struct braid_init_job* j = jobs; j; j = j->next) { /* none runs: each is failed */
-      j->result = res;
-      if (j->cancel) j->cancel(j);
-      if (j->comm) comm_init_failed(j->comm, res);
-    }
+    for (struct braid_init_job* j = jobs; j; j = j->next) group_job_never(j, res);
     return res;
   }
-  int i = 0;
-  for (struct braid_init_job* j = jobs; j; j = j->next, i++) {
-    int err = pthread_create(&threads[i], NULL, group_job_main, j);
+  struct group_gate gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  int started = 0;
+  for (struct braid_init_job* j = jobs; j; j = j->next, started++) {
+    starts[started] = (struct group_start){j, &gate};
+    int err = pthread_create(&threads[started], NULL, group_job_main, &starts[started]);
     if (err != 0) {
-      j->result = braid_err(ncclSystemError, "cannot start an init thread: %s", strerror(err));
-      if (j->cancel) j->cancel(j);
-      if (j->comm) comm_init_failed(j->comm, j->result); /* or its destroy waits forever */
-      /* The others would wait for this rank forever: make them give up. */
-      for (struct braid_init_job* k = jobs; k; k = k->next)
-        if (k->comm && k->comm->abort_flag)
-          __atomic_store_n(k->comm->abort_flag, 1, __ATOMIC_SEQ_CST);
-    } else {
-      started[i] = 1;
+      res = braid_err(ncclSystemError, "cannot start an init thread (%d of the group's %d): %s",
+                      started + 1, n, strerror(err));
+      break;
     }
   }
-  i = 0;
-  for (struct braid_init_job* j = jobs; j; j = j->next, i++) {
-    if (started[i]) pthread_join(threads[i], NULL);
-    if (j->result != ncclSuccess && res == ncclSuccess) res = j->result;
+  pthread_mutex_lock(&gate.lock);
+  gate.state = res == ncclSuccess ? 1 : -1;
+  pthread_cond_broadcast(&gate.cond);
+  pthread_mutex_unlock(&gate.lock);
+  for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
+  if (res != ncclSuccess) {
+    for (struct braid_init_job* j = jobs; j; j = j->next) group_job_never(j, res);
+  } else {
+    for (struct braid_init_job* j = jobs; j; j = j->next)
+      if (j->result != ncclSuccess && res == ncclSuccess) res = j->result;
   }
   free(threads);
-  free(started);
+  free(starts);
+  pthread_cond_destroy(&gate.cond);
+  pthread_mutex_destroy(&gate.lock);
   return res;
 }
 

@@ -20,7 +20,6 @@ struct share_grave {
   struct braid_channels* ch; /* its connectors (the ones it owns are freed with it) */
   int nranks;
   void* dev[3]; /* device: braid_dev_comm, send/recv connection arrays (steps) */
-  void* pinned; /* the family's abort flag, when it was this member's */
   struct share_grave* next;
 };
 
@@ -41,15 +40,16 @@ ncclResult_t share_create(struct ncclComm* comm) {
   struct braid_share* sh = NULL;
   BRAID_TRY(BRAID_CALLOC(&sh, 1, "communicator family"));
   pthread_mutex_init(&sh->lock, NULL);
-  sh->abort_flag = comm->abort_flag;
+  pthread_mutex_init(&sh->members_lock, NULL);
   BRAID_TRY(share_add_member(sh, comm));
   BRAID_CUDA_TRY(cudaEventCreateWithFlags(&sh->order.last_launch, cudaEventDisableTiming));
-  comm->share = sh;
+  __atomic_store_n(&comm->share, sh, __ATOMIC_RELEASE); /* share_break reads it from any thread */
   return ncclSuccess;
 fail:
   if (sh) {
     free(sh->members);
     pthread_mutex_destroy(&sh->lock);
+    pthread_mutex_destroy(&sh->members_lock);
     free(sh);
   }
   return res;
@@ -70,6 +70,18 @@ ncclResult_t share_join(struct ncclComm* child, struct ncclComm* parent, const i
          parent->rank, what, parent->state == BRAID_COMM_REVOKED ? "was revoked" : "cannot lend");
     return ncclSuccess;
   }
+  /* A borrowing kernel copies one borrowed end per thread (kernel.h: borrows_in). */
+  int same_host = 0;
+  for (int r = 0; r < parent->nranks; r++)
+    same_host +=
+        r != parent->rank && parent->peers[r].host_hash == parent->peers[parent->rank].host_hash;
+  if (2 + 2 * same_host > parent->dev->nthreads) {
+    INFO(BRAID_LOG_INIT,
+         "rank %d: %s asked, but %d ranks on this host are more than a kernel block copies "
+         "steps for (%d threads); the new communicator makes its own connections",
+         parent->rank, what, same_host + 1, parent->dev->nthreads);
+    return ncclSuccess;
+  }
   BRAID_TRY(BRAID_CALLOC(&l, 1, "borrowed connections"));
   BRAID_TRY(BRAID_CALLOC(&l->parent_rank, nmembers, "borrowed connections"));
   memcpy(l->parent_rank, members, (size_t)nmembers * sizeof *members);
@@ -78,33 +90,36 @@ ncclResult_t share_join(struct ncclComm* child, struct ncclComm* parent, const i
   l->dev_p2p_send = parent->dev->p2p_send;
   l->dev_p2p_recv = parent->dev->p2p_recv;
   l->nranks = parent->nranks;
-  pthread_mutex_lock(&sh->lock);
+  pthread_mutex_lock(&sh->members_lock);
   if (sh->broken) {
-    pthread_mutex_unlock(&sh->lock);
+    pthread_mutex_unlock(&sh->members_lock);
     INFO(BRAID_LOG_INIT,
          "rank %d: %s asked, but a communicator of the parent's family was "
          "aborted; the new communicator makes its own connections",
          parent->rank, what);
     goto fail;
   }
-  /* An abort of the child already under way raised its own flag: it must not be lost. */
+  /*
+   * An abort of the child under way: before this check, the join fails; after it, the abort
+   * finds the child in the family or not (`share`, published last), and either way its init
+   * fails on its own raised flag before it has launched anything.
+   */
   if (__atomic_load_n(child->abort_flag, __ATOMIC_SEQ_CST)) {
-    pthread_mutex_unlock(&sh->lock);
+    pthread_mutex_unlock(&sh->members_lock);
     res = braid_err(ncclRemoteError, "rank %d: the new communicator was aborted during its split",
                     parent->rank);
     goto fail;
   }
   res = share_add_member(sh, child);
   if (res == ncclSuccess) {
-    child->share = sh;
     child->lender = l;
-    child->abort_flag = sh->abort_flag; /* as NCCL: one abort stops the whole family */
+    __atomic_store_n(&child->share, sh, __ATOMIC_RELEASE);
   }
-  pthread_mutex_unlock(&sh->lock);
+  pthread_mutex_unlock(&sh->members_lock);
   if (res != ncclSuccess) goto fail;
   INFO(BRAID_LOG_INIT,
        "rank %d: %s: the new communicator (%d ranks) borrows the parent's P2P/SHM "
-       "connections where both ends find one, and shares its abort flag and kernel order",
+       "connections where both ends find one, and shares its aborts and kernel order",
        parent->rank, what, nmembers);
   return ncclSuccess;
 fail:
@@ -137,7 +152,7 @@ void share_borrow(const struct ncclComm* comm, struct braid_connector* conn,
                   const struct braid_connector* lc, int ring) {
   const struct braid_lender* l = comm->lender;
   const int c = conn->channel;
-  uint64_t* home = lc->dev.step_home;
+  uint64_t* home = lc->borrowed ? lc->step_home : NULL; /* a grandchild: the first lender's */
   if (home == NULL && ring)
     home = conn->is_send ? &l->dev_comm->channels[c].ring_send.step
                          : &l->dev_comm->channels[c].ring_recv.step;
@@ -150,7 +165,7 @@ void share_borrow(const struct ncclComm* comm, struct braid_connector* conn,
   conn->dev = lc->dev;
   conn->dev.step = 0;
   conn->dev.seen_head = 0; /* a cache of the head: any value not above it will do */
-  conn->dev.step_home = home;
+  conn->step_home = home;
   conn->borrowed = 1;
 }
 
@@ -163,21 +178,24 @@ void share_unlock(struct ncclComm* comm) {
 }
 
 void share_break(struct ncclComm* comm, const char* why) {
-  struct braid_share* sh = comm->share;
+  struct braid_share* sh = __atomic_load_n(&comm->share, __ATOMIC_ACQUIRE);
   char msg[BRAID_ERROR_MAX];
   if (sh == NULL) return;
-  pthread_mutex_lock(&sh->lock);
+  pthread_mutex_lock(&sh->members_lock);
   if (sh->nmembers > 1 && !sh->broken) {
     snprintf(msg, sizeof msg,
-             "rank %d's communicator %p, which shares connections and the abort flag with this "
-             "one (splitShare), was %s: the shared connections stopped mid-operation",
+             "rank %d's communicator %p, which shares connections and aborts with this one "
+             "(splitShare), was %s: the shared connections stopped mid-operation",
              comm->rank, (void*)comm, why);
-    for (int i = 0; i < sh->nmembers; i++)
-      if (sh->members[i] != comm && comm_fail_async_why(sh->members[i], ncclRemoteError, msg))
-        WARN("rank %d: %s", sh->members[i]->rank, msg);
+    for (int i = 0; i < sh->nmembers; i++) {
+      struct ncclComm* m = sh->members[i];
+      if (m == comm) continue;
+      __atomic_store_n(m->abort_flag, 1, __ATOMIC_SEQ_CST); /* its kernels leave their waits */
+      if (comm_fail_async_why(m, ncclRemoteError, msg)) WARN("rank %d: %s", m->rank, msg);
+    }
   }
-  sh->broken = 1;
-  pthread_mutex_unlock(&sh->lock);
+  __atomic_store_n(&sh->broken, 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&sh->members_lock);
 }
 
 static void share_grave_free(struct share_grave* g) {
@@ -186,15 +204,12 @@ static void share_grave_free(struct share_grave* g) {
     if (g->dev[i] && cudaFree(g->dev[i]) != cudaSuccess)
       WARN("cudaFree of a departed communicator's device state failed: %s",
            cudaGetErrorString(cudaGetLastError()));
-  if (g->pinned && cudaFreeHost(g->pinned) != cudaSuccess)
-    WARN("cudaFreeHost of a departed communicator's abort flag failed: %s",
-         cudaGetErrorString(cudaGetLastError()));
   free(g);
 }
 
 /*
  * Moves what the others may use out of `comm` into a grave: its P2P/SHM connectors (the rest
- * went before), the device words of their steps, the family's abort flag if it is this member's.
+ * went before), and the device words of their steps.
  * Out of memory: the same pointers are dropped, a leak rather than a free under a borrower.
  */
 static void share_bury(struct braid_share* sh, struct ncclComm* comm) {
@@ -219,10 +234,6 @@ static void share_bury(struct braid_share* sh, struct ncclComm* comm) {
     d->comm = NULL;
     d->p2p_send = d->p2p_recv = NULL;
   }
-  if (comm->abort_flag_mem && (const void*)sh->abort_flag == comm->abort_flag_mem) {
-    if (g) g->pinned = comm->abort_flag_mem;
-    comm->abort_flag_mem = NULL;
-  }
   if (g) {
     g->next = sh->graves;
     sh->graves = g;
@@ -235,9 +246,9 @@ struct braid_share* share_leave(struct ncclComm* comm) {
   free(comm->lender);
   comm->lender = NULL;
   if (sh == NULL) return NULL;
-  /* Not under the lock: a network connection's free may wait seconds for its last sends. */
+  /* Not under a lock: a network connection's free may wait seconds for its last sends. */
   if (comm->channels) transport_channels_keep_lendable(comm->channels, comm->nranks);
-  pthread_mutex_lock(&sh->lock);
+  pthread_mutex_lock(&sh->members_lock);
   for (int i = 0; i < sh->nmembers; i++) {
     if (sh->members[i] != comm) continue;
     sh->members[i] = sh->members[--sh->nmembers];
@@ -245,9 +256,9 @@ struct braid_share* share_leave(struct ncclComm* comm) {
   }
   int last = sh->nmembers == 0;
   if (!last) share_bury(sh, comm);
-  pthread_mutex_unlock(&sh->lock);
+  pthread_mutex_unlock(&sh->members_lock);
   if (comm->dev) comm->dev->order = NULL;
-  comm->share = NULL;
+  __atomic_store_n(&comm->share, NULL, __ATOMIC_RELEASE);
   return last ? sh : NULL;
 }
 
@@ -262,5 +273,6 @@ void share_free(struct braid_share* sh) {
   (void)cudaGetLastError();
   free(sh->members);
   pthread_mutex_destroy(&sh->lock);
+  pthread_mutex_destroy(&sh->members_lock);
   free(sh);
 }

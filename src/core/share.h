@@ -9,14 +9,19 @@
  *   - the order of kernels (one launch event, dev_state.h), since two
  *     kernels on one connection must not run at once; a family's groups
  *     launch one at a time (share_lock);
- *   - the abort flag, as NCCL's: aborting one member stops every member's
- *     kernels, and the others then fail with a message (share_break).
+ *   - aborts, as NCCL's shared abort flag: aborting (or stopping) one member
+ *     raises every member's flag, so every member's kernels stop, and the
+ *     others then fail with a message (share_break). Each member keeps its
+ *     own flag: one raised before its join is never lost to a swap.
  * Members must issue their operations in the same order on every rank (as
- * with NCCL): the shared connections see one stream of steps.
+ * with NCCL): the shared connections see one stream of steps. With
+ * NCCL_GRAPH_MIXING_SUPPORT=0 graph replays are not ordered against eager
+ * launches, so a family must not mix them (a borrower's kernel writes back
+ * every borrowed step of its channels, used or not: dev_comm.h).
  *
- * Lifetime: a member leaving while others remain keeps its connections,
- * device state and abort flag in the family (it may be a lender); the last
- * member to leave frees them all.
+ * Lifetime: a member leaving while others remain keeps its connections and
+ * device state (their step words) in the family (it may be a lender); the
+ * last member to leave frees them all.
  */
 #ifndef BRAID_CORE_SHARE_H
 #define BRAID_CORE_SHARE_H
@@ -31,14 +36,16 @@ struct braid_connector;
 struct share_grave;
 
 struct braid_share {
-  pthread_mutex_t lock; /* members, graves, broken; held across a member's launches */
+  pthread_mutex_t lock;         /* the launch order: held across a member's launches */
+  pthread_mutex_t members_lock; /* members, graves, broken: never held across a launch or a
+                                   connection (only members' own locks nest in it), so an
+                                   abort (share_break) always gets through */
   int nmembers;
   int cap;
   struct ncclComm** members; /* the live members */
   struct braid_launch_order order;
-  volatile uint32_t* abort_flag; /* the first member's: every member polls it */
   struct share_grave* graves;    /* what members that left keep for the others */
-  int broken;                    /* a member was aborted or stopped: the connections are spoilt */
+  int broken; /* (atomic) a member was aborted or stopped: the connections are spoilt */
 };
 
 /*
@@ -58,8 +65,8 @@ struct braid_lender {
 /* A family of one, for a communicator about to get its device state. */
 ncclResult_t share_create(struct ncclComm* comm);
 /*
- * Before `child`'s init: it joins `parent`'s family (and takes its abort
- * flag) when its config asks for sharing and the parent can lend; `members`
+ * Before `child`'s init: it joins `parent`'s family (and its aborts) when
+ * its config asks for sharing and the parent can lend; `members`
  * maps child ranks to parent ranks. Otherwise nothing (said at INFO).
  */
 ncclResult_t share_join(struct ncclComm* child, struct ncclComm* parent, const int* members,
@@ -78,16 +85,16 @@ void share_borrow(const struct ncclComm* comm, struct braid_connector* conn,
 void share_lock(struct ncclComm* comm);
 void share_unlock(struct ncclComm* comm);
 /*
- * `comm` was aborted or stopped mid-operation (abort, revoke): every other
- * member fails with ncclRemoteError naming it; the family shares no more.
+ * `comm` was aborted or stopped mid-operation (abort, revoke, a group left
+ * half launched): every other member's abort flag goes up, and it fails with
+ * ncclRemoteError naming `comm`; the family shares no more. Any thread.
  */
 void share_break(struct ncclComm* comm, const char* why);
 /*
  * Out of the family, before the comm's device state and channels are freed:
  * while other members remain, what they may borrow moves into the family
  * (the comm's pointers to it are cleared). The last member gets the family
- * back, to share_free once everything of its own is freed (its abort flag
- * may be a departed member's, kept in the family).
+ * back, to share_free once everything of its own is freed.
  */
 struct braid_share* share_leave(struct ncclComm* comm);
 void share_free(struct braid_share* sh);

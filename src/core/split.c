@@ -12,7 +12,7 @@
  * init does (group_job_dispatch).
  *
  * With splitShare/shrinkShare the child borrows the parent's P2P/SHM
- * connections where both ends find one, and shares its abort flag and its
+ * connections where both ends find one, and shares its aborts and its
  * order of kernels (share.h).
  */
 #include <stdlib.h>

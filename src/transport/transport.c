@@ -301,6 +301,17 @@ static ncclResult_t p2p_connect_one(struct ncclComm* comm, struct braid_connecto
   comm->channels->p2p_marked--; /* not looked at again, even if what follows fails */
   BRAID_TRY(conn_connect(comm, conn, tag, 0));
   BRAID_TRY(dev_state_upload_p2p(comm, conn->channel, conn->peer, conn->is_send, &conn->dev));
+  /*
+   * Its kernels have it now, with their own step word: without its pair, that word is stale
+   * and the connection would run on it (never retried: the comm must not be used again).
+   */
+  if (conn->borrowed) {
+    res = dev_state_borrowed(comm, conn->channel, conn->peer, conn->is_send, 0, conn->step_home);
+    if (res != ncclSuccess) {
+      comm_fail_async(comm, res);
+      goto fail;
+    }
+  }
   if (conn->transport != &braid_transport_net) /* a child may borrow it from now on */
     __atomic_store_n(&conn->lendable, 1, __ATOMIC_RELEASE);
   TRACE(BRAID_LOG_P2P, "channel %d %s rank %d %s %s", conn->channel,

@@ -50,6 +50,8 @@ struct braid_connector {
   struct conn_msg* answer;             /* phase 2: the peer's message */
   int borrowed;                        /* `dev` is a parent's connection (core/share.h):
                                           nothing here to free */
+  uint64_t* step_home;                 /* borrowed: where its step lives, the first lender's
+                                          step word (device memory; dev_comm.h) */
   int lendable;                        /* (atomic) the kernels have it: a child may borrow */
 };
 

@@ -651,7 +651,10 @@ out:
   world_case_end(w);
 }
 
-/* Braid: aborting a sharing child stops the family; the parent then fails, saying why. */
+/*
+ * Braid: aborting a sharing child stops the family; the parent then fails, saying why. Rank 0's
+ * parent waits meanwhile in a receive nobody sends: the child's abort must end that kernel too.
+ */
 static void api_split_share_abort(struct gpu_world* w) {
   char name[128];
   snprintf(name, sizeof name, "Split share: abort of the child fails the parent mode=%s",
@@ -667,10 +670,31 @@ static void api_split_share_abort(struct gpu_world* w) {
   if (api_family_init(w, &f) || api_dup(w, f.comm[0]) ||
       api_split_all(w, f.comm[0], 1, f.comm[1]) || api_share_round(w, &f, 2, "before the abort"))
     goto out;
+  int stuck = -1; /* the local rank waiting in a receive, or -1 (rank 0 is elsewhere) */
+  struct api_buf r;
+  memset(&r, 0, sizeof r);
+  if (buf_alloc(w, &r, API_N)) goto out;
+  for (int l = 0; l < w->nlocal; l++) {
+    if (api_rank(w, l) != 0) continue;
+    stuck = l;
+    world_nccl(w, ncclRecv(r.d[l], r.n, ncclInt64, w->nranks - 1, f.comm[0][l], f.stream[0][l]),
+               f.comm[0][l], "ncclRecv (never sent)");
+  }
   for (int l = 0; l < w->nlocal; l++) {
     world_nccl(w, ncclCommAbort(f.comm[1][l]), NULL, "ncclCommAbort (the child)");
     f.comm[1][l] = NULL;
   }
+  if (stuck >= 0) {
+    cudaError_t q = cudaErrorNotReady;
+    double until = world_now() + 10;
+    while ((q = cudaStreamQuery(f.stream[0][stuck])) == cudaErrorNotReady && world_now() < until)
+      mp_sleep(0.001);
+    if (q != cudaSuccess)
+      world_case_fail(w,
+                      "rank 0: the parent's receive still waits (%s) 10 s after its child's abort",
+                      cudaGetErrorString(q));
+  }
+  buf_free(w, &r);
   api_expect_refused(w, f.comm[0], "sharing with an aborted child");
   for (int l = 0; l < w->nlocal; l++) {
     ncclResult_t async = ncclSuccess;

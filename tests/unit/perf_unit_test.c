@@ -120,6 +120,14 @@ static void test_every_flag(void) {
   TEST_CHECK(
       parse(&a, "--parallel_init 2", err, sizeof(err)) == 0 && a.parallel_init && a.procs == 0,
       "--parallel_init 2 is parallel init (never a process count)");
+  TEST_CHECK(parse(&a, "-n 1", err, sizeof(err)) == 0 && a.split_share == -1,
+             "no --split_share: the world communicator itself");
+  TEST_CHECK(parse(&a, "--split_share 1", err, sizeof(err)) == 0 && a.split_share == 1,
+             "--split_share 1: %s", err);
+  TEST_CHECK(parse(&a, "--split_share 0", err, sizeof(err)) == 0 && a.split_share == 0,
+             "--split_share 0: %s", err);
+  TEST_CHECK(parse(&a, "--split_share 2", err, sizeof(err)) != 0 && strstr(err, "--split_share"),
+             "--split_share 2 is refused: %s", err);
   TEST_CHECK(parse(&a, "-f 0 -b 1M -e 3M -i 1M", err, sizeof(err)) == 0 && a.step_factor == 0,
              "-f 0 steps by -i");
   setenv("NCCL_TESTS_MIN_BW", "123.5", 1);

@@ -18,10 +18,11 @@
  *
  * Both ends keep their own `step` (the next step to fill or drain) in device
  * memory, so it survives from one kernel to the next. A connection a split
- * child shares with its parent (splitShare) has one step word, the lender's:
- * the borrower's copy points at it (`step_home`), and the family's kernels
- * run one after another (core/share.c), so the word is never used by two
- * kernels at once.
+ * child shares with its parent (splitShare) has one true step word, the
+ * lender's; the borrower's kernels copy it into their own word as they start
+ * and back as they end (struct braid_borrows), and the family's kernels run
+ * one after another (core/share.c), so the word is never used by two kernels
+ * at once. The steps of every other connection cost nothing for it.
  */
 #ifndef BRAID_DEVICE_DEV_COMM_H
 #define BRAID_DEVICE_DEV_COMM_H
@@ -36,23 +37,20 @@ extern "C" {
 #endif
 
 struct braid_dev_conn {
-  /* `step` and `step_home` first, on one 16-byte line: the kernels read both with one load. */
-  uint64_t step;       /* this end's next step (persists across kernels) */
-  uint64_t* step_home; /* NULL: `step` above; else where the step lives (a shared connection:
-                          the lending comm's word) */
   char* buff;          /* BRAID_STEPS slots of slot_bytes, in the receiver's memory */
   char* ll_buff;       /* BRAID_STEPS LL slots of ll_slot_bytes, or NULL: no LL on this link */
   uint64_t* tail;      /* steps filled (Simple): written by the sender */
   uint64_t* head;      /* steps drained (every protocol): written by the receiver */
   uint32_t* sizes;     /* sender, or NULL: bytes of each step, published before `tail` (net: the
                           proxy sends only those bytes, not the whole slot) */
+  uint64_t step;       /* this end's next step (persists across kernels) */
   uint64_t seen_head;  /* sender: the head value it last read (saves a remote read per launch) */
   uint32_t slot_bytes; /* bytes per slot, a multiple of 16 */
   uint32_t ll_slot_bytes; /* bytes of LL lines per slot (half of it is data), a multiple of 16 */
   uint32_t connected;
   uint32_t ll128_slot_bytes; /* bytes of LL128 lines per slot, a multiple of 128 */
   char* ll128_buff;    /* BRAID_STEPS LL128 slots, or NULL: no LL128 on this link (not P2P) */
-} __attribute__((aligned(16)));
+};
 
 /*
  * The LL protocol. A line is 16 bytes: 8 bytes of data split in two 4-byte
@@ -177,11 +175,34 @@ struct braid_work {
 
 #define BRAID_MAX_WORK 48
 
+/*
+ * The connections a split child borrows (splitShare; core/share.c), by channel: each one's own
+ * step word, which its kernels use, and the lender's, where the step lives between kernels.
+ * A kernel with a table copies its channel's lenders' words into its own as it starts and back
+ * as it ends. Pairs are only ever appended (a pair first, then its channel's count), so a
+ * kernel still running when one comes sees either the old count or the new, whole pair.
+ */
+struct braid_borrow {
+  uint64_t* own;
+  uint64_t* home;
+};
+
+struct braid_borrows {
+  uint32_t count[BRAID_MAX_CHANNELS]; /* pairs in use of each channel */
+  uint32_t per_channel;               /* room for pairs per channel */
+  uint32_t pad;
+  /* then the pairs (BRAID_BORROW_PAIRS): channel c's at [c * per_channel, + count[c]) */
+};
+#define BRAID_BORROW_PAIRS(b) ((struct braid_borrow*)((b) + 1))
+
 struct braid_kernel_args {
   struct braid_dev_comm* comm;
+  const struct braid_borrows* borrows; /* NULL: the comm borrows no connection */
   int nwork;
   uint32_t graph_op;   /* a captured launch: its id in the watchdog's capture table; 0: eager */
   uint64_t ledger_seq; /* written to comm->ledger_done[block] by every block once through; 0: not */
+  uint32_t borrows_per; /* borrows->per_channel (no load to wait for) */
+  uint32_t pad;
   struct braid_work work[BRAID_MAX_WORK];
 };
 

@@ -38,7 +38,7 @@ __device__ __forceinline__ bool direct_send_wait(struct braid_dev_channel* chan,
     int peer = rank + d < n ? rank + d : rank + d - n;
     struct braid_dev_conn* c = &chan->p2p_send[peer];
     conn_end e;
-    conn_end_resolve(&e, conn_end_load(&e, c));
+    conn_end_load(&e, c);
     if (!conn_wait_credit(&e, abort_flag)) return false;
     c->seen_head = e.seen_head;
     dst[d] = conn_slot<char>(e);
@@ -56,18 +56,15 @@ __device__ __forceinline__ void direct_send_post(struct braid_dev_channel* chan,
   for (int d = 1; d < n; d++) {
     int peer = rank + d < n ? rank + d : rank + d - n;
     struct braid_dev_conn* c = &chan->p2p_send[peer];
-    uint64_t* at;
-    const uint64_t step = conn_step_load(c, &at);
-    if (c->sizes) *(volatile uint32_t*)&c->sizes[step % BRAID_STEPS] = bytes;
+    if (c->sizes) *(volatile uint32_t*)&c->sizes[c->step % BRAID_STEPS] = bytes;
   }
   fence_acq_rel_sys();
   for (int d = 1; d < n; d++) {
     int peer = rank + d < n ? rank + d : rank + d - n;
     struct braid_dev_conn* c = &chan->p2p_send[peer];
-    uint64_t* at;
-    const uint64_t step = conn_step_load(c, &at);
+    const uint64_t step = c->step;
     st_relaxed_sys(c->tail, step + 1);
-    *at = step + 1;
+    c->step = step + 1;
   }
 }
 
@@ -78,8 +75,7 @@ __device__ __forceinline__ bool direct_recv_wait(struct braid_dev_channel* chan,
   for (int d = 1; d < n; d++) {
     int peer = rank - d >= 0 ? rank - d : rank - d + n;
     struct braid_dev_conn* c = &chan->p2p_recv[peer];
-    uint64_t* at;
-    const uint64_t step = conn_step_load(c, &at);
+    const uint64_t step = c->step;
     if (!conn_wait_tail(c->tail, step, abort_flag)) return false;
     src[peer] = c->buff + (size_t)(step % BRAID_STEPS) * c->slot_bytes;
   }
@@ -92,10 +88,8 @@ __device__ __forceinline__ void direct_recv_done(struct braid_dev_channel* chan,
   for (int d = 1; d < n; d++) {
     int peer = rank - d >= 0 ? rank - d : rank - d + n;
     struct braid_dev_conn* c = &chan->p2p_recv[peer];
-    uint64_t* at;
-    const uint64_t step = conn_step_load(c, &at);
-    st_relaxed_sys(c->head, step + 1);
-    *at = step + 1;
+    st_relaxed_sys(c->head, c->step + 1);
+    c->step = c->step + 1;
   }
 }
 

@@ -150,10 +150,71 @@ __device__ __forceinline__ void graph_end(struct braid_dev_comm* comm, uint32_t 
     *(volatile uint64_t*)&comm->graph.word[blockIdx.x] = (uint32_t)clock64();
 }
 
+/*
+ * A borrowing comm's kernel (dev_comm.h: struct braid_borrows): each block takes its channel's
+ * borrowed steps from their lenders' words as it starts, and puts them back as it ends; the
+ * works in between use the comm's own words, as on any other connection. Thread 0 reads how
+ * many pairs there are, once (the host may append one while the kernel runs: a connection a
+ * later launch needs), while each thread reads its pair: one round trip; then the steps, a
+ * second. The first BRAID_BORROWS_HELD pairs stay in shared memory for the way back, so that
+ * costs one more (the own words the works saved). One pair per thread, no loop (the host keeps
+ * per_channel within the block: share_join): with a loop here, ptxas spilled more in the LL128
+ * and tree kernels of every comm (perf/NOTES.md). Every other comm's kernel passes over both
+ * with one untaken branch.
+ */
+#define BRAID_BORROWS_HELD 32
+
+struct borrows_state {
+  struct braid_borrow held[BRAID_BORROWS_HELD];
+  uint32_t n; /* pairs copied in, so copied back */
+};
+
+/* A pair, from L2 (ld.cg): an L1 line of this SM may predate a pair appended since. */
+__device__ __forceinline__ struct braid_borrow borrow_load(const struct braid_borrow* p) {
+  struct braid_borrow q;
+  q.own = (uint64_t*)__ldcg((const unsigned long long*)&p->own);
+  q.home = (uint64_t*)__ldcg((const unsigned long long*)&p->home);
+  return q;
+}
+
+static __device__ __noinline__ void borrows_in(const struct braid_borrows* b, uint32_t per,
+                                               struct borrows_state* s) {
+  if (blockIdx.x >= BRAID_MAX_CHANNELS) return;
+  const struct braid_borrow* p = BRAID_BORROW_PAIRS(b) + (size_t)blockIdx.x * per;
+  struct braid_borrow mine = {nullptr, nullptr};
+  if (threadIdx.x < per) mine = borrow_load(&p[threadIdx.x]);
+  if (threadIdx.x == 0)
+    *(volatile uint32_t*)&s->n = *(const volatile uint32_t*)&b->count[blockIdx.x];
+  __syncthreads();
+  const uint32_t n = *(volatile uint32_t*)&s->n;
+  if (threadIdx.x < n) {
+    const uint32_t i = threadIdx.x;
+    /* A pair read before the count may predate its append (still zero): read it again. */
+    const struct braid_borrow q = mine.own ? mine : borrow_load(&p[i]);
+    *(volatile uint64_t*)q.own = *(const volatile uint64_t*)q.home;
+    if (i < BRAID_BORROWS_HELD) s->held[i] = q;
+  }
+}
+
+/* After the block's last __syncthreads: the works' saved steps go back to the lenders' words. */
+static __device__ __noinline__ void borrows_out(const struct braid_borrows* b, uint32_t per,
+                                                struct borrows_state* s) {
+  if (blockIdx.x >= BRAID_MAX_CHANNELS) return;
+  const struct braid_borrow* p = BRAID_BORROW_PAIRS(b) + (size_t)blockIdx.x * per;
+  const uint32_t n = *(volatile uint32_t*)&s->n;
+  if (threadIdx.x < n) {
+    const uint32_t i = threadIdx.x;
+    const struct braid_borrow q = i < BRAID_BORROWS_HELD ? s->held[i] : borrow_load(&p[i]);
+    *(volatile uint64_t*)q.home = *(const volatile uint64_t*)q.own;
+  }
+}
+
 template <work_fn RUN>
 __device__ __forceinline__ void kernel_works(const struct braid_kernel_args& args) {
   __shared__ volatile int aborted[2];
+  __shared__ struct borrows_state borrowed;
   graph_begin(args.comm, args.graph_op);
+  if (args.borrows != nullptr) borrows_in(args.borrows, args.borrows_per, &borrowed);
   for (int i = 0; i < args.nwork; i++) {
     const struct braid_work& w = args.work[i];
     if ((int)blockIdx.x < w.channel_lo || (int)blockIdx.x >= w.channel_lo + w.nchannels) continue;
@@ -163,6 +224,7 @@ __device__ __forceinline__ void kernel_works(const struct braid_kernel_args& arg
     __syncthreads();
     if (aborted[0] || aborted[1]) return;
   }
+  if (args.borrows != nullptr) borrows_out(args.borrows, args.borrows_per, &borrowed);
   if (args.ledger_seq != 0) ledger_report(args.comm, args.ledger_seq);
   graph_end(args.comm, args.graph_op);
 }

@@ -45,7 +45,7 @@ __device__ __forceinline__ void group_barrier(int id, int nthreads) {
 
 /* One end of a connection as a running group sees it. */
 struct conn_end {
-  struct braid_dev_conn* global; /* where `step` (or its step_home) and `seen_head` are saved */
+  struct braid_dev_conn* global; /* where `step` is saved at the end */
   char* buff;
   uint64_t* tail;
   uint64_t* head;
@@ -59,43 +59,19 @@ struct conn_end {
   char* ll128_buff;
 };
 
-/*
- * A connection's step, and where it lives (dev_comm.h: its own word, or a shared
- * connection's lender's): `step` and `step_home` come in one 16-byte load, and only a shared
- * connection reads a second word.
- */
-__device__ __forceinline__ uint64_t conn_step_load(struct braid_dev_conn* g, uint64_t** at) {
-  const ulonglong2 s = *(const ulonglong2*)&g->step;
-  uint64_t* home = (uint64_t*)s.y;
-  *at = home ? home : &g->step;
-  return home ? *home : s.x;
-}
-
-/*
- * Starts reading an end: its fields and its own step word; returns its step_home, from which
- * the caller takes the step (conn_end_resolve) once every end of the group has started, so
- * the group waits for their loads once, not end after end.
- */
-__device__ __forceinline__ uint64_t* conn_end_load(conn_end* c, struct braid_dev_conn* g) {
-  const ulonglong2 s = *(const ulonglong2*)&g->step;
+__device__ __forceinline__ void conn_end_load(conn_end* c, struct braid_dev_conn* g) {
   c->global = g;
-  c->step = s.x;
   c->buff = g->buff;
   c->tail = g->tail;
   c->head = g->head;
   c->sizes = g->sizes;
+  c->step = g->step;
   c->seen_head = g->seen_head;
   c->slot_bytes = g->slot_bytes;
   c->ll_buff = g->ll_buff;
   c->ll_slot_bytes = g->ll_slot_bytes;
   c->ll128_buff = g->ll128_buff;
   c->ll128_slot_bytes = g->ll128_slot_bytes;
-  return (uint64_t*)s.y;
-}
-
-/* A shared connection's step is its lender's word (dev_comm.h). */
-__device__ __forceinline__ void conn_end_resolve(conn_end* c, const uint64_t* home) {
-  if (home) c->step = *home;
 }
 
 /* The slot of step `step` in one protocol's buffer of a connection. */
@@ -108,21 +84,10 @@ __device__ __forceinline__ T* conn_slot(const conn_end& c) {
   return (T*)slot_at(c.buff, c.slot_bytes, c.step);
 }
 
-/* Saves an end's step (to `home` when shared) and a sender's cached head, for the next kernel. */
-__device__ __forceinline__ void conn_end_save(const conn_end& c, bool is_send, uint64_t* home) {
-  *(home ? home : &c.global->step) = c.step;
+/* Saves an end's step (and a sender's cached head) for the next kernel. */
+__device__ __forceinline__ void conn_end_save(const conn_end& c, bool is_send) {
+  c.global->step = c.step;
   if (is_send) c.global->seen_head = c.seen_head;
-}
-
-/*
- * Where a group's thread 0 keeps its ends' step_home from bind to save, by the group's named
- * barrier: in shared memory. A register held that long costs every thread of the kernel
- * (they are at their register limit: spills), and reading the connection again at the end a
- * round trip to L2 (0.11 us a kernel; perf/NOTES.md).
- */
-__device__ __forceinline__ uint64_t** conn_homes(int barrier_id) {
-  __shared__ uint64_t* homes[16][2];
-  return homes[barrier_id];
 }
 
 /*
@@ -188,23 +153,15 @@ struct prims_base {
   __device__ void bind(struct braid_dev_conn* recv_conn, struct braid_dev_conn* send_conn) {
     has_recv = recv_conn != nullptr;
     has_send = send_conn != nullptr;
-    const uint64_t* recv_home = has_recv ? conn_end_load(&recv, recv_conn) : nullptr;
-    const uint64_t* send_home = has_send ? conn_end_load(&send, send_conn) : nullptr;
-    conn_end_resolve(&recv, recv_home);
-    conn_end_resolve(&send, send_home);
-    if (tid == 0) {
-      uint64_t** homes = conn_homes(barrier_id);
-      homes[0] = (uint64_t*)recv_home;
-      homes[1] = (uint64_t*)send_home;
-    }
+    if (has_recv) conn_end_load(&recv, recv_conn);
+    if (has_send) conn_end_load(&send, send_conn);
   }
 
   /* Saves the steps for the next kernel. Call once, after the last step. */
   __device__ void save() {
     if (tid != 0) return;
-    uint64_t** homes = conn_homes(barrier_id);
-    if (has_recv) conn_end_save(recv, false, homes[0]);
-    if (has_send) conn_end_save(send, true, homes[1]);
+    if (has_recv) conn_end_save(recv, false);
+    if (has_send) conn_end_save(send, true);
   }
 
   /* Flag protocols (LL, LL128), before writing the send slot: one thread waits for credit. */
