@@ -114,6 +114,13 @@ ncclResult_t comm_check(const struct ncclComm* comm, const char* api) {
   return ncclSuccess;
 }
 
+int comm_host_peers(const struct ncclComm* comm) {
+  int n = 0;
+  for (int r = 0; r < comm->nranks; r++)
+    n += r != comm->rank && comm->peers[r].host_hash == comm->peers[comm->rank].host_hash;
+  return n;
+}
+
 int comm_fail_async(struct ncclComm* comm, ncclResult_t res) {
   return comm_fail_async_why(comm, res, braid_err_last());
 }

@@ -110,6 +110,8 @@ ncclResult_t comm_check_ready(const struct ncclComm* comm, const char* api);
  * reason; returns 1, or 0 when the comm had failed already.
  */
 int comm_fail_async(struct ncclComm* comm, ncclResult_t res);
+/* The other ranks of this comm on this rank's host (the only ones P2P/SHM connect). */
+int comm_host_peers(const struct ncclComm* comm);
 /* The same with `why` as the reason, the calling thread's last error left as it is. */
 int comm_fail_async_why(struct ncclComm* comm, ncclResult_t res, const char* why);
 /*

@@ -199,10 +199,7 @@ static ncclResult_t dev_borrows_create(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   struct braid_dev_state* d = comm->dev;
   struct braid_borrows* b = NULL;
-  uint32_t same_host = 0;
-  for (int r = 0; r < comm->nranks; r++)
-    same_host += r != comm->rank && comm->peers[r].host_hash == comm->peers[comm->rank].host_hash;
-  const uint32_t per = 2 + 2 * same_host;
+  const uint32_t per = 2 + 2 * (uint32_t)comm_host_peers(comm);
   /* The kernels copy one pair per thread (kernel.h: borrows_in); share_join keeps to that. */
   BRAID_CHECK(per <= (uint32_t)d->nthreads, ncclInternalError,
               "rank %d: %u borrowed ends per channel, more than the %d threads of a block",

@@ -71,10 +71,7 @@ ncclResult_t share_join(struct ncclComm* child, struct ncclComm* parent, const i
     return ncclSuccess;
   }
   /* A borrowing kernel copies one borrowed end per thread (kernel.h: borrows_in). */
-  int same_host = 0;
-  for (int r = 0; r < parent->nranks; r++)
-    same_host +=
-        r != parent->rank && parent->peers[r].host_hash == parent->peers[parent->rank].host_hash;
+  const int same_host = comm_host_peers(parent);
   if (2 + 2 * same_host > parent->dev->nthreads) {
     INFO(BRAID_LOG_INIT,
          "rank %d: %s asked, but %d ranks on this host are more than a kernel block copies "
