@@ -12,6 +12,8 @@ log=${TMPDIR:-/tmp}/braid-expect-proto.$$.log
 BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=TUNING "$@" > "$log" 2>&1
 rc=$?
 grep -v "BRAID INFO" "$log" | tail -20
+# The failed cases by name (the tail above may not reach them).
+grep "^FAIL" "$log" | head -40
 n=$(grep -c "${EXPECT_PATTERN:-ranks: [A-Za-z]*/$proto, }" "$log")
 others=$(grep -c "ranks: [A-Za-z]*/[A-Za-z0-9]*, " "$log")
 absent=0
