@@ -83,33 +83,48 @@ static int api_mapped_piecewise(CUdeviceptr ptr) {
 
 /*
  * Allocations this thread's calls passed recently, so that a buffer used
- * again costs no driver call (cudaPointerGetAttributes and the range query
- * take ~150 and ~90 ns each on an H100, per buffer, per call). The cache
- * only ever accepts: a buffer it does not cover is checked afresh, so a
- * refusal always comes from the driver. An allocation freed and replaced by
- * a smaller one at the same address would be accepted from the cache, as it
- * was before these checks existed.
+ * again costs one driver query instead of two (cudaPointerGetAttributes and
+ * the range query take ~150 and ~90 ns each on an H100, per buffer, per
+ * call). The cache only ever accepts: a buffer it does not cover is checked
+ * afresh, so a refusal always comes from the driver. An entry is trusted only
+ * while the address still belongs to the same allocation (its buffer id, which
+ * the driver never gives twice in a process): after a cudaFree the same
+ * addresses may come back as memory of another GPU (seen on two H100s: a
+ * buffer of the other GPU accepted from the cache).
  */
 #define API_RANGE_CACHE 8
 struct api_range {
   uintptr_t base, end;
+  unsigned long long buffer_id;
   int device;
 };
 static __thread struct api_range api_ranges[API_RANGE_CACHE];
 static __thread unsigned api_ranges_next;
+
+/* The driver's id of the allocation holding ptr; 0 when it cannot say. */
+static unsigned long long api_buffer_id(uintptr_t ptr) {
+  unsigned long long id = 0;
+  if (api_drv.attr == NULL ||
+      api_drv.attr(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)ptr) != CUDA_SUCCESS)
+    return 0;
+  return id;
+}
 
 static int api_range_covers(const void* ptr, size_t bytes, int device) {
   uintptr_t p = (uintptr_t)ptr;
   for (int i = 0; i < API_RANGE_CACHE; i++) {
     const struct api_range* r = &api_ranges[i];
     if (r->device == device && r->end != 0 && p >= r->base && p <= r->end && bytes <= r->end - p)
-      return 1;
+      return api_buffer_id(p) == r->buffer_id;
   }
   return 0;
 }
 
 static void api_range_keep(uintptr_t base, size_t size, int device) {
-  api_ranges[api_ranges_next++ % API_RANGE_CACHE] = (struct api_range){base, base + size, device};
+  unsigned long long id = api_buffer_id(base);
+  if (id == 0) return;
+  api_ranges[api_ranges_next++ % API_RANGE_CACHE] =
+      (struct api_range){base, base + size, id, device};
 }
 
 /* Device memory of this GPU at ptr: refuses a buffer that ends past its allocation. */

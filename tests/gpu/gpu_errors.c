@@ -619,10 +619,60 @@ done:
   world_case_end(w);
 }
 
+/*
+ * A buffer of this GPU that a call accepted, freed, and its addresses handed out again by the other
+ * GPU's cudaMalloc: the library must not accept them from what it remembers of the first buffer.
+ * Whether the driver reuses the addresses is its choice: when none of a few allocations lands on
+ * them, the case says so and checks nothing more.
+ */
+#define ERR_REUSE_BYTES ((size_t)64 << 20)
+#define ERR_REUSE_TRIES 8
+static void err_reused_addresses(struct gpu_world* w, struct err_env* env) {
+  struct err_env* e =
+      err_begin(w, env, "AllReduce on the other GPU's buffer at a freed buffer's addresses");
+  if (e == NULL) return;
+  void* mine = NULL;
+  void* tries[ERR_REUSE_TRIES] = {0};
+  int reused = -1;
+  size_t n = ERR_REUSE_BYTES / sizeof(float);
+  if (e->other_dev < 0) {
+    fprintf(stderr, "note: the reused-addresses case needs a second GPU; not run\n");
+    goto out;
+  }
+  if (world_cuda(w, cudaSetDevice(e->dev), "cudaSetDevice") ||
+      world_cuda(w, cudaMalloc(&mine, ERR_REUSE_BYTES), "cudaMalloc") ||
+      world_nccl(w, ncclAllReduce(mine, mine, n, ncclFloat32, ncclSum, e->comm, e->stream), e->comm,
+                 "ncclAllReduce (this GPU's buffer)") ||
+      world_cuda(w, cudaStreamSynchronize(e->stream), "cudaStreamSynchronize") ||
+      world_cuda(w, cudaFree(mine), "cudaFree") ||
+      world_cuda(w, cudaSetDevice(e->other_dev), "cudaSetDevice"))
+    goto out;
+  for (int i = 0; reused < 0 && i < ERR_REUSE_TRIES; i++) {
+    if (world_cuda(w, cudaMalloc(&tries[i], ERR_REUSE_BYTES), "cudaMalloc (other GPU)")) break;
+    if (tries[i] == mine) reused = i;
+  }
+  if (world_cuda(w, cudaSetDevice(e->dev), "cudaSetDevice")) goto out;
+  if (reused < 0)
+    fprintf(stderr,
+            "note: the other GPU's allocations did not reuse the freed addresses; the "
+            "reused-addresses case checked nothing\n");
+  else
+    err_expect(
+        w,
+        ncclAllReduce(tries[reused], e->recv, ERR_COUNT, ncclFloat32, ncclSum, e->comm, e->stream),
+        ncclInvalidArgument, e->comm);
+out:
+  for (int i = 0; i < ERR_REUSE_TRIES; i++)
+    if (tries[i] != NULL && cudaSetDevice(e->other_dev) == cudaSuccess) cudaFree(tries[i]);
+  cudaSetDevice(e->dev);
+  world_case_end(w);
+}
+
 void suite_errors(struct gpu_world* w) {
   struct err_env env;
   memset(&env, 0, sizeof env);
   for (size_t i = 0; i < ARRAY_LEN(err_cases); i++) err_simple(w, &env, &err_cases[i]);
+  err_reused_addresses(w, &env);
   err_in_group(w, &env);
   err_group_nonblocking(w, &env);
   err_destroy_in_group(w, &env);
