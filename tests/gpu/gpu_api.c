@@ -834,6 +834,31 @@ static int api_graph_check(struct gpu_world* w, struct api_buf* a, struct api_bu
   return rc;
 }
 
+/*
+ * Ends the capture on every local rank's stream s[l] that is capturing, then instantiates the
+ * graphs. One thread drives every local rank (threads mode): while any of its streams is still
+ * capturing (thread-local mode), its cudaGraphInstantiate is refused, so every capture ends
+ * before the first instantiation, also after a failure (a stream left capturing would refuse
+ * every later case's allocations).
+ */
+static int api_capture_end(struct gpu_world* w, cudaStream_t* s, cudaGraph_t* graph,
+                           cudaGraphExec_t* exec) {
+  int rc = 0;
+  for (int l = 0; l < w->nlocal; l++) {
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    cudaSetDevice(w->dev[l]);
+    if (world_cuda(w, cudaStreamIsCapturing(s[l], &st), "cudaStreamIsCapturing")) rc = -1;
+    if (st != cudaStreamCaptureStatusNone &&
+        world_cuda(w, cudaStreamEndCapture(s[l], &graph[l]), "cudaStreamEndCapture"))
+      rc = -1;
+  }
+  for (int l = 0; rc == 0 && l < w->nlocal; l++) {
+    cudaSetDevice(w->dev[l]);
+    if (world_cuda(w, cudaGraphInstantiate(&exec[l], graph[l], 0), "cudaGraphInstantiate")) rc = -1;
+  }
+  return rc;
+}
+
 static void api_graph(struct gpu_world* w) {
   char name[128];
   snprintf(name, sizeof name, "Graph AllReduce+SendRecv %d replays, eager mixed mode=%s",
@@ -850,19 +875,13 @@ static void api_graph(struct gpu_world* w) {
     goto out;
   for (int l = 0; l < w->nlocal; l++)
     if (buf_put(w, &a, l, 0, 3) || buf_put(w, &c, l, api_rank(w, l), 4)) goto out;
-  for (int l = 0; l < w->nlocal; l++)
-    if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
-        world_cuda(w, cudaStreamBeginCapture(w->stream[l], cudaStreamCaptureModeThreadLocal),
-                   "cudaStreamBeginCapture"))
-      goto out;
-  int issued = api_graph_issue(w, &a, &c, &r);
-  for (int l = 0; l < w->nlocal; l++) {
-    cudaSetDevice(w->dev[l]);
-    if (world_cuda(w, cudaStreamEndCapture(w->stream[l], &graph[l]), "cudaStreamEndCapture") ||
-        world_cuda(w, cudaGraphInstantiate(&exec[l], graph[l], 0), "cudaGraphInstantiate"))
-      goto out;
-  }
-  if (issued != 0) goto out;
+  int issued = 0;
+  for (int l = 0; issued == 0 && l < w->nlocal; l++)
+    issued = world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
+             world_cuda(w, cudaStreamBeginCapture(w->stream[l], cudaStreamCaptureModeThreadLocal),
+                        "cudaStreamBeginCapture");
+  if (issued == 0) issued = api_graph_issue(w, &a, &c, &r);
+  if (api_capture_end(w, w->stream, graph, exec) || issued != 0) goto out;
   if (api_graph_replay(w, exec, API_REPLAYS) ||
       api_graph_check(w, &a, &r, 1, API_REPLAYS, "after the replays"))
     goto out;
@@ -915,13 +934,11 @@ out:
 static int api_mix_capture(struct gpu_world* w, cudaStream_t* s, struct api_buf* in,
                            struct api_buf* out, struct api_buf* out2, cudaGraph_t* graph,
                            cudaGraphExec_t* exec) {
-  int rc = 0;
-  for (int l = 0; rc == 0 && l < w->nlocal; l++)
-    rc = world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
-         world_cuda(w, cudaStreamBeginCapture(s[l], cudaStreamCaptureModeThreadLocal),
-                    "cudaStreamBeginCapture");
-  if (rc) return -1;
   int issued = 0;
+  for (int l = 0; issued == 0 && l < w->nlocal; l++)
+    issued = world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
+             world_cuda(w, cudaStreamBeginCapture(s[l], cudaStreamCaptureModeThreadLocal),
+                        "cudaStreamBeginCapture");
   for (int k = 0; issued == 0 && k < (out2 != NULL ? 2 : 1); k++) {
     struct api_buf* from = k == 0 ? in : out;
     struct api_buf* to = k == 0 ? out : out2;
@@ -932,13 +949,7 @@ static int api_mix_capture(struct gpu_world* w, cudaStream_t* s, struct api_buf*
           w->comm[l], "ncclAllReduce (captured)");
     issued |= world_group_end(w);
   }
-  for (int l = 0; l < w->nlocal; l++) {
-    cudaSetDevice(w->dev[l]);
-    if (world_cuda(w, cudaStreamEndCapture(s[l], &graph[l]), "cudaStreamEndCapture") ||
-        world_cuda(w, cudaGraphInstantiate(&exec[l], graph[l], 0), "cudaGraphInstantiate"))
-      rc = -1;
-  }
-  return rc || issued ? -1 : 0;
+  return api_capture_end(w, s, graph, exec) || issued ? -1 : 0;
 }
 
 static int api_mix_launch(struct gpu_world* w, cudaGraphExec_t* exec, cudaStream_t* s) {
@@ -1303,7 +1314,35 @@ out:
   world_case_end(w);
 }
 
+/*
+ * What the world communicator reports of itself: made by ncclCommInitAll over every GPU (threads)
+ * or by ncclCommInitRank in each process (procs, hosts, sharegpu), each rank must see the world's
+ * size, its own rank and the CUDA device it was made on. (Destroying it is checked where the world
+ * ends: gpu_world.c fails the run on an error from ncclCommDestroy.)
+ */
+static void api_world_queries(struct gpu_world* w) {
+  char name[128];
+  snprintf(name, sizeof name, "World communicator: count, rank, device (%s) mode=%s",
+           strcmp(w->opts->mode, "threads") == 0 ? "ncclCommInitAll" : "ncclCommInitRank",
+           w->opts->mode);
+  if (!world_case_begin(w, name)) return;
+  for (int l = 0; l < w->nlocal; l++) {
+    int count = -1, me = -1, dev = -1;
+    if (world_nccl(w, ncclCommCount(w->comm[l], &count), w->comm[l], "ncclCommCount") ||
+        world_nccl(w, ncclCommUserRank(w->comm[l], &me), w->comm[l], "ncclCommUserRank") ||
+        world_nccl(w, ncclCommCuDevice(w->comm[l], &dev), w->comm[l], "ncclCommCuDevice"))
+      break;
+    if (count != w->nranks || me != api_rank(w, l) || dev != w->dev[l])
+      world_case_fail(w,
+                      "local rank %d: ncclCommCount %d, ncclCommUserRank %d, ncclCommCuDevice %d; "
+                      "expected %d, %d, %d",
+                      l, count, me, dev, w->nranks, api_rank(w, l), w->dev[l]);
+  }
+  world_case_end(w);
+}
+
 void suite_api(struct gpu_world* w) {
+  api_world_queries(w);
   api_splits(w);
   api_split_share(w);
   api_split_share_abort(w);
