@@ -55,10 +55,10 @@ for step in $steps; do
       ;;
     test)
       # The 1000-communicator leak checks take minutes each: TEST_EXCLUDE= runs them too.
-      # TEST_ONLY: a regular expression of the tests to run (ctest -R).
+      # TEST_ONLY: a regular expression of the tests to run (ctest -R). CTEST_JOBS: tests at once.
       excl=${TEST_EXCLUDE-leaks}
       log "ctest -L gpu${excl:+ -E $excl}${TEST_ONLY:+ -R $TEST_ONLY}"
-      timeout -k 10 ${TEST_LIMIT:-480} ctest --test-dir "$BUILD_DIR/tests/gpu" -L gpu \
+      timeout -k 10 ${TEST_LIMIT:-480} ctest --test-dir "$BUILD_DIR/tests/gpu" -L gpu -j ${CTEST_JOBS:-1} \
         ${excl:+-E "$excl"} ${TEST_ONLY:+-R "$TEST_ONLY"} --output-on-failure \
         > "$LOGS/ctest-gpu.log" 2>&1 || status=1
       tail -15 "$LOGS/ctest-gpu.log" | tee -a "$OUT/summary.txt"
@@ -99,10 +99,12 @@ for step in $steps; do
       done
       ;;
     mpi)
-      # The same binary under mpirun on Braid, then on the system NCCL.
+      # The same binary under mpirun on Braid, then on the system NCCL (issue 4's command).
       P=$BUILD_DIR/perf
-      run mpi_allreduce_braid 120 $MPIRUN $P/all_reduce_perf -b 8 -e 1G -f 4 -g 1
-      LD_LIBRARY_PATH=$NCCL_LIB_DIR run mpi_allreduce_nccl 120 $MPIRUN $P/all_reduce_perf -b 8 -e 1G -f 4 -g 1
+      run mpi_allreduce_braid 120 $MPIRUN $P/all_reduce_perf -b 8 -e 1G -f 2 -g 1
+      LD_LIBRARY_PATH=$NCCL_LIB_DIR run mpi_allreduce_nccl 120 $MPIRUN $P/all_reduce_perf -b 8 -e 1G -f 2 -g 1
+      for l in braid nccl; do grep -E '^ +[0-9]+ +[0-9]+ |Avg|wrong' "$LOGS/mpi_allreduce_$l.log" |
+        sed "s/^/$l: /" >> "$OUT/summary.txt"; done
       ;;
     cost)
       # Host time of each CUDA call the enqueue path makes.

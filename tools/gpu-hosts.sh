@@ -5,7 +5,7 @@
 # time-slice it (each waits ~2 ms per turn), which hides the network entirely, so the
 # CUDA MPS daemon is started for the run (a user-level server that lets both processes'
 # kernels run at once; it changes no setting of the GPU) and stopped at the end.
-#   bash tools/gpu-hosts.sh [suite|quick] [api] [leaks] [deadpeer] [hang] [det] [perfdet] [tree] [direct] [proto] [lat] [torch] [perf] [perfwd] [sweep] [netprof] [netsweep] [chan] [colls] [ofi] [info]
+#   bash tools/gpu-hosts.sh [suite|quick] [big] [api] [leaks] [deadpeer] [hang] [det] [perfdet] [tree] [direct] [proto] [lat] [torch] [perf] [perfwd] [sweep] [netprof] [netsweep] [chan] [colls] [ofi] [info]
 # (default: perf). The intra-node path on one GPU: tools/sharegpu-round.sh.
 # Logs under $OUT (device tool) or ./gpu-hosts-out. BUILD_DIR as in tools/gpu-check.sh;
 # NP=4 runs four ranks (four hosts) instead of two.
@@ -49,6 +49,10 @@ for step in ${*:-perf}; do
     perf)
       run ar_braid 200 $M tools/as-host.sh $B/perf/all_reduce_perf $S
       LD_LIBRARY_PATH=$NCCL_LIB_DIR run ar_nccl 200 $M tools/as-host.sh $B/perf/all_reduce_perf $S
+      ;;
+    big)  # issue 8's size: 1 GiB all-reduce, Braid then NCCL
+      run ar_braid_1g 120 $M tools/as-host.sh $B/perf/all_reduce_perf -b 1G -e 1G -w 3 -n 10 -g 1
+      LD_LIBRARY_PATH=$NCCL_LIB_DIR run ar_nccl_1g 120 $M tools/as-host.sh $B/perf/all_reduce_perf -b 1G -e 1G -w 3 -n 10 -g 1
       ;;
     perfwd)  # the ledger's cost: completion reports on (default) and off (BRAID_TIMEOUT=0)
       for i in 1 2; do

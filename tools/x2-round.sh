@@ -1,20 +1,37 @@
 #!/usr/bin/env bash
-# The planned rounds on the 2x H200 (device kind nvidia-h200-x2), one device call each, from a
-# build staged here with braid-info:  STAGE_INFO=1 bash tools/stage-device.sh build
-# then, carrying .device:  bash tools/x2-round.sh N   (N = 1..4; logs and tables in $OUT)
-#   1  issues 4-6: detected topology against the fixture, perf tools under mpirun on Braid and
-#      NCCL, perf/compare of every collective 8 B - 2 GiB (one round) and bf16 all-reduce
-#   2  issue 6: the one-hop pair exchange against the ring; the copy-engine exchange against
+# The rounds on the 2-GPU machine (device kind nvidia-h200-x2), one device call each (each under
+# the tool's 10 minutes a command), from a build staged here with braid-info:
+#   STAGE_INFO=1 bash tools/stage-device.sh build
+# then, carrying .device:  bash tools/x2-round.sh N   (logs and tables under $OUT/rN)
+#   1  issues 3-6: probe, detected topology against the fixture, the all-reduce sweep under
+#      mpirun on Braid and NCCL, perf/compare of every collective 8 B - 2 GiB (one round) and
+#      bf16 all-reduce
+#   2  issues 2, 3, 7, 9: every GPU test but the 1000-communicator leak runs, CTEST_JOBS
+#      (default 3) at once
+#   3  issues 7, 8: the socket path with each emulated host on a GPU of its own against NCCL's
+#      socket path; PyTorch DDP on Braid and on NCCL
+#   4  issues 3, 9: compute-sanitizer (reduced run) and the single-process 2-GPU leak run
+#   5  issue 6: the one-hop pair exchange against the ring; the copy-engine exchange against
 #      the kernels and NCCL (16 MB - 2 GB)
-#   3  issues 2-3, 6, 9: every GPU test but the 1000-communicator leak runs
-#   4  issue 9: compute-sanitizer runs and the leak runs on two GPUs
+#   6  after a fix: round 2 again, then the socket path at 1 GiB (with the streams x threads
+#      sweep) and PyTorch again
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export BUILD_DIR=${BUILD_DIR:-.device/build}
-case ${1:-} in
-  1) COMPARE_ROUNDS=1 bash tools/gpu-check.sh topo mpi compare ;;
-  2) bash tools/gpu-check.sh pair ce ;;
-  3) bash tools/gpu-check.sh test ;;
-  4) bash tools/gpu-check.sh sanitize && TEST_EXCLUDE= TEST_ONLY=leaks bash tools/gpu-check.sh test ;;
-  *) sed -n 2,12p "$0"; exit 2 ;;
+OUT=${OUT:-$PWD/x2-out}
+n=${1:-}
+export OUT=$OUT/r$n
+case $n in
+  1) COMPARE_ROUNDS=1 bash tools/gpu-check.sh probe topo mpi compare ;;
+  2) CTEST_JOBS=${CTEST_JOBS:-3} TEST_LIMIT=${TEST_LIMIT:-560} bash tools/gpu-check.sh test ;;
+  3) NO_MPS=1 AS_HOST_GPUS=$(nvidia-smi -L | grep -c '^GPU') bash tools/gpu-hosts.sh perf torch ;;
+  4) SANITIZE_LIMIT=200 bash tools/gpu-check.sh sanitize; rc=$?
+     OUT=$OUT/leaks TEST_EXCLUDE= TEST_ONLY=leaks_threads bash tools/gpu-check.sh test || rc=1
+     exit $rc ;;
+  5) bash tools/gpu-check.sh pair ce ;;
+  6) CTEST_JOBS=${CTEST_JOBS:-3} TEST_LIMIT=${TEST_LIMIT:-560} bash tools/gpu-check.sh test; rc=$?
+     OUT=$OUT/hosts NO_MPS=1 AS_HOST_GPUS=$(nvidia-smi -L | grep -c '^GPU') \
+       bash tools/gpu-hosts.sh big sweep torch || rc=1
+     exit $rc ;;
+  *) sed -n 2,19p "$0"; exit 2 ;;
 esac
