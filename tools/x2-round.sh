@@ -21,17 +21,22 @@ export BUILD_DIR=${BUILD_DIR:-.device/build}
 OUT=${OUT:-$PWD/x2-out}
 n=${1:-}
 export OUT=$OUT/r$n
+# gpu_tests: every GPU test but the leak runs, CTEST_JOBS at once. net_hosts STEPS...: the socket
+# path with each emulated host on a GPU of its own (no MPS needed), under $OUT/hosts.
+gpu_tests() { CTEST_JOBS=${CTEST_JOBS:-3} TEST_LIMIT=${TEST_LIMIT:-560} bash tools/gpu-check.sh test; }
+net_hosts() {
+  OUT=$1 NO_MPS=1 AS_HOST_GPUS=$(nvidia-smi -L | grep -c '^GPU') bash tools/gpu-hosts.sh "${@:2}"
+}
 case $n in
   1) COMPARE_ROUNDS=1 bash tools/gpu-check.sh probe topo mpi compare ;;
-  2) CTEST_JOBS=${CTEST_JOBS:-3} TEST_LIMIT=${TEST_LIMIT:-560} bash tools/gpu-check.sh test ;;
-  3) NO_MPS=1 AS_HOST_GPUS=$(nvidia-smi -L | grep -c '^GPU') bash tools/gpu-hosts.sh perf torch ;;
+  2) gpu_tests ;;
+  3) net_hosts "$OUT" perf torch ;;
   4) SANITIZE_LIMIT=200 bash tools/gpu-check.sh sanitize; rc=$?
      OUT=$OUT/leaks TEST_EXCLUDE= TEST_ONLY=leaks_threads bash tools/gpu-check.sh test || rc=1
      exit $rc ;;
   5) bash tools/gpu-check.sh pair ce ;;
-  6) CTEST_JOBS=${CTEST_JOBS:-3} TEST_LIMIT=${TEST_LIMIT:-560} bash tools/gpu-check.sh test; rc=$?
-     OUT=$OUT/hosts NO_MPS=1 AS_HOST_GPUS=$(nvidia-smi -L | grep -c '^GPU') \
-       bash tools/gpu-hosts.sh big sweep torch || rc=1
+  6) gpu_tests; rc=$?
+     net_hosts "$OUT/hosts" big sweep torch || rc=1
      exit $rc ;;
   *) sed -n 2,19p "$0"; exit 2 ;;
 esac
