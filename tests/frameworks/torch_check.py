@@ -24,6 +24,13 @@ def parse():
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--hosts", action="store_true", help="each rank poses as its own host")
+    p.add_argument("--optim", choices=("adam", "sgd"), default="adam",
+                   help="adam (default: moves the loss visibly) or sgd (PERF_BASELINE's run)")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="then profile this many DDP steps (torch.profiler): GPU time per kernel, "
+                        "written to profile_rankN.txt in --out-dir")
+    p.add_argument("--compute-steps", type=int, default=0,
+                   help="then time this many steps without gradient all-reduce (DDP no_sync)")
     return p.parse_args()
 
 
@@ -128,6 +135,44 @@ def check_collectives(dist, torch, rank, world, dev):
     return out
 
 
+def profile_steps(args, torch, rank, step):
+    """GPU time per kernel over a few DDP steps, and how much of the collectives' time ran
+    beside other kernels: where a step's time goes, library against library."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(args.profile_steps):
+            step()
+    kernels = [e for e in prof.events() if getattr(e.device_type, "name", "") == "CUDA"]
+    dur = lambda e: e.time_range.end - e.time_range.start  # noqa: E731 (us)
+    total = {}
+    for e in kernels:
+        t = total.setdefault(e.name, [0, 0.0])
+        t[0] += 1
+        t[1] += dur(e)
+    comm = [e for e in kernels if "nccl" in e.name.lower() or "braid" in e.name.lower()]
+    other = sorted(((e.time_range.start, e.time_range.end) for e in kernels if e not in comm))
+    busy = 0.0  # collective time with another kernel running at the same moment
+    for c in comm:
+        lo, hi = c.time_range.start, c.time_range.end
+        cover, at = 0.0, lo
+        for s0, e0 in other:
+            if e0 <= at or s0 >= hi:
+                continue
+            s1, e1 = max(s0, at), min(e0, hi)
+            if e1 > s1:
+                cover += e1 - s1
+                at = e1
+        busy += cover
+    os.makedirs(args.out_dir, exist_ok=True)
+    with open(os.path.join(args.out_dir, "profile_rank%d.txt" % rank), "w") as f:
+        n = args.profile_steps
+        f.write("%d steps; per step: kernel, calls, GPU us\n" % n)
+        for name, (calls, us) in sorted(total.items(), key=lambda kv: -kv[1][1])[:25]:
+            f.write("%10.1f us %5.1f calls  %s\n" % (us / n, calls / n, name[:110]))
+        ct = sum(dur(e) for e in comm)
+        f.write("collectives %.1f us per step, %.1f us of it beside other kernels\n" % (ct / n, busy / n))
+
+
 def ddp_loop(args, dist, torch, rank, dev):
     """8 x Linear(4096, 4096) + GELU, Adam, fixed data per rank; the loss of each step.
 
@@ -141,13 +186,15 @@ def ddp_loop(args, dist, torch, rank, dev):
         layers += [torch.nn.Linear(args.width, args.width), torch.nn.GELU()]
     model = torch.nn.Sequential(*layers).to(dev)
     ddp = DDP(model, device_ids=[dev.index])
-    opt = torch.optim.Adam(ddp.parameters(), lr=1e-4)
+    if args.optim == "sgd":
+        opt = torch.optim.SGD(ddp.parameters(), lr=1e-2)
+    else:
+        opt = torch.optim.Adam(ddp.parameters(), lr=1e-4)
     gen = torch.Generator(device=dev)
     gen.manual_seed(99 + rank)
     x = torch.randn(args.batch, args.width, device=dev, generator=gen)
     y = torch.randn(args.batch, args.width, device=dev, generator=gen)
-    losses, times = [], []
-    for step in range(args.steps):
+    def step():
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
@@ -155,11 +202,26 @@ def ddp_loop(args, dist, torch, rank, dev):
         loss.backward()
         opt.step()
         torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
+        return time.perf_counter() - t0, loss
+
+    losses, times = [], []
+    for _ in range(args.steps):
+        t, loss = step()
+        times.append(t)
         losses.append(loss.item())
     nparams = sum(p.numel() for p in model.parameters())
     warm = times[5:] if len(times) > 10 else times
-    return losses, sum(warm) / len(warm), nparams
+    if args.profile_steps > 0:
+        try:
+            profile_steps(args, torch, rank, step)
+        except Exception as e:  # a diagnostic: never the run's verdict
+            print("rank %d: profile failed: %r" % (rank, e), flush=True)
+    compute = []
+    with ddp.no_sync():  # the same step without the gradients' all-reduce: what overlaps it
+        for _ in range(args.compute_steps):
+            compute.append(step()[0])
+    compute = compute[2:] if len(compute) > 4 else compute
+    return losses, sum(warm) / len(warm), nparams, (sum(compute) / len(compute) if compute else None)
 
 
 def main():
@@ -178,16 +240,20 @@ def main():
     result = {"rank": rank, "world": world, "torch": torch.__version__,
               "nccl_version": ".".join(str(v) for v in torch.cuda.nccl.version())}
     result["collectives"] = check_collectives(dist, torch, rank, world, dev)
-    result["losses"], result["step_s"], result["params"] = ddp_loop(args, dist, torch, rank, dev)
+    result["losses"], result["step_s"], result["params"], result["compute_step_s"] = ddp_loop(
+        args, dist, torch, rank, dev)
     result["libnccl_mapped"], result["ncclAllReduce_from"], result["braid_banner"] = loaded_nccl()
     dist.destroy_process_group()
     os.makedirs(args.out_dir, exist_ok=True)
     with open(os.path.join(args.out_dir, "rank%d.json" % rank), "w") as f:
         json.dump(result, f)
     bad = {k: v for k, v in result["collectives"].items() if v != "ok"}
-    print("rank %d: nccl %s, ncclAllReduce from %s (%s), step %.2f ms, collectives %s" % (
+    compute = result["compute_step_s"]
+    print("rank %d: nccl %s, ncclAllReduce from %s (%s), step %.2f ms%s, collectives %s" % (
         rank, result["nccl_version"], result["ncclAllReduce_from"], result["braid_banner"],
-        result["step_s"] * 1e3, "ok" if not bad else bad), flush=True)
+        result["step_s"] * 1e3,
+        "" if compute is None else " (%.2f ms without the all-reduce)" % (compute * 1e3),
+        "ok" if not bad else bad), flush=True)
     return 1 if bad else 0
 
 
