@@ -18,7 +18,7 @@ BUILD_DIR=${BUILD_DIR:-build-gpu}
 NCCL_LIB_DIR=${NCCL_LIB_DIR:-/usr/lib/x86_64-linux-gnu}
 steps=${*:-build test perf}
 status=0
-MPIRUN="mpirun --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x BRAID_DEBUG -x BRAID_ALGO -x BRAID_PROTO -x BRAID_P2P_PAIR_MAX -x BRAID_CE_MIN_BYTES"
+MPIRUN="mpirun --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x BRAID_DEBUG -x BRAID_DEBUG_SUBSYS -x BRAID_ALGO -x BRAID_PROTO -x BRAID_P2P_PAIR_MAX -x BRAID_CE_MIN_BYTES -x BRAID_BUFFSIZE -x BRAID_P2P_BUFFSIZE -x BRAID_NTHREADS -x BRAID_MAX_NCHANNELS -x BRAID_CHUNKSIZE"
 
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 
@@ -34,6 +34,20 @@ run() {
   log "$name: rc=$rc ($(( $(date +%s) - start )) s)"
   [ $rc -eq 0 ] || { status=1; tail -25 "$LOGS/$name.log" | tee -a "$OUT/summary.txt"; }
   return $rc
+}
+
+# rows PREFIX COLUMNS: for each log $LOGS/PREFIX*.log a summary line of its result rows'
+# COLUMNS (an awk expression per row, e.g. '$6' the out-of-place time), then any row with
+# wrong values.
+rows() {
+  local f
+  for f in "$LOGS"/$1*.log; do
+    [ -f "$f" ] || continue
+    printf '%-28s' "$(basename "$f" .log)"
+    grep -E '^ +[0-9]+ +[0-9]+ ' "$f" | awk "{printf \" %s\", $2} END {print \"\"}"
+    grep -E '^ +[0-9]+ +[0-9]+ ' "$f" |
+      awk '($9 != 0 && $9 != "N/A") || ($13 != 0 && $13 != "N/A") {print "WRONG: " $0}'
+  done >> "$OUT/summary.txt"
 }
 
 for step in $steps; do
@@ -135,18 +149,22 @@ for step in $steps; do
         run pair_ring_$r 120 $MPIRUN $P/all_reduce_perf $S
         BRAID_P2P_PAIR_MAX=1073741824 run pair_on_$r 120 $MPIRUN $P/all_reduce_perf $S
       done
+      rows pair_ '$6'
       ;;
     ce)
       # The copy-engine exchange (BRAID_CE_MIN_BYTES) against the kernels and NCCL, alternating,
-      # for the collectives it runs, from 16 MB to 2 GB.
-      P=$BUILD_DIR/perf; S="-b 16M -e 2G -f 4 -w 5 -n 20 -g 1"
-      for c in all_reduce all_gather reduce_scatter; do
-        for r in 1 2; do
+      # for the collectives it runs (CE_COLLECTIVES), 32 MB to 2 GB, CE_ROUNDS rounds.
+      P=$BUILD_DIR/perf; S="-b 32M -e 2G -f 4 -w 5 -n 20 -g 1"
+      for c in ${CE_COLLECTIVES:-all_reduce all_gather reduce_scatter broadcast sendrecv alltoall}; do
+        for r in $(seq 1 "${CE_ROUNDS:-2}"); do
           run ce_${c}_kernels_$r 200 $MPIRUN $P/${c}_perf $S
           BRAID_CE_MIN_BYTES=1 run ce_${c}_ce_$r 200 $MPIRUN $P/${c}_perf $S
           LD_LIBRARY_PATH=$NCCL_LIB_DIR run ce_${c}_nccl_$r 200 $MPIRUN $P/${c}_perf $S
         done
       done
+      for f in "$LOGS"/ce_*.log; do
+        echo "-- $(basename "$f" .log)"; grep -E '^ +[0-9]+ +[0-9]+ |wrong' "$f"
+      done >> "$OUT/summary.txt"
       ;;
     testp2p)
       run ctest_p2p 300 ctest --test-dir "$BUILD_DIR/tests/gpu" -R 'p2p|inflight' --output-on-failure
@@ -165,6 +183,129 @@ for step in $steps; do
         run cal_${c} 120 $MPIRUN $P/${c}_perf $S
         LD_LIBRARY_PATH=$NCCL_LIB_DIR run cal_${c}_nccl 120 $MPIRUN $P/${c}_perf $S
       done
+      ;;
+    small)
+      # Small sizes, 200 timed calls: reduce-scatter against all-gather (the same ring steps)
+      # and NCCL; host time per call (-C 1); GPU time alone (-G); each protocol forced; and
+      # the tuning model's choice for a few sizes (BRAID_DEBUG_SUBSYS=TUNING).
+      P=$BUILD_DIR/perf; S="-b 8 -e 2M -f 4 -w 20 -n 200 -g 1"
+      for c in reduce_scatter all_gather all_reduce; do
+        run small_${c} 120 $MPIRUN $P/${c}_perf $S
+        LD_LIBRARY_PATH=$NCCL_LIB_DIR run small_${c}_nccl 120 $MPIRUN $P/${c}_perf $S
+      done
+      run small_rs_cpu 120 $MPIRUN $P/reduce_scatter_perf $S -C 1
+      LD_LIBRARY_PATH=$NCCL_LIB_DIR run small_rs_cpu_nccl 120 $MPIRUN $P/reduce_scatter_perf $S -C 1
+      run small_rs_graph 120 $MPIRUN $P/reduce_scatter_perf -b 8 -e 2M -f 4 -w 5 -n 20 -g 1 -G 20
+      run small_ag_graph 120 $MPIRUN $P/all_gather_perf -b 8 -e 2M -f 4 -w 5 -n 20 -g 1 -G 20
+      BRAID_PROTO=LL run small_rs_ll 120 $MPIRUN $P/reduce_scatter_perf $S
+      BRAID_PROTO=Simple run small_rs_simple 120 $MPIRUN $P/reduce_scatter_perf $S
+      BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=TUNING run small_rs_tuning 60 $MPIRUN $P/reduce_scatter_perf \
+        -b 32 -e 128K -f 64 -w 1 -n 2 -g 1
+      for f in "$LOGS"/small_*.log; do
+        echo "-- $(basename "$f" .log)"; grep -E '^ +[0-9]+ +[0-9]+ |TUNING|Tuning|tuning' "$f" | head -30
+      done >> "$OUT/summary.txt"
+      ;;
+    ddp)
+      # Issue 7: PyTorch DDP on Braid and on NCCL, alternating DDP_RUNS times (each
+      # run_torch.sh runs both), with the step time without the all-reduce (DDP no_sync); then
+      # Braid variants (DDP_VARIANTS: lines "NAME VAR=VALUE,VAR=VALUE"), NCCL again beside each.
+      T="--steps ${DDP_STEPS:-150} --compute-steps 30 ${DDP_ARGS:-}"
+      for v in $(seq 1 "${DDP_RUNS:-2}"); do
+        TORCH_ARGS="$T" TORCH_OUT=$LOGS/ddp_$v run ddp_$v 300 bash tests/frameworks/run_torch.sh "$BUILD_DIR" 2
+      done
+      while read -r name vars; do
+        [ -n "$name" ] || continue
+        TORCH_BRAID_ONLY=${DDP_VARIANTS_ALONE:-0} TORCH_ARGS="$T" TORCH_OUT=$LOGS/ddp_$name run ddp_$name 300 env ${vars//,/ } \
+          bash tests/frameworks/run_torch.sh "$BUILD_DIR" 2 < /dev/null
+      done <<< "${DDP_VARIANTS-ce BRAID_CE_MIN_BYTES=1048576
+ch16 BRAID_MAX_NCHANNELS=16
+ch8 BRAID_MAX_NCHANNELS=8}"
+      for f in "$LOGS"/ddp_*.log; do
+        echo "-- $(basename "$f" .log)"; grep -E '^rank [0-9]|step time|loss at' "$f"
+      done >> "$OUT/summary.txt"
+      for f in "$LOGS"/ddp_*/*/profile_rank0.txt; do  # DDP_ARGS=--profile-steps N
+        [ -f "$f" ] && { echo "-- $f"; cat "$f"; }
+      done >> "$OUT/summary.txt"
+      ;;
+    chunk)
+      # Ring chunk sizes (BRAID_CHUNKSIZE) and channels against the default and NCCL, all-reduce
+      # 1 MB - 2 GB, two rounds alternated.
+      P=$BUILD_DIR/perf; S="-b 1M -e 2G -f 4 -w 3 -n 10 -g 1"
+      for r in 1 2; do
+        LD_LIBRARY_PATH=$NCCL_LIB_DIR run chunk_0nccl_$r 120 $MPIRUN $P/all_reduce_perf $S
+        run chunk_default_$r 120 $MPIRUN $P/all_reduce_perf $S
+        for k in 64 128 256; do
+          BRAID_CHUNKSIZE=$((k << 10)) run chunk_${k}k_$r 120 $MPIRUN $P/all_reduce_perf $S
+        done
+        BRAID_MAX_NCHANNELS=24 run chunk_ch24_$r 120 $MPIRUN $P/all_reduce_perf $S
+      done
+      rows chunk_ '$6'
+      ;;
+    perchan)
+      # What one channel (CTA) moves: all-reduce and broadcast at 512 MB / 2 GB with 16, 24 and
+      # 32 channels forced, Braid and NCCL alike (NCCL_MIN/MAX_NCHANNELS, Braid's aliases too).
+      P=$BUILD_DIR/perf; S="-b 512M -e 2G -f 4 -w 3 -n 10 -g 1"
+      M="$MPIRUN -x NCCL_MIN_NCHANNELS -x NCCL_MAX_NCHANNELS"
+      for c in all_reduce broadcast; do
+        for n in 16 24 32; do
+          NCCL_MIN_NCHANNELS=$n NCCL_MAX_NCHANNELS=$n LD_LIBRARY_PATH=$NCCL_LIB_DIR run perchan_${c}_nccl_$n 120 $M $P/${c}_perf $S
+          NCCL_MIN_NCHANNELS=$n NCCL_MAX_NCHANNELS=$n run perchan_${c}_braid_$n 120 $M $P/${c}_perf $S
+        done
+      done
+      rows perchan_ '$1 ": " $8 "/" $12'
+      ;;
+    postwarp)
+      # BRAID_SIMPLE_POST_WARP (a warp of its own posts each Simple step) against the default,
+      # alternated, 2 MB - 2 GB for each collective (24 channels too for all-reduce), with the
+      # perf tools' data checks; small all-reduces.
+      P=$BUILD_DIR/perf; S="-b 2M -e 2G -f 4 -w 3 -n 10 -g 1"
+      M="$MPIRUN -x BRAID_SIMPLE_POST_WARP -x NCCL_MIN_NCHANNELS -x NCCL_MAX_NCHANNELS"
+      for c in all_reduce broadcast sendrecv all_gather reduce_scatter alltoall; do
+        for h in 0 1; do BRAID_SIMPLE_POST_WARP=$h run pw_${c}_$h 120 $M $P/${c}_perf $S; done
+      done
+      for h in 0 1; do
+        NCCL_MIN_NCHANNELS=24 NCCL_MAX_NCHANNELS=24 BRAID_SIMPLE_POST_WARP=$h run pw_ar24_$h 120 $M $P/all_reduce_perf -b 512M -e 2G -f 4 -w 3 -n 10 -g 1
+        BRAID_SIMPLE_POST_WARP=$h run pw_small_$h 120 $M $P/all_reduce_perf -b 8 -e 1M -f 8 -w 20 -n 200 -g 1
+      done
+      rows pw_ '$1 ": " $6 "/" $10'
+      ;;
+    ncclchoice)
+      # What NCCL's tuner picks for the all-reduce sizes of the DDP model's buckets.
+      NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING LD_LIBRARY_PATH=$NCCL_LIB_DIR run ncclchoice 120 \
+        mpirun --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS \
+        $BUILD_DIR/perf/all_reduce_perf -b 16M -e 64M -f 2 -w 1 -n 2 -g 1
+      grep -iE 'algo|proto|channel|^ +[0-9]+ +[0-9]+ ' "$LOGS/ncclchoice.log" | grep -v '^$' | sort | uniq -c | head -40 >> "$OUT/summary.txt"
+      ;;
+    p2pbuf)
+      # Send/recv and all-to-all from 1 MB to 2 GB with each P2P buffer size, and NCCL.
+      P=$BUILD_DIR/perf; S="-b 1M -e 2G -f 4 -w 3 -n 10 -g 1"
+      for c in sendrecv alltoall; do
+        LD_LIBRARY_PATH=$NCCL_LIB_DIR run p2pbuf_${c}_0nccl 120 $MPIRUN $P/${c}_perf $S
+        for b in 1 2 4 8; do
+          BRAID_P2P_BUFFSIZE=$((b << 20)) run p2pbuf_${c}_${b}m 120 $MPIRUN $P/${c}_perf $S
+        done
+      done
+      rows p2pbuf_ '$6'
+      ;;
+    bw)
+      # Large sizes (512 MB, 2 GB): the receive buffers (BRAID_BUFFSIZE for the rings,
+      # BRAID_P2P_BUFFSIZE for send/recv), threads per CTA and channels, one at a time.
+      P=$BUILD_DIR/perf; S="-b 512M -e 2G -f 4 -w 3 -n 10 -g 1"
+      for c in sendrecv broadcast all_reduce all_gather reduce_scatter alltoall; do
+        LD_LIBRARY_PATH=$NCCL_LIB_DIR run bw_${c}_0nccl 120 $MPIRUN $P/${c}_perf $S
+        run bw_${c}_default 120 $MPIRUN $P/${c}_perf $S
+        BRAID_NTHREADS=1024 run bw_${c}_t1024 120 $MPIRUN $P/${c}_perf $S
+        BRAID_MAX_NCHANNELS=16 run bw_${c}_ch16 120 $MPIRUN $P/${c}_perf $S
+        case $c in
+          sendrecv|alltoall)
+            BRAID_P2P_BUFFSIZE=4194304 run bw_${c}_p2p4m 120 $MPIRUN $P/${c}_perf $S
+            BRAID_P2P_BUFFSIZE=16777216 run bw_${c}_p2p16m 120 $MPIRUN $P/${c}_perf $S ;;
+          *)
+            BRAID_BUFFSIZE=16777216 run bw_${c}_buf16m 120 $MPIRUN $P/${c}_perf $S
+            BRAID_BUFFSIZE=1048576 run bw_${c}_buf1m 120 $MPIRUN $P/${c}_perf $S ;;
+        esac
+      done
+      rows bw_ '$1 ": " $8 "/" $12'
       ;;
     hosts)
       # The network path on one GPU or more (ranks posing as hosts, under MPS): its own script.

@@ -15,6 +15,20 @@
 #      the kernels and NCCL (16 MB - 2 GB)
 #   6  after a fix: round 2 again, then the socket path at 1 GiB (with the streams x threads
 #      sweep) and PyTorch again
+#   7  issues 2, 6: the world communicator's queries (gpu_api), small sizes of reduce-scatter
+#      against all-gather and NCCL (tools/gpu-check.sh small), the copy-engine exchange of
+#      every collective it runs against the kernels and NCCL, one round
+#   8  issues 6, 7: large sizes with each buffer/thread/channel setting against NCCL
+#      (gpu-check.sh bw); PyTorch DDP alternating with NCCL, its compute-only step time, and
+#      Braid variants that leave SMs to the model (gpu-check.sh ddp)
+#   9  issues 6, 7: the one-hop pair exchange against the ring, send/recv buffer sizes, DDP
+#      with the pair exchange and with fewer threads per CTA
+#   10 issue 7: DDP on Braid and NCCL twice, each with a profile of 10 steps (GPU time per
+#      kernel, the collectives' time beside other kernels)
+#   11 issue 7: NCCL's tuning choice at the buckets' sizes; DDP on Braid and NCCL, then
+#      Braid alone with LL128, fewer channels, smaller chunks
+#   12 issue 7: all-reduce 1 MB - 2 GB with smaller ring chunks and 24 channels; DDP with
+#      128 KB chunks alternating with NCCL
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export BUILD_DIR=${BUILD_DIR:-.device/build}
@@ -38,5 +52,24 @@ case $n in
   6) gpu_tests; rc=$?
      net_hosts "$OUT/hosts" big sweep torch || rc=1
      exit $rc ;;
-  *) sed -n 2,19p "$0"; exit 2 ;;
+  7) OUT=$OUT/api TEST_ONLY='gpu_api_(threads|procs)' CTEST_JOBS=2 TEST_LIMIT=200 bash tools/gpu-check.sh test; rc=$?
+     CE_ROUNDS=1 bash tools/gpu-check.sh small ce || rc=1
+     exit $rc ;;
+  8) bash tools/gpu-check.sh bw ddp ;;
+  9) bash tools/gpu-check.sh pair p2pbuf; rc=$?
+     OUT=$OUT/ddp DDP_RUNS=1 DDP_VARIANTS="pair128m BRAID_P2P_PAIR_MAX=134217728
+t256 BRAID_NTHREADS=256" bash tools/gpu-check.sh ddp || rc=1
+     exit $rc ;;
+  10) DDP_RUNS=2 DDP_VARIANTS= DDP_ARGS="--profile-steps 10" bash tools/gpu-check.sh ddp ;;
+  11) bash tools/gpu-check.sh ncclchoice; rc=$?
+      OUT=$OUT/ddp DDP_RUNS=1 DDP_ARGS="--profile-steps 10" DDP_VARIANTS_ALONE=1 DDP_VARIANTS="ll128 BRAID_PROTO=LL128
+ch24 BRAID_MAX_NCHANNELS=24
+chunk128k BRAID_CHUNKSIZE=131072
+chunk256k BRAID_CHUNKSIZE=262144" bash tools/gpu-check.sh ddp || rc=1
+      exit $rc ;;
+  12) bash tools/gpu-check.sh chunk; rc=$?
+      OUT=$OUT/ddp DDP_RUNS=0 DDP_VARIANTS="chunk128k_a BRAID_CHUNKSIZE=131072
+chunk128k_b BRAID_CHUNKSIZE=131072" bash tools/gpu-check.sh ddp || rc=1
+      exit $rc ;;
+  *) sed -n 2,31p "$0"; exit 2 ;;
 esac
