@@ -142,7 +142,11 @@ def profile_steps(args, torch, rank, step):
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(args.profile_steps):
             step()
-    kernels = [e for e in prof.events() if getattr(e.device_type, "name", "") == "CUDA"]
+    def annotation(e):  # a record_function range on the GPU timeline, not a kernel
+        return (getattr(e, "is_user_annotation", False) or e.name.startswith("nccl:") or
+                "#" in e.name or e.name.startswith("DistributedDataParallel"))
+    kernels = [e for e in prof.events()
+               if getattr(e.device_type, "name", "") == "CUDA" and not annotation(e)]
     dur = lambda e: e.time_range.end - e.time_range.start  # noqa: E731 (us)
     total = {}
     for e in kernels:
