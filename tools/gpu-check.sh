@@ -255,9 +255,10 @@ ch8 BRAID_MAX_NCHANNELS=8}"
       rows perchan_ '$1 ": " $8 "/" $12'
       ;;
     postwarp)
-      # BRAID_SIMPLE_POST_WARP (a warp of its own posts each Simple step) against the default,
-      # alternated, 2 MB - 2 GB for each collective (24 channels too for all-reduce), with the
-      # perf tools' data checks; small all-reduces.
+      # BRAID_SIMPLE_POST_WARP (a warp of its own posts each Simple step; not in the tree yet:
+      # build with perf/patches/simple-post-warp.patch applied) against the default, alternated,
+      # 2 MB - 2 GB for each collective (24 channels too for all-reduce), with the perf tools'
+      # data checks; small all-reduces.
       P=$BUILD_DIR/perf; S="-b 2M -e 2G -f 4 -w 3 -n 10 -g 1"
       M="$MPIRUN -x BRAID_SIMPLE_POST_WARP -x NCCL_MIN_NCHANNELS -x NCCL_MAX_NCHANNELS"
       for c in all_reduce broadcast sendrecv all_gather reduce_scatter alltoall; do
