@@ -178,12 +178,34 @@ fail:
   return res;
 }
 
-/* Our listener, on the address of `where` (any port). */
-static ncclResult_t bootstrap_listen_on(struct bootstrap* b, const union braid_sockaddr* where) {
-  b->listen_addr = *where;
-  if (where->sa.sa_family == AF_INET) b->listen_addr.sin.sin_port = 0;
-  else b->listen_addr.sin6.sin6_port = 0;
-  return socket_listen(&b->listen_addr, &b->listen_fd);
+static int bootstrap_port(const union braid_sockaddr* a) {
+  return a->sa.sa_family == AF_INET ? ntohs(a->sin.sin_port) : ntohs(a->sin6.sin6_port);
+}
+
+/*
+ * Our listener, on the address of `where` (any port the kernel gives), never on the port of
+ * `avoid` (with BRAID_COMM_ID: the port rank 0's root is to listen on; a rank whose listener
+ * took it first, say because it started before rank 0, would answer the others in the root's
+ * place and fail the job). The port taken is held while another is asked for.
+ */
+static ncclResult_t bootstrap_listen_on(struct bootstrap* b, const union braid_sockaddr* where,
+                                        const union braid_sockaddr* avoid) {
+  ncclResult_t res = ncclSuccess;
+  int taken = -1;
+  for (int attempt = 0;; attempt++) {
+    b->listen_addr = *where;
+    if (where->sa.sa_family == AF_INET) b->listen_addr.sin.sin_port = 0;
+    else b->listen_addr.sin6.sin6_port = 0;
+    BRAID_TRY(socket_listen(&b->listen_addr, &b->listen_fd));
+    if (avoid == NULL || bootstrap_port(&b->listen_addr) != bootstrap_port(avoid) || attempt == 2)
+      break;
+    socket_close(&taken);
+    taken = b->listen_fd;
+    b->listen_fd = -1;
+  }
+fail:
+  socket_close(&taken);
+  return res;
 }
 
 static void bootstrap_self_wire(const struct bootstrap* b, struct bootstrap_peer_wire* w) {
@@ -306,7 +328,7 @@ ncclResult_t bootstrap_init(const ncclUniqueId* ids, int nids, int rank, int nra
   /* A little longer than the root's own limit, so that its list of missing ranks arrives first. */
   b->deadline = start + b->timeout + BRAID_MAX(2.0, 0.1 * b->timeout);
   BRAID_TRY(socket_find_interfaces(&netif, 1, &count));
-  BRAID_TRY(bootstrap_listen_on(b, &netif.addr));
+  BRAID_TRY(bootstrap_listen_on(b, &netif.addr, id.mode == BOOTSTRAP_MODE_RANK0 ? &root_addr : NULL));
   if (id.mode == BOOTSTRAP_MODE_RANK0 && rank == 0)
     BRAID_TRY(bootstrap_root_start(&root_addr, id.secret, b->timeout, 0, &root));
   if (rank == 0) bootstrap_dismiss_roots(ids, nids, abort);
@@ -440,7 +462,7 @@ ncclResult_t bootstrap_split(struct bootstrap* parent, const int* ranks, int nra
   *out = NULL;
   BRAID_TRY(bootstrap_split_check(parent, ranks, nranks, new_rank));
   BRAID_TRY(bootstrap_alloc(new_rank, nranks, abort_flag, &child));
-  BRAID_TRY(bootstrap_listen_on(child, &parent->listen_addr));
+  BRAID_TRY(bootstrap_listen_on(child, &parent->listen_addr, NULL));
   BRAID_TRY(BRAID_CALLOC(&all, (size_t)nranks, "the split address table"));
   bootstrap_self_wire(child, &all[new_rank]);
   BRAID_TRY(braid_random_bytes(all[new_rank].secret, BOOTSTRAP_SECRET_BYTES));
