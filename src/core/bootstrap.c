@@ -328,7 +328,8 @@ ncclResult_t bootstrap_init(const ncclUniqueId* ids, int nids, int rank, int nra
   /* A little longer than the root's own limit, so that its list of missing ranks arrives first. */
   b->deadline = start + b->timeout + BRAID_MAX(2.0, 0.1 * b->timeout);
   BRAID_TRY(socket_find_interfaces(&netif, 1, &count));
-  BRAID_TRY(bootstrap_listen_on(b, &netif.addr, id.mode == BOOTSTRAP_MODE_RANK0 ? &root_addr : NULL));
+  BRAID_TRY(
+      bootstrap_listen_on(b, &netif.addr, id.mode == BOOTSTRAP_MODE_RANK0 ? &root_addr : NULL));
   if (id.mode == BOOTSTRAP_MODE_RANK0 && rank == 0)
     BRAID_TRY(bootstrap_root_start(&root_addr, id.secret, b->timeout, 0, &root));
   if (rank == 0) bootstrap_dismiss_roots(ids, nids, abort);
