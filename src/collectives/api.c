@@ -275,6 +275,8 @@ static ncclResult_t api_enqueue(const struct api_call* c) {
   struct braid_op op, ops[2];
   braid_err_clear();
   ncclResult_t res = api_check(c, &op);
+  /* As NCCL: a collective of no elements is checked, then does nothing (no launch). */
+  if (res == ncclSuccess && op.count == 0) return ncclSuccess;
   if (res == ncclSuccess) res = api_submit(c->comm, ops, enqueue_expand(c->comm, &op, ops));
   return res == ncclSuccess ? ncclSuccess : api_fail(c, res);
 }
@@ -525,6 +527,8 @@ static ncclResult_t api_p2p_collective(const struct api_call* c, api_peers_t sen
   bytes = c->count * redop_type_size(c->dtype);
   BRAID_TRY(api_check_pointer(c, c->sendbuff, "sendbuff", bytes * api_peers_count(sends, n)));
   BRAID_TRY(api_check_pointer(c, c->recvbuff, "recvbuff", bytes * api_peers_count(recvs, n)));
+  /* Every rank passes the same count: with none, no rank sends or waits for anything. */
+  if (bytes == 0) return ncclSuccess;
   BRAID_TRY(group_start());
   res = api_p2p_stage_in_place(c, sends, recvs, bytes, &staged);
   if (res == ncclSuccess) res = api_p2p_side(&staged, sends, 1, bytes);
