@@ -14,6 +14,9 @@
  * would make a recv() per receive connection, and a communicator has many
  * (channels x peers) of which a small collective uses one: each idle one
  * added ~1 µs to every hop (tests/mp/proxy_latency).
+ *
+ * Ends with no request under way get the backend's idle() turn every
+ * NET_IDLE_TURN_S, busy pass or not (OFI needs it to answer liveness probes).
  */
 #include "core/proxy.h"
 
@@ -75,6 +78,7 @@ struct braid_proxy {
   int events_cap;
   uint64_t pass;                    /* passes so far */
   int polled;                       /* this pass's epoll_wait succeeded */
+  double idle_turns_at;             /* when the ends without requests last had idle() */
 };
 
 static pthread_mutex_t proxies_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -273,6 +277,18 @@ static int proxy_conn_progress(struct braid_proxy* p, struct braid_proxy_conn* c
   }
 }
 
+/* The backend's idle() for every ready end with no request under way (net.h). */
+static void proxy_idle_turns(struct braid_proxy* p) {
+  for (struct braid_proxy_conn* c = p->conns; c; c = c->next) {
+    const struct braid_net_ops* net = c->d.net;
+    if (net->size <= offsetof(struct braid_net_ops, idle) || net->idle == NULL ||
+        c->posted != c->done || atomic_load_explicit(&c->state, memory_order_relaxed) != CONN_READY)
+      continue;
+    ncclResult_t res = net->idle(c->comm);
+    if (res != ncclSuccess) proxy_conn_fail(c, res, "waiting for work");
+  }
+}
+
 /* ------------------------------------------------------------- the thread */
 
 /* Picks up added connections and lets go of removed ones (under the lock). */
@@ -301,7 +317,7 @@ static void proxy_apply_changes(struct braid_proxy* p) {
 }
 
 /* Nothing moved in this pass: stay hot for a while after the last step, then nap. */
-static void proxy_idle(struct braid_proxy* p, double last_busy) {
+static void proxy_idle(struct braid_proxy* p, double now, double last_busy) {
   if (p->conns == NULL) {
     pthread_mutex_lock(&p->lock);
     if (!atomic_load(&p->changes) && !atomic_load(&p->stop)) {
@@ -311,7 +327,7 @@ static void proxy_idle(struct braid_proxy* p, double last_busy) {
       pthread_cond_timedwait(&p->cond, &p->lock, &ts);
     }
     pthread_mutex_unlock(&p->lock);
-  } else if (braid_time_sec() - last_busy < PROXY_SPIN_SEC) {
+  } else if (now - last_busy < PROXY_SPIN_SEC) {
     sched_yield();
   } else {
     struct timespec nap = {0, PROXY_NAP_NS};
@@ -331,10 +347,15 @@ static void* proxy_main(void* arg) {
     int moved = 0;
     proxy_fd_poll(p);
     for (struct braid_proxy_conn* c = p->conns; c; c = c->next) moved |= proxy_conn_progress(p, c);
+    double now = braid_time_sec();
+    if (now - p->idle_turns_at >= NET_IDLE_TURN_S) {
+      proxy_idle_turns(p);
+      p->idle_turns_at = now;
+    }
     if (moved)
-      last_busy = braid_time_sec();
+      last_busy = now;
     else
-      proxy_idle(p, last_busy);
+      proxy_idle(p, now, last_busy);
   }
   return NULL;
 }

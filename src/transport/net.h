@@ -137,7 +137,18 @@ struct braid_net_ops {
    * instead of waiting for data that will not come. NULL: close_send/recv.
    */
   ncclResult_t (*close_abort)(void* comm);
+  /*
+   * Optional: a turn for a connected comm with no request under way, which
+   * the proxy gives every NET_IDLE_TURN_S at most. For a backend whose
+   * provider moves nothing without the caller's progress (OFI's manual
+   * progress), an idle comm must still take its peer's liveness probes and
+   * goodbye, or a peer waiting longer than the probe window for it to send
+   * would read it as dead. NULL: nothing to do.
+   */
+  ncclResult_t (*idle)(void* comm);
 };
+
+#define NET_IDLE_TURN_S 0.1
 
 extern const struct braid_net_ops braid_net_socket;
 extern const struct braid_net_ops braid_net_ib;

@@ -42,6 +42,7 @@ static ncclResult_t ofi_isend(void* c, void* d, size_t s, void* m, void** r) { r
 static ncclResult_t ofi_irecv(void* c, void* d, size_t s, void* m, void** r) { return ofi_none(); }
 static ncclResult_t ofi_iflush(void* c, void* d, size_t s, void* m, void** r) { return ofi_none(); }
 static ncclResult_t ofi_test(void* r, int* done, size_t* size) { return ofi_none(); }
+static ncclResult_t ofi_idle(void* c) { return ofi_none(); }
 static ncclResult_t ofi_close(void* c) { return ncclSuccess; }
 #define ofi_close_send ofi_close
 #define ofi_close_recv ofi_close
@@ -678,6 +679,19 @@ static ncclResult_t ofi_test(void* request, int* done, size_t* size) {
 }
 
 /*
+ * An idle comm's turn: its completion queue read, so that the provider
+ * (manual progress) accepts the peer prober's connection and completes its
+ * probes, and a consumed probe receive posted again. Without it a sender
+ * with nothing to send for OFI_PROBE_SEC + OFI_PROBE_FAIL_SEC looked dead
+ * to its receiver, whose receives are always posted.
+ */
+static ncclResult_t ofi_idle(void* comm) {
+  struct ofi_comm* c = comm;
+  ncclResult_t res = ofi_progress(c);
+  return res != ncclSuccess ? res : ofi_probe(c);
+}
+
+/*
  * Says goodbye to a connected peer (a probe carrying OFI_BYE, waited for a
  * moment), so that its pending receives read as "nothing more comes", not as
  * a dead peer.
@@ -735,4 +749,5 @@ const struct braid_net_ops braid_net_ofi = {
   .close_recv = ofi_close_recv,
   .close_listen = ofi_close_listen,
   .close_abort = ofi_close_abort,
+  .idle = ofi_idle,
 };

@@ -18,6 +18,11 @@
  *              proxy walks its list without the lock, so a removal must not
  *              cut the list behind the removed connection (it once did: a
  *              destroyed communicator took its neighbours' connections along)
+ *   idle       the sender pauses 8 s mid-stream with nothing to send (its receiver's
+ *              receives stay posted): the connection must not read as failed. Over
+ *              OFI the receiver probes the silent peer after 1 s and gave it up
+ *              after 5 more, because an idle send end's queue was never read (the
+ *              proxy now gives such ends the backend's idle() turn)
  *
  *   proxy_fifo_test <backend>_<case>
  */
@@ -47,6 +52,8 @@ struct proxy_case {
   int use_sizes;
   int steps;
   int die_at; /* sender dies after this many steps; 0: never */
+  int pause_at;     /* sender waits pause_sec before this step; 0: never */
+  double pause_sec;
 };
 
 static atomic_int errors_seen;
@@ -66,7 +73,7 @@ static size_t step_bytes(const struct proxy_case* pc, uint64_t s) {
 
 /* Waits until *counter >= value; 0 when it happened in time, -1 on timeout or a proxy error. */
 static int wait_counter(_Atomic uint64_t* counter, uint64_t value) {
-  double end = boot_now() + WAIT_SEC;
+  double end = boot_now() + WAIT_SEC; /* longer than the idle case's pause */
   while (atomic_load_explicit(counter, memory_order_acquire) < value) {
     if (boot_now() > end || atomic_load(&errors_seen)) return -1;
     sched_yield(); /* a GPU would not take a CPU; on a small CI machine, let the proxy run */
@@ -82,6 +89,10 @@ static int kernel_send(const struct proxy_case* pc, struct net_fifo_mem* f, char
       sh->result[0] = boot_now();
       boot_set_flag(&sh->flags[2], 1);
       raise(SIGKILL);
+    }
+    if (pc->pause_at && s == pc->pause_at) {
+      fprintf(stderr, "sender: idle for %.0f s after %d steps\n", pc->pause_sec, s);
+      for (double end = boot_now() + pc->pause_sec; boot_now() < end;) usleep(10000);
     }
     if (wait_counter(&f->head, (uint64_t)s + 1 > NSTEPS ? (uint64_t)s + 1 - NSTEPS : 0) != 0) {
       fprintf(stderr, "sender: slot of step %d never freed (head %llu)\n", s,
@@ -192,6 +203,8 @@ static int proxy_child(const struct mp_child* c, const struct proxy_case* pc) {
 static const struct proxy_case case_steps = {.slot_bytes = 64 << 10, .steps = 4000};
 static const struct proxy_case case_sizes = {.slot_bytes = 256 << 10, .use_sizes = 1, .steps = 3000};
 static const struct proxy_case case_death = {.slot_bytes = 64 << 10, .steps = 100000, .die_at = 500};
+static const struct proxy_case case_idle = {
+    .slot_bytes = 64 << 10, .steps = 400, .pause_at = 200, .pause_sec = 8.0};
 
 /* ---- removefirst / removelast ---- */
 
@@ -259,6 +272,7 @@ static int removelast_child(const struct mp_child* c) { return remove_child(c, 1
 
 static int steps_child(const struct mp_child* c) { return proxy_child(c, &case_steps); }
 static int sizes_child(const struct mp_child* c) { return proxy_child(c, &case_sizes); }
+static int idle_child(const struct mp_child* c) { return proxy_child(c, &case_idle); }
 
 /* The sender of peerdeath kills itself: it runs in a grandchild whose death is the expected end. */
 static int death_child(const struct mp_child* c) {
@@ -279,11 +293,12 @@ int main(int argc, char** argv) {
                {"sizes", sizes_child},
                {"peerdeath", death_child},
                {"removefirst", removefirst_child},
-               {"removelast", removelast_child}};
+               {"removelast", removelast_child},
+               {"idle", idle_child}};
   const char* arg = argc > 1 ? argv[1] : "";
   const char* sep = strchr(arg, '_');
   if (sep == NULL || (size_t)(sep - arg) >= sizeof backend) {
-    fprintf(stderr, "usage: %s <socket|ofi|ib>_<steps|sizes|peerdeath|removefirst|removelast>\n", argv[0]);
+    fprintf(stderr, "usage: %s <socket|ofi|ib>_<steps|sizes|peerdeath|removefirst|removelast|idle>\n", argv[0]);
     return 2;
   }
   memcpy(backend, arg, (size_t)(sep - arg));
