@@ -38,12 +38,13 @@
 /*
  * Send/recv spreads over one more channel per ENQ_P2P_BYTES_PER_CHANNEL (one
  * channel's half block moves ~10 GB/s; at 512 KB per channel a 2 MB message
- * took 40 µs against NCCL's 21), and goes with LL up to ENQ_P2P_LL_MAX bytes
- * (one LL channel is slower than Simple on a few beyond: 14 µs at 32 KB
- * against NCCL's 10).
+ * took 40 µs against NCCL's 21). Over P2P it may go with LL up to
+ * BRAID_P2P_LL_MAX bytes (the model chooses): with a channel per 16 KB, LL took
+ * 7.9-9.9 µs at 32-512 KB against Simple's 9.7-11.5 (2x H100, NVLink). Other
+ * transports keep LL to one channel's 16 KB (not measured beyond).
  */
 #define ENQ_P2P_BYTES_PER_CHANNEL (16 << 10)
-#define ENQ_P2P_LL_MAX (16 << 10)
+#define ENQ_P2P_LL_MAX_OTHER (16 << 10)
 /* A rank's copy to itself runs on blocks of its own, beside the ones that talk to peers. */
 #define ENQ_SELF_BYTES_PER_CHANNEL (512 << 10)
 
@@ -103,10 +104,12 @@ static unsigned enq_ring_protos(const struct ncclComm* comm) {
 
 /*
  * Two ranks joined by the network all-reduce with the one-hop exchange
- * (pair.h) up to BRAID_NET_PAIR_MAX bytes: the ring's second hop costs a whole
- * network round trip per chunk. Past that the ring's full-block steps stream
- * faster (perf/NOTES.md). Over NVLink/PCIe the ring stays unless
- * BRAID_P2P_PAIR_MAX asks (its hops cost little; being measured), except
+ * (pair.h) up to BRAID_NET_PAIR_MAX bytes (default: all): the ring's second hop
+ * costs a whole network round trip per chunk, and with each host on its own GPU
+ * the exchange streams faster at every size too (20 against 14 GB/s at 512 MB;
+ * only two "hosts" sharing one GPU favoured the ring; perf/NOTES.md). Over
+ * NVLink/PCIe the ring stays unless BRAID_P2P_PAIR_MAX asks (its hops cost
+ * little; measured slower from 2 MB), except
  * with LL128 up to BRAID_LL128_PAIR_MAX: there the ring's second hop chains
  * each step to the peer's, line group by line group (ring.h).
  */
@@ -609,7 +612,10 @@ static ncclResult_t enq_p2p_ll(struct ncclComm* comm, int peer, int is_send, siz
   const struct braid_connector* conn =
       (is_send ? comm->channels->p2p_send : comm->channels->p2p_recv) + peer;
   *ll = 0;
-  if (peer == comm->rank || conn->dev.ll_buff == NULL || bytes > ENQ_P2P_LL_MAX) return ncclSuccess;
+  const size_t max = conn->transport == &braid_transport_p2p
+                         ? (size_t)braid_param_int(BRAID_P_P2P_LL_MAX)
+                         : ENQ_P2P_LL_MAX_OTHER;
+  if (peer == comm->rank || conn->dev.ll_buff == NULL || bytes > max) return ncclSuccess;
   BRAID_TRY(tune_choose(comm, BRAID_COLL_SENDRECV, bytes, 1u << BRAID_ALGO_RING,
                         (1u << BRAID_PROTO_SIMPLE) | (1u << BRAID_PROTO_LL), &choice));
   *ll = choice.proto == BRAID_PROTO_LL;

@@ -77,9 +77,10 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "Socket backend: helper threads per connection (1-16); each owns BRAID_NSOCKS_PERTHREAD streams."),
   ROW(NSOCKS_PERTHREAD, "NCCL_NSOCKS_PERTHREAD", INT, "2",
       "Socket backend: TCP streams per helper thread; large messages are split across all streams."),
-  ROW(NET_PAIR_MAX, NULL, INT, "67108864",
+  ROW(NET_PAIR_MAX, NULL, INT, "-1",
       "All-reduce of two ranks across the network: largest size in bytes sent as a one-hop exchange "
-      "(each rank sends all, reduces the peer's); larger ones take the ring. 0: always the ring."),
+      "(each rank sends all, reduces the peer's); larger ones take the ring. -1 (default): every "
+      "size; 0: always the ring."),
   ROW(P2P_PAIR_MAX, NULL, INT, "0",
       "All-reduce of two ranks within a host (NVLink, PCIe or shared memory) with Simple: "
       "largest size in bytes sent as the same one-hop exchange; the same on every rank. "
@@ -88,6 +89,11 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "All-reduce of two ranks with LL128: largest size in bytes sent as the one-hop exchange "
       "(on one shared H200 faster than the ring from 32 KB to 512 KB, even at 2 MB, slower "
       "from 8 MB); the same on every rank."),
+  ROW(P2P_LL_MAX, NULL, INT, "524288",
+      "Send/receive to another rank over P2P (NVLink, PCIe): largest message in bytes that may "
+      "go with LL (the tuning model chooses up to it; BRAID_PROTO=LL forces it), one channel "
+      "per 16 KiB; larger ones go with Simple. Other transports: 16 KiB. Every rank must use "
+      "the same."),
   ROW(CE_MIN_BYTES, NULL, INT, "0",
       "Two ranks joined by P2P: smallest all-reduce, reduce-scatter, all-gather or broadcast "
       "(in bytes, as nccl-tests counts its size), or send/receive (the larger message of a "
@@ -127,6 +133,12 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "Bytes of LL128 lines per P2P connection (split into 8 steps of whole 128-byte lines, "
       "4 KiB to 4 MiB a step); every rank must use the same."),
   ROW(CHUNKSIZE, NULL, INT, "0", "Bytes per pipeline chunk of ring collectives; 0 = automatic."),
+  ROW(SIMPLE_POST_WARP, NULL, INT, "2",
+      "Simple protocol: 1 = on every connection a warp of each group only posts the steps (its "
+      "release waits for the step's stores to land) while the others move the next step's "
+      "data; 2 (default) = so on send/receive connections over P2P only (5-8% faster from "
+      "32 MB, 5-10% slower at 2-8 MB); 0 = the group's first thread posts and every thread "
+      "waits for it. A rank's own choice: its peers may differ."),
   ROW(NVLS_ENABLE, "NCCL_NVLS_ENABLE", INT, "0",
       "NVLink SHARP (multicast). Braid never uses it; accepted so job scripts keep working."),
   ROW(DETERMINISTIC, NULL, INT, "0",

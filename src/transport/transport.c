@@ -140,6 +140,9 @@ static ncclResult_t conn_connect(struct ncclComm* comm, struct braid_connector* 
       BRAID_TRY(conn->transport->recv_connect(comm, conn, &m->info));
   }
   conn->dev.connected = 1;
+  const int64_t post_warp = braid_param_int(BRAID_P_SIMPLE_POST_WARP);
+  conn->dev.post_warp =
+      post_warp == 1 || (post_warp == 2 && !ring && conn->transport == &braid_transport_p2p);
   conn->phase = 3;
 fail:
   free(conn->answer);

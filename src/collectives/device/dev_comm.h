@@ -50,6 +50,7 @@ struct braid_dev_conn {
   uint32_t connected;
   uint32_t ll128_slot_bytes; /* bytes of LL128 lines per slot, a multiple of 128 */
   char* ll128_buff;    /* BRAID_STEPS LL128 slots, or NULL: no LL128 on this link (not P2P) */
+  uint32_t post_warp;  /* Simple: a warp of its own posts each step (BRAID_SIMPLE_POST_WARP) */
 };
 
 /*

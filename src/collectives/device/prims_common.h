@@ -57,6 +57,7 @@ struct conn_end {
   uint32_t ll_slot_bytes;
   uint32_t ll128_slot_bytes;
   char* ll128_buff;
+  bool post_warp;
 };
 
 __device__ __forceinline__ void conn_end_load(conn_end* c, struct braid_dev_conn* g) {
@@ -72,6 +73,7 @@ __device__ __forceinline__ void conn_end_load(conn_end* c, struct braid_dev_conn
   c->ll_slot_bytes = g->ll_slot_bytes;
   c->ll128_buff = g->ll128_buff;
   c->ll128_slot_bytes = g->ll128_slot_bytes;
+  c->post_warp = g->post_warp != 0;
 }
 
 /* The slot of step `step` in one protocol's buffer of a connection. */
