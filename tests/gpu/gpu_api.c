@@ -337,7 +337,7 @@ static void api_splits(struct gpu_world* w) {
   }
   api_split_case(w, "odd/even keys reversed", color, key, 1);
   for (int r = 0; r < w->nranks; r++) {
-    color[r] = hosts ? r : 0; /* hosts mode: every rank is a host of its own */
+    color[r] = hosts ? r / w->opts->ranks_per_host : 0; /* hosts mode: consecutive blocks */
     key[r] = r;
   }
   api_split_case(w, "by host", color, key, 1);

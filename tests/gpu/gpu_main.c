@@ -35,6 +35,9 @@ static void main_usage(FILE* f) {
       "                         (not in all)\n"
       "                         determinism (output hashes; tests/gpu/determinism_check.sh)\n"
       "  --nranks N             GPUs to use (default 2); exit 77 when fewer are visible\n"
+      "  --ranks-per-host N     hosts mode: N consecutive ranks share an emulated host, each on\n"
+      "                         its own GPU (P2P within a host, the network between hosts;\n"
+      "                         default 1); exit 77 with fewer than N GPUs visible\n"
       "  --quick                a reduced matrix (for compute-sanitizer)\n"
       "  --filter SUBSTR        only the cases whose name contains SUBSTR\n"
       "  --seed S               the inputs' seed (default: from the clock, printed)\n"
@@ -77,6 +80,7 @@ static int main_parse(int argc, char** argv, struct gpu_opts* o) {
   static const struct option longopts[] = {{"mode", required_argument, NULL, 'm'},
                                            {"suite", required_argument, NULL, 's'},
                                            {"nranks", required_argument, NULL, 'n'},
+                                           {"ranks-per-host", required_argument, NULL, 'H'},
                                            {"quick", no_argument, NULL, 'q'},
                                            {"filter", required_argument, NULL, 'f'},
                                            {"seed", required_argument, NULL, 'S'},
@@ -99,6 +103,10 @@ static int main_parse(int argc, char** argv, struct gpu_opts* o) {
       case 'n':
         if (main_parse_int(optarg, 1, GPU_MAX_RANKS, &v) != 0) goto bad;
         o->nranks = (int)v;
+        break;
+      case 'H':
+        if (main_parse_int(optarg, 1, GPU_MAX_RANKS, &v) != 0) goto bad;
+        o->ranks_per_host = (int)v;
         break;
       case 'q':
         o->quick = 1;
@@ -130,6 +138,12 @@ static int main_parse(int argc, char** argv, struct gpu_opts* o) {
         goto bad;
     }
   }
+  if (o->ranks_per_host > 1 &&
+      (strcmp(o->mode, "hosts") != 0 || o->nranks % o->ranks_per_host != 0)) {
+    fprintf(stderr, "gpu_coll: --ranks-per-host %d needs --mode hosts and a rank count it divides "
+                    "(--nranks %d)\n", o->ranks_per_host, o->nranks);
+    goto bad;
+  }
   if (optind == argc &&
       (strcmp(o->mode, "threads") == 0 || strcmp(o->mode, "procs") == 0 ||
        strcmp(o->mode, "hosts") == 0 || strcmp(o->mode, "sharegpu") == 0) &&
@@ -148,7 +162,8 @@ bad:
 
 int main(int argc, char** argv) {
   struct gpu_opts o = {
-      .mode = "threads", .suite = "all", .nranks = 2, .case_timeout_s = 240, .timeout_s = 570};
+      .mode = "threads", .suite = "all", .nranks = 2, .ranks_per_host = 1, .case_timeout_s = 240,
+      .timeout_s = 570};
   o.seed = (uint64_t)time(NULL) * 1000003u ^ (uint64_t)getpid();
   if (main_parse(argc, argv, &o) != 0) return 2;
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -159,8 +174,9 @@ int main(int argc, char** argv) {
       strcmp(o.suite, "hanggraph") == 0)
     setenv("BRAID_TIMEOUT", "3", 0);
   if (!o.list)
-    printf("gpu_coll: mode=%s suite=%s nranks=%d%s seed=%llu%s%s (reproduce with --seed %llu)\n",
-           o.mode, o.suite, o.nranks, o.quick ? " quick" : "", (unsigned long long)o.seed,
+    printf("gpu_coll: mode=%s suite=%s nranks=%d ranks-per-host=%d%s seed=%llu%s%s (reproduce "
+           "with --seed %llu)\n",
+           o.mode, o.suite, o.nranks, o.ranks_per_host, o.quick ? " quick" : "", (unsigned long long)o.seed,
            o.filter ? " filter=" : "", o.filter ? o.filter : "", (unsigned long long)o.seed);
   return world_main(&o, main_suites);
 }

@@ -102,6 +102,7 @@ struct gpu_opts {
                         "deadpeer", "hang", "hangsend", "abortwait",
                         "abortpeer" */
   int nranks;
+  int ranks_per_host; /* hosts mode: consecutive ranks per emulated host (P2P among them) */
   int quick;
   int list; /* print the case names, run nothing (needs no GPU) */
   int verbose;

@@ -339,13 +339,14 @@ static int world_child(const struct mp_child* ch) {
   if (hosts) {
     /* Before any call into the library: it reads its parameters once. */
     char id[64];
-    snprintf(id, sizeof id, "gpu_coll-host%d", ch->index);
+    snprintf(id, sizeof id, "gpu_coll-host%d", ch->index / a->opts->ranks_per_host);
     if (setenv("BRAID_HOSTID", id, 1) != 0 || setenv("NCCL_HOSTID", id, 1) != 0) {
       perror("setenv");
       return 1;
     }
   }
-  int rc = world_check_gpus(hosts || share ? 1 : ch->nprocs);
+  /* hosts: the ranks of one emulated host need a GPU each (no two on one GPU in a host). */
+  int rc = world_check_gpus(hosts ? a->opts->ranks_per_host : share ? 1 : ch->nprocs);
   if (rc != 0) return rc;
   int ngpus = 1;
   if ((hosts || share) && cudaGetDeviceCount(&ngpus) != cudaSuccess) return 1;
