@@ -18,7 +18,7 @@ BUILD_DIR=${BUILD_DIR:-build-gpu}
 NCCL_LIB_DIR=${NCCL_LIB_DIR:-/usr/lib/x86_64-linux-gnu}
 steps=${*:-build test perf}
 status=0
-MPIRUN="mpirun --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x BRAID_DEBUG -x BRAID_DEBUG_SUBSYS -x BRAID_ALGO -x BRAID_PROTO -x BRAID_P2P_PAIR_MAX -x BRAID_CE_MIN_BYTES -x BRAID_BUFFSIZE -x BRAID_P2P_BUFFSIZE -x BRAID_NTHREADS -x BRAID_MAX_NCHANNELS -x BRAID_CHUNKSIZE"
+MPIRUN="mpirun --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x BRAID_DEBUG -x BRAID_DEBUG_SUBSYS -x BRAID_ALGO -x BRAID_PROTO -x BRAID_P2P_PAIR_MAX -x BRAID_CE_MIN_BYTES -x BRAID_BUFFSIZE -x BRAID_P2P_BUFFSIZE -x BRAID_NTHREADS -x BRAID_MAX_NCHANNELS -x BRAID_CHUNKSIZE -x BRAID_P2P_LL_MAX -x BRAID_SIMPLE_POST_WARP"
 
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 
@@ -269,6 +269,53 @@ ch8 BRAID_MAX_NCHANNELS=8}"
         BRAID_SIMPLE_POST_WARP=$h run pw_small_$h 120 $M $P/all_reduce_perf -b 8 -e 1M -f 8 -w 20 -n 200 -g 1
       done
       rows pw_ '$1 ": " $6 "/" $10'
+      ;;
+    pwab)
+      # The post warp again, alternated PWAB_ROUNDS times: send/recv and all-to-all with it on
+      # P2P send/receive connections (2) or off (0), all-reduce with it everywhere (1) or off.
+      P=$BUILD_DIR/perf; S="-b 2M -e 2G -f 4 -w 3 -n 10 -g 1"
+      for i in $(seq ${PWAB_ROUNDS:-2}); do
+        for c in sendrecv alltoall all_reduce; do
+          for h in 0 $([ $c = all_reduce ] && echo 1 || echo 2); do
+            BRAID_SIMPLE_POST_WARP=$h run pwab_${c}_${h}_$i 120 $MPIRUN $P/${c}_perf $S
+          done
+        done
+      done
+      rows pwab_ '$1 ": " $6 "/" $10'
+      ;;
+    p2pwhy)
+      # Which protocol send/recv takes at 8 KB - 1 MB (the tuner's INFO lines), and its time
+      # with the defaults, with BRAID_P2P_LL_MAX and BRAID_SIMPLE_POST_WARP set, at the perf
+      # tools' short and long iteration counts.
+      P=$BUILD_DIR/perf
+      BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=TUNING run p2pwhy_info 60 $MPIRUN $P/sendrecv_perf -b 8K -e 1M -f 4 -w 1 -n 1
+      grep -E "rank 0 .*SendRecv" "$LOGS/p2pwhy_info.log" | sed 's/.*TUNING //; s/ predicted.*//' | sort -u >> "$OUT/summary.txt"
+      for r in 1 2; do
+        for it in "-w 5 -n 20" "-w 20 -n 200"; do
+          for v in "d A=1" "ll16k BRAID_P2P_LL_MAX=16384" "pw0 BRAID_SIMPLE_POST_WARP=0"; do
+            set -- $v
+            (export "$2"; run "p2pwhy_n${it##* }_${1}_$r" 60 $MPIRUN $P/sendrecv_perf -b 8K -e 1M -f 4 $it -g 1)
+          done
+          LD_LIBRARY_PATH=$NCCL_LIB_DIR run "p2pwhy_n${it##* }_nccl_$r" 60 $MPIRUN $P/sendrecv_perf -b 8K -e 1M -f 4 $it -g 1
+        done
+      done
+      rows p2pwhy_ '$6'
+      ;;
+    p2pll)
+      # Send/recv and all-to-all 4 KB - 1 MB: LL allowed up to BRAID_P2P_LL_MAX (one channel per
+      # 16 KB), left to the model and forced, against the default and NCCL, alternated twice.
+      P=$BUILD_DIR/perf; S="-b 4K -e 1M -f 2 -w 20 -n 200 -g 1"
+      for i in 1 2; do
+        for c in sendrecv alltoall; do
+          LD_LIBRARY_PATH=$NCCL_LIB_DIR run p2pll_${c}_${i}_nccl 120 $MPIRUN $P/${c}_perf $S
+          run p2pll_${c}_${i}_default 120 $MPIRUN $P/${c}_perf $S
+          for m in 65536 262144 1048576; do
+            BRAID_P2P_LL_MAX=$m run p2pll_${c}_${i}_model$m 120 $MPIRUN $P/${c}_perf $S
+            BRAID_P2P_LL_MAX=$m BRAID_PROTO=LL run p2pll_${c}_${i}_ll$m 120 $MPIRUN $P/${c}_perf $S
+          done
+        done
+      done
+      rows p2pll_ '$6'
       ;;
     ncclchoice)
       # What NCCL's tuner picks for the all-reduce sizes of the DDP model's buckets.

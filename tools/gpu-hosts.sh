@@ -5,7 +5,7 @@
 # time-slice it (each waits ~2 ms per turn), which hides the network entirely, so the
 # CUDA MPS daemon is started for the run (a user-level server that lets both processes'
 # kernels run at once; it changes no setting of the GPU) and stopped at the end.
-#   bash tools/gpu-hosts.sh [suite|quick] [big] [api] [leaks] [deadpeer] [hang] [det] [perfdet] [tree] [direct] [proto] [lat] [torch] [perf] [perfwd] [sweep] [netprof] [netsweep] [chan] [colls] [ofi] [info]
+#   bash tools/gpu-hosts.sh [suite|quick] [big] [api] [leaks] [deadpeer] [hang] [det] [perfdet] [tree] [direct] [proto] [mixed] [lat] [torch] [perf] [perfwd] [sweep] [netprof] [netsweep] [chan] [colls] [ofi] [info]
 # (default: perf). The intra-node path on one GPU: tools/sharegpu-round.sh.
 # Logs under $OUT (device tool) or ./gpu-hosts-out. BUILD_DIR as in tools/gpu-check.sh;
 # NP=4 runs four ranks (four hosts) instead of two.
@@ -102,6 +102,12 @@ c16buf1m BRAID_MIN_NCHANNELS=16,BRAID_MAX_NCHANNELS=16,BRAID_BUFFSIZE=1048576}"
         run ${c}_braid 120 $M tools/as-host.sh $B/perf/${c}_perf -b 8 -e 512M -f 16 -w 2 -n 5 -g 1
         LD_LIBRARY_PATH=$NCCL_LIB_DIR run ${c}_nccl 120 $M tools/as-host.sh $B/perf/${c}_perf -b 8 -e 512M -f 16 -w 2 -n 5 -g 1
       done
+      ;;
+    mixed)  # two hosts of two GPUs each (P2P inside, the network between) over OFI (ctest's
+            # gpu_net_mixed runs it over sockets); the two-host quick suite over OFI
+      BRAID_NET=OFI run mixed_ofi 400 "$B/tests/gpu/gpu_coll" --mode hosts --nranks 4 \
+        --ranks-per-host 2 --suite all --quick --timeout 390
+      BRAID_NET=OFI run suite_quick_ofi 300 "$B/tests/gpu/gpu_coll" --mode hosts --nranks 2 --suite all --quick --timeout 290
       ;;
     ofi) BRAID_NET=ofi run ar_braid_ofi 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 256M -f 4 -w 2 -n 5 -g 1 ;;
     api)  # split, shrink, revoke, nonblocking, graphs, registration: over the network, and

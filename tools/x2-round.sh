@@ -29,6 +29,15 @@
 #      Braid alone with LL128, fewer channels, smaller chunks
 #   12 issue 7: all-reduce 1 MB - 2 GB with smaller ring chunks and 24 channels; DDP with
 #      128 KB chunks alternating with NCCL
+#   13 issues 6, 8: a post warp in Simple steps against the default; send/recv with LL up to
+#      64 KB - 1 MB (and its P2P tests forced onto LL); the socket path's ring against the
+#      one-hop exchange at 8-16 channels, each emulated host on its own GPU
+#   14 issues 6, 8: the post warp on send/recv connections, alternated; every GPU test with it;
+#      the socket path at 1 GiB (exchange now the default, against the ring and NCCL), 8 B-128 KB
+#   15 issues 6, 8: the GPU tests round 14 left (time), the new two-hosts-of-two-GPUs test; under
+#      MPS the same over OFI, the two-host suite over OFI, the tree all-reduce on two hosts
+#   16 issues 6, 8: with the post warp on by default for P2P send/recv: the tests it touches
+#      left from 14-15, one at a time; OFI two-host suites without MPS; perf/compare, 2 rounds
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export BUILD_DIR=${BUILD_DIR:-.device/build}
@@ -71,5 +80,26 @@ chunk256k BRAID_CHUNKSIZE=262144" bash tools/gpu-check.sh ddp || rc=1
       OUT=$OUT/ddp DDP_RUNS=0 DDP_VARIANTS="chunk128k_a BRAID_CHUNKSIZE=131072
 chunk128k_b BRAID_CHUNKSIZE=131072" bash tools/gpu-check.sh ddp || rc=1
       exit $rc ;;
-  *) sed -n 2,31p "$0"; exit 2 ;;
+  13) bash tools/gpu-check.sh postwarp p2pll; rc=$?
+      OUT=$OUT/p2pll TEST_ONLY='gpu_p2p_(threads|procs)' CTEST_JOBS=2 TEST_LIMIT=150 \
+        BRAID_P2P_LL_MAX=1048576 BRAID_PROTO=LL bash tools/gpu-check.sh test || rc=1
+      net_hosts "$OUT/hosts" chan || rc=1
+      exit $rc ;;
+  14) PWAB_ROUNDS=2 bash tools/gpu-check.sh pwab; rc=$?
+      OUT=$OUT/tests BRAID_SIMPLE_POST_WARP=2 TEST_LIMIT=330 bash tools/gpu-check.sh test || rc=1
+      NETSWEEP="pair A=1
+ring BRAID_NET_PAIR_MAX=0
+pair2 A=2
+ring2 BRAID_NET_PAIR_MAX=0" net_hosts "$OUT/hosts" big netsweep lat || rc=1
+      exit $rc ;;
+  15) OUT=$OUT/tests TEST_ONLY='gpu_sharegpu|gpu_ce|gpu_determinism|gpu_net_mixed' CTEST_JOBS=3 \
+        TEST_LIMIT=300 bash tools/gpu-check.sh test; rc=$?
+      OUT=$OUT/hosts AS_HOST_GPUS= bash tools/gpu-hosts.sh mixed tree || rc=1
+      exit $rc ;;
+  16) OUT=$OUT/tests TEST_ONLY='gpu_sharegpu_(p2p|ll128)$|gpu_net_mixed|gpu_p2p_procs' CTEST_JOBS=1 \
+        TEST_LIMIT=200 bash tools/gpu-check.sh test; rc=$?
+      OUT=$OUT/hosts NO_MPS=1 bash tools/gpu-hosts.sh mixed || rc=1
+      COMPARE_ROUNDS=2 COMPARE_LIMIT=300 bash tools/gpu-check.sh compare || rc=1
+      exit $rc ;;
+  *) sed -n 2,41p "$0"; exit 2 ;;
 esac
