@@ -632,8 +632,15 @@ static void api_split_share(struct gpu_world* w) {
             "INFO %s: device memory taken by a split: splitShare = 1 %ld MiB, "
             "splitShare = 0 %ld MiB%s\n",
             name, shared_mib, own_mib, p2p ? "" : " (not checked: no P2P connections)");
-  /* At least one ring FIFO (4 MiB of NCCL_BUFFSIZE) saved on this GPU. */
-  if (p2p && own_mib - shared_mib < 4)
+  /*
+   * At least one ring FIFO (4 MiB of NCCL_BUFFSIZE) saved on this GPU. An unshared split takes
+   * at least that much; when it reads less, other processes on the GPU (ctest -j) moved
+   * cudaMemGetInfo meanwhile and the numbers say nothing.
+   */
+  if (p2p && own_mib < 4)
+    fprintf(stderr, "INFO %s: not checked: the unshared split read %ld MiB (the GPU's free "
+                    "memory moved under other processes)\n", name, own_mib);
+  else if (p2p && own_mib - shared_mib < 4)
     world_case_fail(w,
                     "a shared split took %ld MiB of device memory, an unshared one %ld MiB "
                     "(expected at least a ring FIFO, 4 MiB, less)",
