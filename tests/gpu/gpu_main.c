@@ -176,7 +176,8 @@ int main(int argc, char** argv) {
   if (!o.list)
     printf("gpu_coll: mode=%s suite=%s nranks=%d ranks-per-host=%d%s seed=%llu%s%s (reproduce "
            "with --seed %llu)\n",
-           o.mode, o.suite, o.nranks, o.ranks_per_host, o.quick ? " quick" : "", (unsigned long long)o.seed,
-           o.filter ? " filter=" : "", o.filter ? o.filter : "", (unsigned long long)o.seed);
+           o.mode, o.suite, o.nranks, o.ranks_per_host, o.quick ? " quick" : "",
+           (unsigned long long)o.seed, o.filter ? " filter=" : "", o.filter ? o.filter : "",
+           (unsigned long long)o.seed);
   return world_main(&o, main_suites);
 }
