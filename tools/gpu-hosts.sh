@@ -5,7 +5,7 @@
 # time-slice it (each waits ~2 ms per turn), which hides the network entirely, so the
 # CUDA MPS daemon is started for the run (a user-level server that lets both processes'
 # kernels run at once; it changes no setting of the GPU) and stopped at the end.
-#   bash tools/gpu-hosts.sh [suite|quick] [big] [api] [leaks] [deadpeer] [hang] [det] [perfdet] [tree] [direct] [proto] [mixed] [lat] [torch] [perf] [perfwd] [sweep] [netprof] [netsweep] [chan] [colls] [ofi] [info]
+#   bash tools/gpu-hosts.sh [suite|quick] [big] [api] [leaks] [deadpeer] [hang] [det] [perfdet] [tree] [direct] [proto] [mixed] [mixedcase] [lat] [torch] [perf] [perfwd] [sweep] [netprof] [netsweep] [chan] [colls] [ofi] [info]
 # (default: perf). The intra-node path on one GPU: tools/sharegpu-round.sh.
 # Logs under $OUT (device tool) or ./gpu-hosts-out. BUILD_DIR as in tools/gpu-check.sh;
 # NP=4 runs four ranks (four hosts) instead of two.
@@ -108,6 +108,17 @@ c16buf1m BRAID_MIN_NCHANNELS=16,BRAID_MAX_NCHANNELS=16,BRAID_BUFFSIZE=1048576}"
       BRAID_NET=OFI run mixed_ofi 400 "$B/tests/gpu/gpu_coll" --mode hosts --nranks 4 \
         --ranks-per-host 2 --suite all --quick --timeout 390
       BRAID_NET=OFI run suite_quick_ofi 300 "$B/tests/gpu/gpu_coll" --mode hosts --nranks 2 --suite all --quick --timeout 290
+      ;;
+    mixedcase)  # the cases FILTER names (default: the split-share ones) on two hosts of two GPUs,
+                # REPEAT times over OFI (NETS: the backends), the last run with the net and proxy log
+      for net in ${NETS:-OFI}; do
+        for i in $(seq ${REPEAT:-3}); do
+          dbg=WARN; [ "$i" = "${REPEAT:-3}" ] && dbg=INFO
+          BRAID_NET=$net BRAID_DEBUG=$dbg BRAID_DEBUG_SUBSYS=INIT,NET,PROXY,P2P run case_${net}_$i 120 \
+            "$B/tests/gpu/gpu_coll" --mode hosts --nranks 4 --ranks-per-host 2 --suite api \
+            --filter "${FILTER:-Split share}" --timeout 110
+        done
+      done
       ;;
     ofi) BRAID_NET=ofi run ar_braid_ofi 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 256M -f 4 -w 2 -n 5 -g 1 ;;
     api)  # split, shrink, revoke, nonblocking, graphs, registration: over the network, and

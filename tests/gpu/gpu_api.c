@@ -595,6 +595,16 @@ static int api_share_round(struct gpu_world* w, struct api_family* f, int nfam, 
     }
   }
   free(want_s);
+  /* Wrong results with no error from the calls: a member stopped meanwhile says why here. */
+  for (int g = 0; rc != 0 && g < nfam; g++)
+    for (int l = 0; l < w->nlocal && f->comm[g][0]; l++) {
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(f->comm[g][l], &async) == ncclSuccess && async == ncclSuccess)
+        continue;
+      const char* msg = ncclGetLastError(f->comm[g][l]);
+      world_case_fail(w, "rank %d, %s, %s: asynchronous error %s, \"%s\"", api_rank(w, l), when,
+                      api_family_name[g], ncclGetErrorString(async), msg ? msg : "(null)");
+    }
 out:
   buf_free(w, &a);
   for (int g = 0; g < 3; g++) {
@@ -674,8 +684,18 @@ static void api_split_share_abort(struct gpu_world* w) {
   }
   if (!world_case_begin(w, name)) return;
   struct api_family f;
-  if (api_family_init(w, &f) || api_dup(w, f.comm[0]) ||
-      api_split_all(w, f.comm[0], 1, f.comm[1]) || api_share_round(w, &f, 2, "before the abort"))
+  struct api_buf bar;
+  memset(&bar, 0, sizeof bar);
+  /*
+   * The round, then a barrier on the world communicator (not in the family) before the abort:
+   * a rank's send is complete once its data is in the connection's FIFO, and over the network
+   * its proxy may not have put it on the wire yet (the connection may still be connecting);
+   * aborting then drops it, as NCCL's abort does, and the receiver never gets it.
+   */
+  if (api_family_init(w, &f) || buf_alloc(w, &bar, 16) || api_dup(w, f.comm[0]) ||
+      api_split_all(w, f.comm[0], 1, f.comm[1]) ||
+      api_share_round(w, &f, 2, "before the abort") ||
+      api_allreduce(w, w->comm, &bar, &bar, "ncclAllReduce (a barrier)") || api_sync(w, w->comm))
     goto out;
   int stuck = -1; /* the local rank waiting in a receive, or -1 (rank 0 is elsewhere) */
   struct api_buf r;
@@ -713,6 +733,7 @@ static void api_split_share_abort(struct gpu_world* w) {
                       api_rank(w, l), ncclGetErrorString(async), msg ? msg : "(null)");
   }
 out:
+  buf_free(w, &bar);
   api_family_free(w, &f, 1);
   world_case_end(w);
 }
