@@ -419,11 +419,10 @@ ncclResult_t comm_quiesce(struct ncclComm* comm) {
   watchdog_forget_pending(comm); /* the stopped launches will never report */
   /* A replay's blocks that left on the flag are still marked in it (graph_end skipped). */
   if (res == ncclSuccess && comm->dev && comm->dev->comm &&
-      cudaMemset(comm->dev->comm->graph.word, 0, sizeof comm->dev->comm->graph.word) !=
-          cudaSuccess) {
-    (void)cudaGetLastError();
-    WARN("rank %d: cannot clear the graph replay words after a quiesce", comm->rank);
-  }
+      braid_cuda_zero(comm->dev->comm->graph.word, sizeof comm->dev->comm->graph.word) !=
+          ncclSuccess)
+    WARN("rank %d: cannot clear the graph replay words after a quiesce: %s", comm->rank,
+         braid_err_last());
   if (res == ncclSuccess) __atomic_store_n(comm->abort_flag, 0, __ATOMIC_SEQ_CST);
 fail:
   return res;

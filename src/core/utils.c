@@ -137,3 +137,18 @@ void* braid_driver_fn(const char* name) {
   }
   return fn;
 }
+
+ncclResult_t braid_cuda_zero(void* ptr, size_t bytes) {
+  ncclResult_t res = ncclSuccess;
+  cudaStream_t s = NULL;
+  BRAID_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  BRAID_CUDA_TRY(cudaMemsetAsync(ptr, 0, bytes, s));
+  BRAID_CUDA_TRY(cudaStreamSynchronize(s));
+fail:
+  if (s != NULL) {
+    cudaError_t err = cudaStreamDestroy(s);
+    if (err != cudaSuccess && res == ncclSuccess)
+      res = braid_err(ncclUnhandledCudaError, "cudaStreamDestroy: %s", cudaGetErrorString(err));
+  }
+  return res;
+}

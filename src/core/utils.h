@@ -53,6 +53,13 @@ ncclResult_t braid_random_bytes(void* buf, size_t size);
  */
 void* braid_driver_fn(const char* name);
 
+/*
+ * Zeroes device memory of the current device and returns once it is zero. Not cudaMemset: that
+ * runs on the legacy stream, unordered with the non-blocking streams of kernels (ours, or a peer
+ * process's writing through an IPC mapping), and returns before the memory is zero.
+ */
+ncclResult_t braid_cuda_zero(void* ptr, size_t bytes);
+
 /* Whether n bytes at a and b are equal, in a time that does not depend on where they differ. */
 static inline int braid_equal_ct(const void* a, const void* b, size_t n) {
   const unsigned char *x = (const unsigned char*)a, *y = (const unsigned char*)b;

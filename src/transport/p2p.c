@@ -88,7 +88,12 @@ static ncclResult_t p2p_recv_setup(struct ncclComm* comm, struct braid_connector
   BRAID_TRY(p2p_state_new(conn));
   st = conn->state;
   BRAID_CUDA_TRY(cudaMalloc(&st->owned, bytes));
-  BRAID_CUDA_TRY(cudaMemset(st->owned, 0, bytes));
+  /*
+   * Zero before the handle goes out: the sender's kernel may write its first steps as soon as
+   * it has it, and a late zeroing would erase them (its counters too: a hang); this rank's own
+   * kernels must not read a freed FIFO's counters either.
+   */
+  BRAID_TRY(braid_cuda_zero(st->owned, bytes));
   pi->pid_hash = comm->peers[comm->rank].pid_hash;
   pi->cuda_dev = comm->cuda_dev;
   pi->ptr = st->owned;
