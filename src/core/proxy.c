@@ -33,6 +33,7 @@
 #include "core/debug.h"
 #include "core/error.h"
 #include "core/utils.h"
+#include "core/watchdog.h"
 
 #define PROXY_MAX_DEVS 64
 #define PROXY_SPIN_SEC 0.01   /* yield (stay hot) this long after the last step moved */
@@ -77,6 +78,7 @@ struct braid_proxy {
   struct epoll_event* events;       /* [events_cap] */
   int events_cap;
   uint64_t pass;                    /* passes so far */
+  unsigned long usr1_seen;          /* SIGUSR1s reported on (watchdog_usr1_count) */
   int polled;                       /* this pass's epoll_wait succeeded */
   double idle_turns_at;             /* when the ends without requests last had idle() */
 };
@@ -291,6 +293,27 @@ static void proxy_idle_turns(struct braid_proxy* p) {
 
 /* ------------------------------------------------------------- the thread */
 
+/*
+ * SIGUSR1 (with the watchdogs' verdicts): every connection's steps as this thread sees them, so
+ * a hang between the kernels and the network shows on which side a step stopped. A thread stuck
+ * in the backend says nothing: its silence tells that too.
+ */
+static void proxy_report(struct braid_proxy* p) {
+  int n = 0;
+  for (struct braid_proxy_conn* c = p->conns; c; c = c->next) n++;
+  WARN("proxy of GPU %d (SIGUSR1): %d connection%s, pass %llu", p->cuda_dev, n, n == 1 ? "" : "s",
+       (unsigned long long)p->pass);
+  for (struct braid_proxy_conn* c = p->conns; c; c = c->next) {
+    const struct braid_proxy_fifo* f = &c->d.fifo;
+    int state = atomic_load(&c->state);
+    WARN("proxy: %s %s over NET/%s: %s; steps posted %llu, done %llu; FIFO tail %llu, head %llu",
+         c->d.is_send ? "send to" : "receive from", c->d.peer, c->d.net->name,
+         state == CONN_READY ? "ready" : state == CONN_CONNECTING ? "connecting" : "failed",
+         (unsigned long long)c->posted, (unsigned long long)c->done,
+         (unsigned long long)atomic_load(f->tail), (unsigned long long)atomic_load(f->head));
+  }
+}
+
 /* Picks up added connections and lets go of removed ones (under the lock). */
 static void proxy_apply_changes(struct braid_proxy* p) {
   pthread_mutex_lock(&p->lock);
@@ -342,8 +365,13 @@ static void* proxy_main(void* arg) {
   pthread_setname_np(pthread_self(), name);
   braid_log_context_set(-1, p->cuda_dev);
   double last_busy = braid_time_sec();
+  p->usr1_seen = watchdog_usr1_count();
   while (!atomic_load(&p->stop)) {
     if (atomic_load(&p->changes)) proxy_apply_changes(p);
+    if (watchdog_usr1_count() != p->usr1_seen) {
+      p->usr1_seen = watchdog_usr1_count();
+      proxy_report(p);
+    }
     int moved = 0;
     proxy_fd_poll(p);
     for (struct braid_proxy_conn* c = p->conns; c; c = c->next) moved |= proxy_conn_progress(p, c);

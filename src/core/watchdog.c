@@ -105,6 +105,8 @@ static void wd_on_usr1(int sig) {
   wd_usr1_count++;
 }
 
+unsigned long watchdog_usr1_count(void) { return (unsigned long)wd_usr1_count; }
+
 /* SIGUSR1 asks every communicator for its verdict, unless the program handles it itself. */
 static void wd_signal_install(void) {
   struct sigaction old, sa;

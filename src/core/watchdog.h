@@ -101,4 +101,7 @@ void watchdog_verdict(const struct braid_ledger_summary* all, int nranks, int me
 /* "AllReduce float count=1024" (root/peer where they apply). */
 void watchdog_op_describe(const struct braid_ledger_op* op, char* out, size_t len);
 
+/* How many SIGUSR1 the process got (Braid's handler); other threads report on a change too. */
+unsigned long watchdog_usr1_count(void);
+
 #endif
