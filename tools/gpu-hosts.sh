@@ -5,7 +5,7 @@
 # time-slice it (each waits ~2 ms per turn), which hides the network entirely, so the
 # CUDA MPS daemon is started for the run (a user-level server that lets both processes'
 # kernels run at once; it changes no setting of the GPU) and stopped at the end.
-#   bash tools/gpu-hosts.sh [suite|quick] [big] [api] [leaks] [deadpeer] [hang] [det] [perfdet] [tree] [direct] [proto] [mixed] [mixedcase] [lat] [torch] [perf] [perfwd] [sweep] [netprof] [netsweep] [chan] [colls] [ofi] [info]
+#   bash tools/gpu-hosts.sh [suite|quick] [big] [api] [leaks] [deadpeer] [hang] [det] [perfdet] [tree] [direct] [proto] [mixed] [mixedcase] [ofiab] [lat] [torch] [perf] [perfwd] [sweep] [netprof] [netsweep] [chan] [colls] [ofi] [info]
 # (default: perf). The intra-node path on one GPU: tools/sharegpu-round.sh.
 # Logs under $OUT (device tool) or ./gpu-hosts-out. BUILD_DIR as in tools/gpu-check.sh;
 # NP=4 runs four ranks (four hosts) instead of two.
@@ -114,10 +114,18 @@ c16buf1m BRAID_MIN_NCHANNELS=16,BRAID_MAX_NCHANNELS=16,BRAID_BUFFSIZE=1048576}"
       for net in ${NETS:-OFI}; do
         for i in $(seq ${REPEAT:-3}); do
           dbg=WARN; [ "$i" = "${REPEAT:-3}" ] && dbg=INFO
-          BRAID_NET=$net BRAID_DEBUG=$dbg BRAID_DEBUG_SUBSYS=INIT,NET,PROXY,P2P run case_${net}_$i 120 \
+          BRAID_NET=$net BRAID_DEBUG=$dbg BRAID_DEBUG_SUBSYS=INIT,NET,PROXY,P2P run case_${net}_$i 200 \
+            tools/stack-on-hang.sh ${CASE_LIMIT:-100} gpu_coll \
             "$B/tests/gpu/gpu_coll" --mode hosts --nranks 4 --ranks-per-host 2 --suite api \
-            --filter "${FILTER:-Split share}" --timeout 110
+            --filter "${FILTER:-Split share}" --timeout 190
         done
+      done
+      ;;
+    ofiab)  # all-reduce over OFI with ofi_rxm's receive pool at 32 buffers an endpoint
+            # (FI_OFI_RXM_MSG_RX_SIZE) and at libfabric's default (128), alternated
+      for i in 1 2; do
+        FI_OFI_RXM_MSG_RX_SIZE=32 BRAID_NET=ofi run ar_braid_ofi_rx32_$i 120 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 256M -f 4 -w 2 -n 5 -g 1
+        FI_OFI_RXM_MSG_RX_SIZE=128 BRAID_NET=ofi run ar_braid_ofi_rx128_$i 120 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 256M -f 4 -w 2 -n 5 -g 1
       done
       ;;
     ofi) BRAID_NET=ofi run ar_braid_ofi 200 $M tools/as-host.sh $B/perf/all_reduce_perf -b 8 -e 256M -f 4 -w 2 -n 5 -g 1 ;;

@@ -38,6 +38,13 @@
 #      MPS the same over OFI, the two-host suite over OFI, the tree all-reduce on two hosts
 #   16 issues 6, 8: with the post warp on by default for P2P send/recv: the tests it touches
 #      left from 14-15, one at a time; OFI two-host suites without MPS; perf/compare, 2 rounds
+#   17 issue 8: the split-share cases on two hosts of two GPUs over OFI, with ofi_rxm's receive
+#      pool at 32 buffers and at libfabric's 128; the mixed OFI suites (at 32); all-reduce over
+#      OFI with both; the socket path at 1 GiB and 8 B-128 KB against NCCL
+#   18 issue 8: round 17's split-share cases, three times with each receive pool, stacks of a
+#      hang (tools/stack-on-hang.sh); the socket path at 1 GiB twice and 8 B-128 KB
+#   19 issue 8: round 18's cases again, with the proxies' step report on SIGUSR1 before the stacks
+#   20 issue 8: the first split-share case with the ring forced and by default, alternated
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export BUILD_DIR=${BUILD_DIR:-.device/build}
@@ -101,5 +108,26 @@ ring2 BRAID_NET_PAIR_MAX=0" net_hosts "$OUT/hosts" big netsweep lat || rc=1
       OUT=$OUT/hosts NO_MPS=1 bash tools/gpu-hosts.sh mixed || rc=1
       COMPARE_ROUNDS=2 COMPARE_LIMIT=300 bash tools/gpu-check.sh compare || rc=1
       exit $rc ;;
-  *) sed -n 2,41p "$0"; exit 2 ;;
+  17) export FI_OFI_RXM_MSG_RX_SIZE=32
+      NO_MPS=1 REPEAT=2 OUT=$OUT/case bash tools/gpu-hosts.sh mixedcase; rc=$?
+      NO_MPS=1 REPEAT=1 FI_OFI_RXM_MSG_RX_SIZE=128 OUT=$OUT/case128 bash tools/gpu-hosts.sh mixedcase || rc=1
+      NO_MPS=1 OUT=$OUT/mixed bash tools/gpu-hosts.sh mixed || rc=1
+      net_hosts "$OUT/hosts" ofiab big lat || rc=1
+      exit $rc ;;
+  18) export CASE_LIMIT=40 NO_MPS=1 REPEAT=3
+      FI_OFI_RXM_MSG_RX_SIZE=32 OUT=$OUT/case bash tools/gpu-hosts.sh mixedcase; rc=$?
+      FI_OFI_RXM_MSG_RX_SIZE=128 OUT=$OUT/case128 bash tools/gpu-hosts.sh mixedcase || rc=1
+      net_hosts "$OUT/hosts" big big lat || rc=1
+      exit $rc ;;
+  19) export CASE_LIMIT=30 NO_MPS=1
+      REPEAT=4 FI_OFI_RXM_MSG_RX_SIZE=128 OUT=$OUT/case128 bash tools/gpu-hosts.sh mixedcase; rc=$?
+      REPEAT=3 FI_OFI_RXM_MSG_RX_SIZE=32 OUT=$OUT/case bash tools/gpu-hosts.sh mixedcase || rc=1
+      exit $rc ;;
+  20) export CASE_LIMIT=25 NO_MPS=1 NO_STACKS=1 REPEAT=1 FILTER="Split share: parent"
+      for i in 1 2 3; do
+        OUT=$OUT/ring$i BRAID_ALGO=RING bash tools/gpu-hosts.sh mixedcase; rc=$?
+        OUT=$OUT/default$i bash tools/gpu-hosts.sh mixedcase || rc=1
+      done
+      exit $rc ;;
+  *) sed -n 2,49p "$0"; exit 2 ;;
 esac
