@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "gpu_test.h"
+#include "mp_runner.h"
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define P2P_MAX_XFERS (GPU_MAX_RANKS * GPU_MAX_RANKS + GPU_MAX_RANKS)
@@ -301,6 +302,78 @@ static void ring_cases(struct gpu_world* w, size_t* index) {
   p2p_case(w, "SendRecv ring i8 count=67108867 (64 MiB + 3) unaligned", p, (*index)++);
 }
 
+/* Holds the legacy stream it runs on for a second. */
+static void CUDART_CB p2p_hold(void* arg) {
+  (void)arg;
+  mp_sleep(1.0);
+}
+
+/*
+ * New send/recv connections (a new communicator) while every GPU's legacy stream is held for a
+ * second by a host function. A FIFO zeroed on that stream (cudaMemset) would be zeroed only
+ * after the peer's kernel, which starts once it has the FIFO's address, had written its first
+ * steps there: they would be erased, tail included, and the receive would wait forever.
+ */
+static void p2p_legacy_held_case(struct gpu_world* w, size_t index) {
+  char name[sizeof w->case_name];
+  snprintf(name, sizeof name,
+           "SendRecv ring f32 count=4097 on new connections, the legacy stream held mode=%s",
+           w->opts->mode);
+  if (w->nranks < 2 || !world_case_begin(w, name)) return;
+  ncclComm_t dup[GPU_MAX_RANKS] = {0};
+  int held[GPU_MAX_RANKS] = {0}, rc = -1;
+  struct p2p_run* p = p2p_new();
+  pattern_ring(p, w->nranks, 1, ncclFloat32, 4097, 0);
+  if (p2p_prepare(w, p, world_seed(w, SUITE_SENDRECV, index, 0)) != 0 || world_group_start(w) != 0)
+    goto out;
+  for (int l = 0; l < w->nlocal; l++)
+    world_nccl(w, ncclCommSplit(w->comm[l], 0, w->rank0 + l, &dup[l], NULL), w->comm[l],
+               "ncclCommSplit (copy)");
+  if (world_group_end(w) != 0 || w->case_failed) goto out;
+  for (int l = 0; l < w->nlocal; l++) {
+    if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") != 0 ||
+        world_cuda(w, cudaLaunchHostFunc(cudaStreamLegacy, p2p_hold, NULL),
+                   "cudaLaunchHostFunc (the legacy stream)") != 0)
+      goto out;
+    held[l] = 1;
+  }
+  if (world_group_start(w) != 0) goto out;
+  for (int l = 0; l < w->nlocal; l++) p2p_issue(w, p, l, dup[l], w->stream[l]);
+  if (world_group_end(w) != 0) goto out;
+  /* The hold's second, then as long again as any ring here takes with room to spare. */
+  double until = world_now() + 21;
+  int done = 1;
+  for (int l = 0; l < w->nlocal; l++) {
+    cudaError_t q;
+    while ((q = cudaStreamQuery(w->stream[l])) == cudaErrorNotReady && world_now() < until)
+      mp_sleep(0.001);
+    if (q != cudaSuccess) {
+      done = 0;
+      world_case_fail(w,
+                      "rank %d: the ring on new connections did not complete within 20 s of the "
+                      "legacy stream's release (%s): were its first steps erased by a late "
+                      "zeroing of the FIFO?",
+                      w->rank0 + l, cudaGetErrorString(q));
+    }
+  }
+  if (!done) { /* the stuck kernels leave on the abort */
+    for (int l = 0; l < w->nlocal; l++) {
+      world_nccl(w, ncclCommAbort(dup[l]), NULL, "ncclCommAbort");
+      dup[l] = NULL;
+    }
+  }
+  rc = world_sync(w);
+  if (done && rc == 0) p2p_check(w, p);
+out:
+  for (int l = 0; l < w->nlocal; l++)
+    if (held[l] && cudaSetDevice(w->dev[l]) == cudaSuccess)
+      world_cuda(w, cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize (legacy)");
+  for (int l = 0; l < w->nlocal; l++)
+    if (dup[l]) world_nccl(w, ncclCommDestroy(dup[l]), NULL, "ncclCommDestroy");
+  p2p_release(w, p);
+  world_case_end(w);
+}
+
 void suite_p2p(struct gpu_world* w) {
   static const size_t counts[] = {1, 4097, 1048579};
   size_t index = 0;
@@ -323,4 +396,5 @@ void suite_p2p(struct gpu_world* w) {
   pattern_ring(p, w->nranks, 1, ncclFloat32, 4097, 0);
   pattern_self(p, w->nranks, ncclFloat32, 4097);
   p2p_case(w, "SendRecv ring+self f32 count=4097", p, index++);
+  p2p_legacy_held_case(w, index++);
 }
