@@ -49,6 +49,9 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "Override the host identity, so processes of one machine can pose as separate hosts."),
   ROW(TIMEOUT, NULL, INT, "600",
       "Seconds without progress before a hang verdict is printed and the communicator fails (0 = off)."),
+  ROW(HANG_WARN, NULL, INT, "60",
+      "Seconds without progress before the hang verdict is printed as a warning, with the network "
+      "proxies' step reports, once per stall; the communicator keeps waiting (0 = off)."),
   ROW(CHECK, NULL, INT, "0",
       "1: verify across ranks that each collective's op, type, count and root agree."),
   ROW(ALGO, "NCCL_ALGO", STRING, NULL,

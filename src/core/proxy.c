@@ -78,7 +78,7 @@ struct braid_proxy {
   struct epoll_event* events;       /* [events_cap] */
   int events_cap;
   uint64_t pass;                    /* passes so far */
-  unsigned long usr1_seen;          /* SIGUSR1s reported on (watchdog_usr1_count) */
+  unsigned long reports_seen;       /* reports made (watchdog_report_gen) */
   int polled;                       /* this pass's epoll_wait succeeded */
   double idle_turns_at;             /* when the ends without requests last had idle() */
 };
@@ -294,15 +294,15 @@ static void proxy_idle_turns(struct braid_proxy* p) {
 /* ------------------------------------------------------------- the thread */
 
 /*
- * SIGUSR1 (with the watchdogs' verdicts): every connection's steps as this thread sees them, so
- * a hang between the kernels and the network shows on which side a step stopped. A thread stuck
- * in the backend says nothing: its silence tells that too.
+ * On SIGUSR1 or a watchdog's early warning (with its verdict): every connection's steps as this
+ * thread sees them, so a hang between the kernels and the network shows on which side a step
+ * stopped. A thread stuck in the backend says nothing: its silence tells that too.
  */
 static void proxy_report(struct braid_proxy* p) {
   int n = 0;
   for (struct braid_proxy_conn* c = p->conns; c; c = c->next) n++;
-  WARN("proxy of GPU %d (SIGUSR1): %d connection%s, pass %llu", p->cuda_dev, n, n == 1 ? "" : "s",
-       (unsigned long long)p->pass);
+  WARN("proxy of GPU %d (report asked): %d connection%s, pass %llu", p->cuda_dev, n,
+       n == 1 ? "" : "s", (unsigned long long)p->pass);
   for (struct braid_proxy_conn* c = p->conns; c; c = c->next) {
     const struct braid_proxy_fifo* f = &c->d.fifo;
     int state = atomic_load(&c->state);
@@ -365,11 +365,11 @@ static void* proxy_main(void* arg) {
   pthread_setname_np(pthread_self(), name);
   braid_log_context_set(-1, p->cuda_dev);
   double last_busy = braid_time_sec();
-  p->usr1_seen = watchdog_usr1_count();
+  p->reports_seen = watchdog_report_gen();
   while (!atomic_load(&p->stop)) {
     if (atomic_load(&p->changes)) proxy_apply_changes(p);
-    if (watchdog_usr1_count() != p->usr1_seen) {
-      p->usr1_seen = watchdog_usr1_count();
+    if (watchdog_report_gen() != p->reports_seen) {
+      p->reports_seen = watchdog_report_gen();
       proxy_report(p);
     }
     int moved = 0;

@@ -83,6 +83,8 @@ struct braid_watchdog {
   int failed;                  /* the verdict was given (the thread; or watchdog_silence) */
   unsigned long usr1_seen;
   double timeout_s;
+  double warn_s;            /* BRAID_HANG_WARN */
+  double warned_progress_t; /* the stall last warned about (its progress_t), or -1 */
   double peers_checked;
   /* Graph replays (under `lock`: captures, capture_next, graphs; the rest the thread's). */
   struct wd_capture captures[WD_CAPTURES];
@@ -105,7 +107,11 @@ static void wd_on_usr1(int sig) {
   wd_usr1_count++;
 }
 
-unsigned long watchdog_usr1_count(void) { return (unsigned long)wd_usr1_count; }
+static unsigned long wd_report_requests; /* early warnings (atomic) */
+
+unsigned long watchdog_report_gen(void) {
+  return (unsigned long)wd_usr1_count + __atomic_load_n(&wd_report_requests, __ATOMIC_RELAXED);
+}
 
 /* SIGUSR1 asks every communicator for its verdict, unless the program handles it itself. */
 static void wd_signal_install(void) {
@@ -530,6 +536,32 @@ static void wd_verdict_run(struct braid_watchdog* wd, int fail, const char* why)
   wd_deliver(wd, fail, text, why);
 }
 
+/*
+ * The early warning (BRAID_HANG_WARN): the verdict, nothing failed. Asking every other rank is
+ * what the verdict costs; in a large job many ranks wait at once for a slow one, legitimately,
+ * so past WD_WARN_ASK_MAX ranks the warning says only where this rank waits.
+ */
+#define WD_WARN_ASK_MAX 64
+
+static void wd_warn_run(struct braid_watchdog* wd, const char* why) {
+  struct ncclComm* comm = wd->comm;
+  if (comm->nranks <= WD_WARN_ASK_MAX) {
+    wd_verdict_run(wd, 0, why);
+    return;
+  }
+  struct braid_ledger_summary me;
+  char op[160], where[64] = "", text[320];
+  wd_summary(wd, &me);
+  if (me.stuck.seq == 0) return; /* completed meanwhile */
+  watchdog_op_describe(&me.stuck, op, sizeof op);
+  if (me.chan >= 0)
+    snprintf(where, sizeof where, " (channel %d, step %llu)", me.chan,
+             (unsigned long long)me.chan_recv);
+  snprintf(text, sizeof text, "rank %d waits in %s%s; no progress for %.0f s (send SIGUSR1 for "
+           "the ranks it waits for)", comm->rank, op, where, me.waiting_s);
+  wd_deliver(wd, 0, text, why);
+}
+
 /* ---- the thread ---------------------------------------------------------------------------- */
 
 /*
@@ -725,12 +757,22 @@ static void* wd_main(void* arg) {
     pthread_mutex_lock(&wd->lock);
     /* A revoked communicator runs nothing more: nothing of it can hang. */
     int pending = wd->count > 0 && comm->state != BRAID_COMM_REVOKED;
-    double idle = now - wd->progress_t;
+    double progress_t = wd->progress_t, idle = now - progress_t;
     pthread_mutex_unlock(&wd->lock);
     if (!wd->failed && pending && wd->timeout_s > 0 && idle > wd->timeout_s) {
       char why[64];
       snprintf(why, sizeof why, "no progress for BRAID_TIMEOUT=%.0f s", wd->timeout_s);
       wd_verdict_run(wd, 1, why);
+    } else if (!wd->failed && pending && wd->warn_s > 0 && idle > wd->warn_s &&
+               (wd->timeout_s <= 0 || wd->warn_s < wd->timeout_s) &&
+               progress_t != wd->warned_progress_t) {
+      /* Once per stall, and nothing fails: the proxies list their steps too. */
+      wd->warned_progress_t = progress_t;
+      __atomic_add_fetch(&wd_report_requests, 1, __ATOMIC_RELAXED);
+      char why[96];
+      snprintf(why, sizeof why, "BRAID_HANG_WARN=%.0f s, still waiting until BRAID_TIMEOUT",
+               wd->warn_s);
+      wd_warn_run(wd, why);
     }
     if (!wd->failed && (pending || (wd->graph_live != 0 && comm->state != BRAID_COMM_REVOKED)) &&
         now - wd->peers_checked > WD_PEER_CHECK_S) {
@@ -753,6 +795,8 @@ ncclResult_t watchdog_start(struct ncclComm* comm) {
   wd->listen_fd = -1;
   pthread_mutex_init(&wd->lock, NULL);
   wd->timeout_s = (double)braid_param_int(BRAID_P_TIMEOUT);
+  wd->warn_s = (double)braid_param_int(BRAID_P_HANG_WARN);
+  wd->warned_progress_t = -1;
   memcpy(wd->secret, bootstrap_secret(comm->bootstrap), sizeof wd->secret);
   BRAID_TRY(BRAID_CALLOC(&wd->addrs, comm->nranks, "the watchdog address table"));
   /* On the bootstrap's address (the interface the other ranks reach), any port. */

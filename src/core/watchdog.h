@@ -21,6 +21,10 @@
  *     On a timeout (not on SIGUSR1, which only reports) the communicator's
  *     async error becomes ncclRemoteError with that text in ncclGetLastError,
  *     and its abort flag is raised so the stuck kernels leave.
+ *   - before that, after BRAID_HANG_WARN seconds (default 60, 0 = off), prints
+ *     the verdict once per stall as a warning (past 64 ranks: only where this
+ *     rank waits, without asking the others) and asks the network proxies for
+ *     their step reports; nothing fails.
  *   - notices a peer process of the same host that is gone (its pid) and
  *     fails the communicator the same way within a second.
  */
@@ -101,7 +105,10 @@ void watchdog_verdict(const struct braid_ledger_summary* all, int nranks, int me
 /* "AllReduce float count=1024" (root/peer where they apply). */
 void watchdog_op_describe(const struct braid_ledger_op* op, char* out, size_t len);
 
-/* How many SIGUSR1 the process got (Braid's handler); other threads report on a change too. */
-unsigned long watchdog_usr1_count(void);
+/*
+ * Grows with every report asked of the process (a SIGUSR1 to Braid's handler, or a watchdog's
+ * early warning, BRAID_HANG_WARN): other threads (the proxies) report on a change too.
+ */
+unsigned long watchdog_report_gen(void);
 
 #endif
