@@ -45,6 +45,9 @@
 #      hang (tools/stack-on-hang.sh); the socket path at 1 GiB twice and 8 B-128 KB
 #   19 issue 8: round 18's cases again, with the proxies' step report on SIGUSR1 before the stacks
 #   20 issue 8: the first split-share case with the ring forced and by default, alternated
+#   21 after 443a33c (P2P FIFOs zeroed before export) and f602400 (BRAID_HANG_WARN): every GPU
+#      test (the new legacy-stream case and gpu_net_hosts_hangwarn among them), then the
+#      split-share cases on two hosts of two GPUs over OFI ten times (round 19 hung in 5 of 7)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export BUILD_DIR=${BUILD_DIR:-.device/build}
@@ -129,5 +132,8 @@ ring2 BRAID_NET_PAIR_MAX=0" net_hosts "$OUT/hosts" big netsweep lat || rc=1
         OUT=$OUT/default$i bash tools/gpu-hosts.sh mixedcase || rc=1
       done
       exit $rc ;;
-  *) sed -n 2,49p "$0"; exit 2 ;;
+  21) TEST_LIMIT=400 gpu_tests; rc=$?
+      CASE_LIMIT=40 NO_MPS=1 NO_STACKS=1 REPEAT=10 OUT=$OUT/case bash tools/gpu-hosts.sh mixedcase || rc=1
+      exit $rc ;;
+  *) sed -n '2,/^set /p' "$0" | sed '$d'; exit 2 ;;
 esac
