@@ -23,7 +23,7 @@
 static void config_defaults(struct braid_config* c) {
   memset(c, 0, sizeof *c);
   c->blocking = 1;
-  c->cga_cluster_size = 0;
+  c->cga_cluster_size = -1; /* NCCL's undefined: the device decides (dev_state.c) */
   c->min_ctas = 1;
   c->max_ctas = CONFIG_MAX_CTAS;
   c->split_share = 0;

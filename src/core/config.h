@@ -11,7 +11,7 @@
 /* The configuration a communicator runs with, every field resolved. */
 struct braid_config {
   int blocking;          /* 1 (default) or 0 */
-  int cga_cluster_size;
+  int cga_cluster_size; /* -1: not set, the device's default (dev_state.c: 4 from Hopper on) */
   int min_ctas;
   int max_ctas;
   char net_name[32];

@@ -60,6 +60,11 @@ struct braid_dev_state {
   CUfunction kernels[BRAID_KERNEL_FAMILIES][ncclNumTypes][BRAID_DEVOP_COUNT];
   struct braid_launch_order* order;  /* the family's (comm->share) */
   int nthreads;                      /* threads per block */
+  /* Launch attributes (Hopper on, dev_state.c): blocks per cluster (0: none), the remote
+     memory sync domain, NVLink-centric scheduling. */
+  unsigned cluster;
+  int sync_domain_remote;
+  int nvlink_centric;
   /* splitShare: the borrowed connections' step words (dev_comm.h), device; NULL: none yet. */
   struct braid_borrows* borrows;
   uint32_t borrows_count[BRAID_MAX_CHANNELS]; /* the host's copy of its counts */

@@ -156,12 +156,19 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "capture's first kernel, a record after its last; such graphs cannot be device-launched "
       "or sit in a conditional or loop body); 0: only within a graph, and the caller keeps "
       "them apart."),
+  ROW(MEM_SYNC_DOMAIN, "NCCL_MEM_SYNC_DOMAIN", INT, "1",
+      "Hopper and later: the memory synchronization domain of Braid's kernels, 1 (default, as "
+      "NCCL) = remote, so their system-scope fences wait only for their own stores, not for "
+      "the traffic of the application's kernels beside them (nor these for Braid's); 0 = the "
+      "default domain, that of every other kernel."),
   /* The communicator config's overrides (NCCL's envConfigOverride): set, they win over the
      ncclConfig_t field of every init and split; -1 (unset) leaves the field alone. */
   ROW(COMM_BLOCKING, "NCCL_COMM_BLOCKING", INT, "-1",
       "0 or 1: every communicator's ncclConfig_t.blocking, whatever the caller set."),
   ROW(CGA_CLUSTER_SIZE, "NCCL_CGA_CLUSTER_SIZE", INT, "-1",
-      "0 to 8 (larger: 8): every communicator's ncclConfig_t.cgaClusterSize."),
+      "0 to 8 (larger: 8): every communicator's ncclConfig_t.cgaClusterSize, the blocks of a "
+      "kernel grouped in clusters spread over the GPU (Hopper on; unset: 4, as NCCL; 0 or 1: "
+      "none)."),
   ROW(MIN_CTAS, "NCCL_MIN_CTAS", INT, "-1",
       "Above 0: every communicator's ncclConfig_t.minCTAs (capped at 64 and at maxCTAs)."),
   ROW(MAX_CTAS, "NCCL_MAX_CTAS", INT, "-1",
