@@ -335,6 +335,34 @@ ch8 BRAID_MAX_NCHANNELS=8}"
       done
       rows p2pbuf_ '$6'
       ;;
+    launch)
+      # NCCL's Hopper launch attributes (dev_state.c): NCCL with its own defaults and with
+      # clusters off; Braid with the remote sync domain (default) and without, clusters of 2 and
+      # 4 blocks (NCCL_CGA_CLUSTER_SIZE sets both libraries' cgaClusterSize), NVLink-centric
+      # scheduling; all-reduce, broadcast and send/recv 64 MB - 2 GB, LAUNCH_ROUNDS alternated;
+      # small all-reduces with and without clusters.
+      P=$BUILD_DIR/perf; S="-b 64M -e 2G -f 4 -w 3 -n 10 -g 1"
+      M="$MPIRUN -x NCCL_CGA_CLUSTER_SIZE -x BRAID_MEM_SYNC_DOMAIN -x NCCL_MEM_SYNC_DOMAIN -x NCCL_NVLINK_UTIL_CENTRIC_SCHED_ENABLE -x NCCL_MIN_NCHANNELS -x NCCL_MAX_NCHANNELS"
+      for r in $(seq 1 "${LAUNCH_ROUNDS:-2}"); do
+        for c in ${LAUNCH_COLLS:-all_reduce broadcast sendrecv}; do
+          LD_LIBRARY_PATH=$NCCL_LIB_DIR run la_${c}_0nccl_$r 120 $M $P/${c}_perf $S
+          NCCL_CGA_CLUSTER_SIZE=0 LD_LIBRARY_PATH=$NCCL_LIB_DIR run la_${c}_0nccl_cga0_$r 120 $M $P/${c}_perf $S
+          run la_${c}_default_$r 120 $M $P/${c}_perf $S
+          BRAID_MEM_SYNC_DOMAIN=0 run la_${c}_dom0_$r 120 $M $P/${c}_perf $S
+          NCCL_CGA_CLUSTER_SIZE=2 run la_${c}_cga2_$r 120 $M $P/${c}_perf $S
+          NCCL_CGA_CLUSTER_SIZE=4 run la_${c}_cga4_$r 120 $M $P/${c}_perf $S
+          NCCL_NVLINK_UTIL_CENTRIC_SCHED_ENABLE=1 run la_${c}_nucs_$r 120 $M $P/${c}_perf $S
+        done
+      done
+      for v in 0 4; do
+        NCCL_CGA_CLUSTER_SIZE=$v run la_small_cga${v} 120 $M $P/all_reduce_perf -b 8 -e 1M -f 8 -w 20 -n 200 -g 1
+        NCCL_CGA_CLUSTER_SIZE=$v LD_LIBRARY_PATH=$NCCL_LIB_DIR run la_small_0nccl_cga${v} 120 $M $P/all_reduce_perf -b 8 -e 1M -f 8 -w 20 -n 200 -g 1
+      done
+      BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=INIT NCCL_CGA_CLUSTER_SIZE=4 run la_info 60 $M -x BRAID_DEBUG -x BRAID_DEBUG_SUBSYS \
+        $P/all_reduce_perf -b 8 -e 8 -w 1 -n 1 -g 1
+      grep -h 'launched with' "$LOGS/la_info.log" | head -2 >> "$OUT/summary.txt"
+      rows la_ '$1 ": " $6 "/" $10'
+      ;;
     bw)
       # Large sizes (512 MB, 2 GB): the receive buffers (BRAID_BUFFSIZE for the rings,
       # BRAID_P2P_BUFFSIZE for send/recv), threads per CTA and channels, one at a time.

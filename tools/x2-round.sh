@@ -48,6 +48,12 @@
 #   21 after 443a33c (P2P FIFOs zeroed before export) and f602400 (BRAID_HANG_WARN): every GPU
 #      test (the new legacy-stream case and gpu_net_hosts_hangwarn among them), then the
 #      split-share cases on two hosts of two GPUs over OFI ten times (round 19 hung in 5 of 7)
+#   22 round 21 with the Hopper launch attributes (remote memory sync domain by default): every
+#      GPU test, then the split-share cases over OFI five times
+#   23 issues 6-8: the launch attributes against NCCL's (gpu-check.sh launch); the socket path at
+#      1 GiB and 8 B-128 KB against NCCL
+#   24 with clusters of 4 blocks by default: every GPU test, then PyTorch DDP on Braid and NCCL
+#   25 issue 6: perf/compare of every collective and bf16 all-reduce (COMPARE_ROUNDS, default 1)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export BUILD_DIR=${BUILD_DIR:-.device/build}
@@ -135,5 +141,15 @@ ring2 BRAID_NET_PAIR_MAX=0" net_hosts "$OUT/hosts" big netsweep lat || rc=1
   21) TEST_LIMIT=400 gpu_tests; rc=$?
       CASE_LIMIT=40 NO_MPS=1 NO_STACKS=1 REPEAT=10 OUT=$OUT/case bash tools/gpu-hosts.sh mixedcase || rc=1
       exit $rc ;;
+  22) TEST_LIMIT=380 gpu_tests; rc=$?
+      CASE_LIMIT=40 NO_MPS=1 NO_STACKS=1 REPEAT=5 OUT=$OUT/case bash tools/gpu-hosts.sh mixedcase || rc=1
+      exit $rc ;;
+  23) bash tools/gpu-check.sh launch; rc=$?
+      net_hosts "$OUT/hosts" big lat || rc=1
+      exit $rc ;;
+  24) TEST_LIMIT=400 gpu_tests; rc=$?
+      OUT=$OUT/ddp DDP_RUNS=${DDP_RUNS:-1} DDP_VARIANTS= bash tools/gpu-check.sh ddp || rc=1
+      exit $rc ;;
+  25) COMPARE_ROUNDS=${COMPARE_ROUNDS:-1} bash tools/gpu-check.sh compare ;;
   *) sed -n '2,/^set /p' "$0" | sed '$d'; exit 2 ;;
 esac
