@@ -157,6 +157,20 @@ ncclResult_t dev_state_launch(struct ncclComm* comm, int family, int dtype, int 
                           .sharedMemBytes = 0, .hStream = (CUstream)stream, .attrs = attrs,
                           .numAttrs = nattrs};
     err = dev_drv.launch_ex(&cfg, fn, NULL, extra);
+    if ((err == CUDA_ERROR_INVALID_CLUSTER_SIZE || err == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES) &&
+        attrs[0].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      /* Clusters are placement only (a peer may launch without them): where this device cannot
+         place them (MPS or MIG limits, another kernel's resources), launch without, from now on. */
+      WARN("kernel launch with clusters of %u blocks failed (CUresult %d); this communicator "
+           "launches without clusters from now on (set NCCL_CGA_CLUSTER_SIZE=0 to skip the try)",
+           d->cluster, (int)err);
+      d->cluster = 0;
+      cfg.attrs = attrs + 2;
+      cfg.numAttrs = nattrs - 2;
+      err = cfg.numAttrs > 0 ? dev_drv.launch_ex(&cfg, fn, NULL, extra)
+                             : dev_drv.launch(fn, (unsigned)grid, 1, 1, (unsigned)d->nthreads, 1,
+                                              1, 0, (CUstream)stream, NULL, extra);
+    }
   } else {
     err = dev_drv.launch(fn, (unsigned)grid, 1, 1, (unsigned)d->nthreads, 1, 1, 0,
                          (CUstream)stream, NULL, extra);
