@@ -114,7 +114,7 @@ static ncclResult_t dev_launch_setup(struct ncclComm* comm) {
   BRAID_CUDA_TRY(cudaDriverGetVersion(&driver));
   if (major < 9 || dev_drv.launch_ex == NULL) return ncclSuccess; /* none before Hopper */
   /* Unset, as NCCL on Hopper: 4. Measured (perf/NOTES.md, fifth session): all-reduce at 1 GiB
-     6% faster, broadcast 6-16%, send/recv 17%; NCCL without its clusters 11-20% slower. */
+     5-7% faster, broadcast 6-16%, send/recv 17-20%; NCCL without its clusters 11-30% slower. */
   int cga = comm->config.cga_cluster_size < 0 ? BRAID_DEFAULT_CGA_CLUSTER : comm->config.cga_cluster_size;
   d->cluster = cga > 1 ? (unsigned)cga : 0;
   d->sync_domain_remote = braid_param_int(BRAID_P_MEM_SYNC_DOMAIN) == 1;
