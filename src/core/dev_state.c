@@ -128,6 +128,20 @@ fail:
   return res;
 }
 
+/* One launch of `fn` on `grid` blocks, with the driver's attribute call when there are any. */
+static CUresult dev_launch_with(const struct braid_dev_state* d, CUfunction fn, int grid,
+                                cudaStream_t stream, void** extra, CUlaunchAttribute* attrs,
+                                unsigned nattrs) {
+  if (nattrs == 0)
+    return dev_drv.launch(fn, (unsigned)grid, 1, 1, (unsigned)d->nthreads, 1, 1, 0,
+                          (CUstream)stream, NULL, extra);
+  CUlaunchConfig cfg = {.gridDimX = (unsigned)grid, .gridDimY = 1, .gridDimZ = 1,
+                        .blockDimX = (unsigned)d->nthreads, .blockDimY = 1, .blockDimZ = 1,
+                        .sharedMemBytes = 0, .hStream = (CUstream)stream, .attrs = attrs,
+                        .numAttrs = nattrs};
+  return dev_drv.launch_ex(&cfg, fn, NULL, extra);
+}
+
 ncclResult_t dev_state_launch(struct ncclComm* comm, int family, int dtype, int devop, int grid,
                               struct braid_kernel_args* args, cudaStream_t stream) {
   struct braid_dev_state* d = comm->dev;
@@ -150,30 +164,16 @@ ncclResult_t dev_state_launch(struct ncclComm* comm, int family, int dtype, int 
   CUfunction fn = d->kernels[family][dtype][devop];
   CUlaunchAttribute attrs[4];
   unsigned nattrs = dev_launch_attrs(d, grid, attrs);
-  CUresult err;
-  if (nattrs > 0) {
-    CUlaunchConfig cfg = {.gridDimX = (unsigned)grid, .gridDimY = 1, .gridDimZ = 1,
-                          .blockDimX = (unsigned)d->nthreads, .blockDimY = 1, .blockDimZ = 1,
-                          .sharedMemBytes = 0, .hStream = (CUstream)stream, .attrs = attrs,
-                          .numAttrs = nattrs};
-    err = dev_drv.launch_ex(&cfg, fn, NULL, extra);
-    if ((err == CUDA_ERROR_INVALID_CLUSTER_SIZE || err == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES) &&
-        attrs[0].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
-      /* Clusters are placement only (a peer may launch without them): where this device cannot
-         place them (MPS or MIG limits, another kernel's resources), launch without, from now on. */
-      WARN("kernel launch with clusters of %u blocks failed (CUresult %d); this communicator "
-           "launches without clusters from now on (set NCCL_CGA_CLUSTER_SIZE=0 to skip the try)",
-           d->cluster, (int)err);
-      d->cluster = 0;
-      cfg.attrs = attrs + 2;
-      cfg.numAttrs = nattrs - 2;
-      err = cfg.numAttrs > 0 ? dev_drv.launch_ex(&cfg, fn, NULL, extra)
-                             : dev_drv.launch(fn, (unsigned)grid, 1, 1, (unsigned)d->nthreads, 1,
-                                              1, 0, (CUstream)stream, NULL, extra);
-    }
-  } else {
-    err = dev_drv.launch(fn, (unsigned)grid, 1, 1, (unsigned)d->nthreads, 1, 1, 0,
-                         (CUstream)stream, NULL, extra);
+  CUresult err = dev_launch_with(d, fn, grid, stream, extra, attrs, nattrs);
+  if ((err == CUDA_ERROR_INVALID_CLUSTER_SIZE || err == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES) &&
+      nattrs >= 2 && attrs[0].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+    /* Clusters are placement only (a peer may launch without them): where this device cannot
+       place them (MPS or MIG limits, another kernel's resources), launch without, from now on. */
+    WARN("kernel launch with clusters of %u blocks failed (CUresult %d); this communicator "
+         "launches without clusters from now on (set NCCL_CGA_CLUSTER_SIZE=0 to skip the try)",
+         d->cluster, (int)err);
+    d->cluster = 0;
+    err = dev_launch_with(d, fn, grid, stream, extra, attrs + 2, nattrs - 2);
   }
   if (err == CUDA_SUCCESS) return ncclSuccess;
   const char* name = NULL;
