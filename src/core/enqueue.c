@@ -33,6 +33,7 @@
 #include "core/utils.h"
 #include "core/watchdog.h"
 #include "graph/graph.h"
+#include "graph/tune_table.h"
 #include "transport/transport.h"
 
 /*
@@ -108,19 +109,41 @@ static unsigned enq_ring_protos(const struct ncclComm* comm) {
  * costs a whole network round trip per chunk, and with each host on its own GPU
  * the exchange streams faster at every size too (20 against 14 GB/s at 512 MB;
  * only two "hosts" sharing one GPU favoured the ring; perf/NOTES.md). Over
- * NVLink/PCIe the ring stays unless BRAID_P2P_PAIR_MAX asks (its hops cost
- * little; measured slower from 2 MB), except
- * with LL128 up to BRAID_LL128_PAIR_MAX: there the ring's second hop chains
+ * NVLink/PCIe, all-reduce and all-gather with Simple take the exchange from
+ * BRAID_P2P_PAIR_MIN to BRAID_P2P_PAIR_MAX bytes (default: all): its send and
+ * receive halves overlap where the ring's block waits on the peer between them
+ * (2x H100, clusters of 4 blocks: within 3% at 8-32 MB, 4-19% faster elsewhere;
+ * reduce-scatter so split was slower than its ring). With LL128 all-reduce
+ * takes it up to BRAID_LL128_PAIR_MAX: there the ring's second hop chains
  * each step to the peer's, line group by line group (ring.h).
  */
 static int enq_pair_ok(const struct ncclComm* comm, const struct braid_op* op, int proto) {
-  size_t bytes = op->count * redop_type_size(op->dtype);
-  if (op->coll != BRAID_COLL_ALLREDUCE || comm->nranks != 2 || comm->channels->nchannels == 0)
-    return 0;
-  if (proto == BRAID_PROTO_LL128) return bytes <= (size_t)braid_param_int(BRAID_P_LL128_PAIR_MAX);
+  size_t bytes = enq_tune_bytes(comm, op);
+  int allreduce = op->coll == BRAID_COLL_ALLREDUCE;
+  if (comm->nranks != 2 || comm->channels->nchannels == 0) return 0;
+  if (!allreduce && op->coll != BRAID_COLL_ALLGATHER) return 0;
+  if (proto == BRAID_PROTO_LL128)
+    return allreduce && bytes <= (size_t)braid_param_int(BRAID_P_LL128_PAIR_MAX);
   if (proto != BRAID_PROTO_SIMPLE) return 0;
-  int net = comm->channels->ring_send[0].transport == &braid_transport_net;
-  return bytes <= (size_t)braid_param_int(net ? BRAID_P_NET_PAIR_MAX : BRAID_P_P2P_PAIR_MAX);
+  if (comm->channels->ring_send[0].transport == &braid_transport_net)
+    return allreduce && bytes <= (size_t)braid_param_int(BRAID_P_NET_PAIR_MAX);
+  int64_t min = braid_param_int(BRAID_P_P2P_PAIR_MIN);
+  return min >= 0 && bytes >= (size_t)min &&
+         bytes <= (size_t)braid_param_int(BRAID_P_P2P_PAIR_MAX);
+}
+
+/*
+ * The pair exchange over P2P: chunks of the size (as nccl-tests counts it) per
+ * channel / tune_table.pair_chunks, at least pair_chunk_min and at most the
+ * ring's chunk (a FIFO slot); BRAID_CHUNKSIZE, when set, wins.
+ */
+static uint32_t enq_pair_chunk(const struct ncclComm* comm, const struct braid_op* op, int nch,
+                               uint32_t ring_chunk) {
+  if (braid_param_int(BRAID_P_CHUNKSIZE) > 0 || nch <= 0) return ring_chunk;
+  size_t per_channel = enq_tune_bytes(comm, op) / (size_t)nch;
+  size_t want = BRAID_ALIGN_UP(per_channel / (size_t)tune_table.pair_chunks, 4096);
+  if (want < (size_t)tune_table.pair_chunk_min) want = (size_t)tune_table.pair_chunk_min;
+  return want < ring_chunk ? (uint32_t)want : ring_chunk;
 }
 
 /* The collectives the copy-engine exchange runs (core/ce.c). */
@@ -366,8 +389,8 @@ static ncclResult_t enq_coll_work(struct ncclComm* comm, const struct braid_op* 
   w->flags = op->work_flags;
   if (choice.algo == BRAID_ALGO_RING && enq_pair_ok(comm, op, choice.proto)) {
     w->flags |= BRAID_WORK_PAIR;
-    INFO(BRAID_LOG_TUNING, "AllReduce %zu elements on 2 ranks: as the one-hop pair exchange",
-         op->count);
+    INFO(BRAID_LOG_TUNING, "%s %zu elements on 2 ranks: as the one-hop pair exchange",
+         braid_coll_name(op->coll), op->count);
   }
   w->root = op->root;
   w->peer_send = w->peer_recv = -1;
@@ -378,6 +401,9 @@ static ncclResult_t enq_coll_work(struct ncclComm* comm, const struct braid_op* 
                    : choice.algo != BRAID_ALGO_RING
                        ? BRAID_MIN(enq_chunk_bytes(comm), transport_p2p_slot_bytes())
                        : enq_chunk_bytes(comm);
+  if ((w->flags & BRAID_WORK_PAIR) && choice.proto == BRAID_PROTO_SIMPLE &&
+      comm->channels->ring_send[0].transport != &braid_transport_net)
+    w->chunk_bytes = enq_pair_chunk(comm, op, nch, w->chunk_bytes);
   w->sendbuff = op->sendbuff;
   w->recvbuff = op->recvbuff;
   w->count = op->count;

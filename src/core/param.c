@@ -84,10 +84,15 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "All-reduce of two ranks across the network: largest size in bytes sent as a one-hop exchange "
       "(each rank sends all, reduces the peer's); larger ones take the ring. -1 (default): every "
       "size; 0: always the ring."),
-  ROW(P2P_PAIR_MAX, NULL, INT, "0",
-      "All-reduce of two ranks within a host (NVLink, PCIe or shared memory) with Simple: "
-      "largest size in bytes sent as the same one-hop exchange; the same on every rank. "
-      "0 (default): always the ring, until measured faster."),
+  ROW(P2P_PAIR_MIN, NULL, INT, "0",
+      "All-reduce and all-gather of two ranks within a host (NVLink, PCIe or shared memory) "
+      "with Simple: smallest size in bytes (as nccl-tests counts it) that runs as the one-hop "
+      "exchange, its send and receive halves on their own threads, instead of the ring; 0 "
+      "(default): every size that runs Simple (on 2x H100 within 3% of the ring at 8-32 MB, "
+      "4-19% faster elsewhere); -1: never. The same on every rank."),
+  ROW(P2P_PAIR_MAX, NULL, INT, "-1",
+      "The largest size in bytes of BRAID_P2P_PAIR_MIN's exchange; -1 (default): no bound; 0: "
+      "never."),
   ROW(LL128_PAIR_MAX, NULL, INT, "2097152",
       "All-reduce of two ranks with LL128: largest size in bytes sent as the one-hop exchange "
       "(on one shared H200 faster than the ring from 32 KB to 512 KB, even at 2 MB, slower "

@@ -96,6 +96,17 @@ const struct tune_table tune_table = {
    * one machine's cores and TCP stack should do better: measure there.
    */
   .direct_peer_lat = 15.0f,
+  /*
+   * The two-rank pair exchange over P2P (pair.h) takes chunks of the size per
+   * channel / pair_chunks, between pair_chunk_min and a FIFO slot (512 KB): its
+   * last chunk's reduce does not overlap a transfer, so a channel wants many.
+   * Measured on 2x H100 (perf/NOTES.md, sixth session), fixed chunks of 128,
+   * 256 and 512 KB from 2 MB to 2 GB: for all-reduce and all-gather this rule
+   * was within 3% of the best of them from 8 MB up and within 0.6 us below;
+   * any one fixed size lost up to 17% somewhere.
+   */
+  .pair_chunks = 16,
+  .pair_chunk_min = 131072,
   /* NCCL's defaults: 512 threads for Simple and LL, 640 for LL128. */
   .nthreads = {512, 512, 640},
   /* NCCL's thread thresholds: a channel needs 64 B per thread (Simple), 8 B (LL, LL128). */

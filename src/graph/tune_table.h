@@ -30,6 +30,8 @@ struct tune_table {
   float proto_eff[TUNE_LINK_CLASSES][BRAID_PROTO_COUNT]; /* achieved / modelled link bw */
   float tree_eff;                                        /* tree all-reduce vs its bw */
   float direct_peer_lat; /* µs each peer past the first adds to a direct all-reduce */
+  int pair_chunks;       /* two-rank pair exchange over P2P: chunks per channel wanted */
+  int pair_chunk_min;    /* ... each of at least this many bytes (at most a FIFO slot) */
   int nthreads[BRAID_PROTO_COUNT];                       /* threads per CTA */
   int thread_bytes[BRAID_PROTO_COUNT]; /* bytes per thread below which a channel is not worth it */
   int proto_auto[BRAID_PROTO_COUNT];   /* 1: the model picks it on its own; 0: only when forced */

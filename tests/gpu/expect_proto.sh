@@ -5,6 +5,7 @@
 # Usage: expect_proto.sh PROTO GPU_COLL ARGS...; gpu_coll's skip (77) passes through.
 # EXPECT_PATTERN: a log line (grep pattern) to count instead of PROTO's choice.
 # EXPECT_ABSENT: a log line (grep pattern) that must not appear at all.
+# EXPECT_EACH: more patterns, separated by '|', each of which must match at least one line.
 set -u
 proto=$1
 shift
@@ -18,8 +19,17 @@ n=$(grep -c "${EXPECT_PATTERN:-ranks: [A-Za-z]*/$proto, }" "$log")
 others=$(grep -c "ranks: [A-Za-z]*/[A-Za-z0-9]*, " "$log")
 absent=0
 [ -n "${EXPECT_ABSENT:-}" ] && absent=$(grep -c "$EXPECT_ABSENT" "$log")
+missing=
+if [ -n "${EXPECT_EACH:-}" ]; then
+  old_ifs=$IFS; IFS='|'
+  for pat in $EXPECT_EACH; do
+    grep -q "$pat" "$log" || missing="$missing '$pat'"
+  done
+  IFS=$old_ifs
+fi
 rm -f "$log"
 [ $rc -eq 0 ] || exit $rc
 echo "$n of $others collective calls ran with $proto"
 [ "$n" -gt 0 ] || { echo "FAIL: none ran with $proto"; exit 1; }
 [ "$absent" -eq 0 ] || { echo "FAIL: $absent log lines match '$EXPECT_ABSENT'"; exit 1; }
+[ -z "$missing" ] || { echo "FAIL: no log line matches$missing"; exit 1; }

@@ -141,7 +141,7 @@ typedef enum {
 #define BRAID_WORK_SCALAR_DEVICE 0x1 /* `scalar` is a device pointer to the premul scalar */
 #define BRAID_WORK_SEND_LL 0x2       /* SendRecv: the send half uses LL (else Simple) */
 #define BRAID_WORK_RECV_LL 0x4       /* SendRecv: the receive half uses LL (else Simple) */
-#define BRAID_WORK_PAIR 0x8          /* AllReduce of 2 ranks, Simple or LL128: one-hop exchange */
+#define BRAID_WORK_PAIR 0x8 /* 2 ranks: AllReduce (Simple, LL128), AllGather (Simple): pair.h */
 
 /*
  * One operation of a launch. Collectives: every block b with

@@ -41,6 +41,8 @@ static __device__ __noinline__ void copy_coll_run(const struct braid_work& w, st
     prims_ll<T, Op> p(threadIdx.x, blockDim.x, BRAID_BARRIER_BLOCK, Op(), &chan->ring_recv,
                       &chan->ring_send, comm->abort_flag, aborted);
     copy_coll_ring(p, w, comm, chan, ch);
+  } else if (w.flags & BRAID_WORK_PAIR) {
+    pair_allgather_simple(w, comm, chan, ch, aborted);
   } else {
     prims_simple<T, Op> p(threadIdx.x, blockDim.x, BRAID_BARRIER_BLOCK, Op(), &chan->ring_recv,
                           &chan->ring_send, comm->abort_flag, aborted);
