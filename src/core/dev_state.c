@@ -79,12 +79,17 @@ fail:
  * the remote memory synchronization domain, NVLink-centric scheduling. Returns how many.
  */
 static unsigned dev_launch_attrs(const struct braid_dev_state* d, int grid,
-                                 CUlaunchAttribute attrs[4]) {
+                                 const struct braid_kernel_args* args, CUlaunchAttribute attrs[4]) {
   unsigned n = 0;
   if (dev_drv.launch_ex == NULL) return 0;
-  if (d->cluster > 1 && grid % d->cluster == 0) {
+  int rs_only = args->nwork > 0;
+  for (int i = 0; i < args->nwork && rs_only; i++)
+    rs_only = args->work[i].coll == BRAID_COLL_REDUCESCATTER;
+  unsigned cluster = rs_only && d->cluster_rs > 1 && grid % d->cluster_rs == 0 ? d->cluster_rs
+                                                                              : d->cluster;
+  if (cluster > 1 && grid % cluster == 0) {
     attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attrs[n].value.clusterDim.x = d->cluster;
+    attrs[n].value.clusterDim.x = cluster;
     attrs[n].value.clusterDim.y = 1;
     attrs[n++].value.clusterDim.z = 1;
     attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE;
@@ -103,7 +108,8 @@ static unsigned dev_launch_attrs(const struct braid_dev_state* d, int grid,
   return n;
 }
 
-#define BRAID_DEFAULT_CGA_CLUSTER 4 /* blocks per cluster when the config leaves it unset */
+#define BRAID_DEFAULT_CGA_CLUSTER 4    /* blocks per cluster when the config leaves it unset */
+#define BRAID_DEFAULT_CGA_CLUSTER_RS 8 /* the same for launches of reduce-scatters alone */
 
 /* Which launch attributes this comm's kernels get (dev_launch_attrs), said at INFO. */
 static ncclResult_t dev_launch_setup(struct ncclComm* comm) {
@@ -117,11 +123,17 @@ static ncclResult_t dev_launch_setup(struct ncclComm* comm) {
      5-7% faster, broadcast 6-16%, send/recv 17-20%; NCCL without its clusters 11-30% slower. */
   int cga = comm->config.cga_cluster_size < 0 ? BRAID_DEFAULT_CGA_CLUSTER : comm->config.cga_cluster_size;
   d->cluster = cga > 1 ? (unsigned)cga : 0;
+  /* Reduce-scatter alone, unset: 8 (perf/NOTES.md, sixth session, 2x H100: its ring 11-17%
+     faster at 64-512 MB than with 4, 4-13% at 1-2 GB, level below; all-reduce and all-gather
+     slower with 8 from 256 MB). A size that is set holds for every launch. */
+  d->cluster_rs = comm->config.cga_cluster_size < 0 ? BRAID_DEFAULT_CGA_CLUSTER_RS : d->cluster;
   d->sync_domain_remote = braid_param_int(BRAID_P_MEM_SYNC_DOMAIN) == 1;
   d->nvlink_centric = CUDA_VERSION >= 13000 && driver >= 13000 && comm->config.nvlink_centric_sched == 1;
-  INFO(BRAID_LOG_INIT, "kernels launched with clusters of %u blocks (cgaClusterSize), the %s memory "
-       "sync domain (BRAID_MEM_SYNC_DOMAIN), NVLink-centric scheduling %s (nvlinkCentricSched)",
-       d->cluster > 1 ? d->cluster : 1, d->sync_domain_remote ? "remote" : "default",
+  INFO(BRAID_LOG_INIT, "kernels launched with clusters of %u blocks (cgaClusterSize; %u for "
+       "reduce-scatters alone), the %s memory sync domain (BRAID_MEM_SYNC_DOMAIN), NVLink-centric "
+       "scheduling %s (nvlinkCentricSched)",
+       d->cluster > 1 ? d->cluster : 1, d->cluster_rs > 1 ? d->cluster_rs : 1,
+       d->sync_domain_remote ? "remote" : "default",
        d->nvlink_centric ? "on" : "off");
   return ncclSuccess;
 fail:
@@ -163,7 +175,7 @@ ncclResult_t dev_state_launch(struct ncclComm* comm, int family, int dtype, int 
                    CU_LAUNCH_PARAM_END};
   CUfunction fn = d->kernels[family][dtype][devop];
   CUlaunchAttribute attrs[4];
-  unsigned nattrs = dev_launch_attrs(d, grid, attrs);
+  unsigned nattrs = dev_launch_attrs(d, grid, args, attrs);
   CUresult err = dev_launch_with(d, fn, grid, stream, extra, attrs, nattrs);
   if ((err == CUDA_ERROR_INVALID_CLUSTER_SIZE || err == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES) &&
       nattrs >= 2 && attrs[0].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
@@ -171,8 +183,9 @@ ncclResult_t dev_state_launch(struct ncclComm* comm, int family, int dtype, int 
        place them (MPS or MIG limits, another kernel's resources), launch without, from now on. */
     WARN("kernel launch with clusters of %u blocks failed (CUresult %d); this communicator "
          "launches without clusters from now on (set NCCL_CGA_CLUSTER_SIZE=0 to skip the try)",
-         d->cluster, (int)err);
+         attrs[0].value.clusterDim.x, (int)err);
     d->cluster = 0;
+    d->cluster_rs = 0;
     err = dev_launch_with(d, fn, grid, stream, extra, attrs + 2, nattrs - 2);
   }
   if (err == CUDA_SUCCESS) return ncclSuccess;

@@ -63,6 +63,7 @@ struct braid_dev_state {
   /* Launch attributes (Hopper on, dev_state.c): blocks per cluster (0: none), the remote
      memory sync domain, NVLink-centric scheduling. */
   unsigned cluster;
+  unsigned cluster_rs; /* the same for launches of reduce-scatters alone */
   int sync_domain_remote;
   int nvlink_centric;
   /* splitShare: the borrowed connections' step words (dev_comm.h), device; NULL: none yet. */
