@@ -363,6 +363,24 @@ ch8 BRAID_MAX_NCHANNELS=8}"
       grep -h 'launched with' "$LOGS/la_info.log" | head -2 >> "$OUT/summary.txt"
       rows la_ '$1 ": " $6 "/" $10'
       ;;
+    pairchunk)
+      # Two ranks: the pair exchange (pair.h) of all-reduce and all-gather against the ring
+      # (BRAID_P2P_PAIR_MIN=-1) and NCCL, 2 MB - 2 GB, with fixed chunks of 128, 256 and 512 KB
+      # and with the default rule (tune_table.pair_chunks), PAIRX_ROUNDS alternated.
+      P=$BUILD_DIR/perf; S="${PAIRX_SIZES:--b 2M -e 2G -f 4} -w 3 -n 20 -g 1"
+      M="$MPIRUN -x BRAID_P2P_PAIR_MIN"
+      for r in $(seq 1 "${PAIRX_ROUNDS:-2}"); do
+        for c in ${PAIRX_COLLS:-all_reduce all_gather}; do
+          LD_LIBRARY_PATH=$NCCL_LIB_DIR run pc_${c}_0nccl_$r 120 $M $P/${c}_perf $S
+          BRAID_P2P_PAIR_MIN=-1 run pc_${c}_1ring_$r 120 $M $P/${c}_perf $S
+          for k in 131072 262144 524288; do
+            BRAID_P2P_PAIR_MIN=0 BRAID_CHUNKSIZE=$k run pc_${c}_pair$((k / 1024))k_$r 120 $M $P/${c}_perf $S
+          done
+          BRAID_P2P_PAIR_MIN=0 run pc_${c}_pairauto_$r 120 $M $P/${c}_perf $S
+        done
+      done
+      rows pc_ '$1 ": " $6 "/" $10'
+      ;;
     bw)
       # Large sizes (512 MB, 2 GB): the receive buffers (BRAID_BUFFSIZE for the rings,
       # BRAID_P2P_BUFFSIZE for send/recv), threads per CTA and channels, one at a time.
