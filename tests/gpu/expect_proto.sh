@@ -22,9 +22,11 @@ absent=0
 missing=
 if [ -n "${EXPECT_EACH:-}" ]; then
   old_ifs=$IFS; IFS='|'
+  set -f # the patterns are split on '|' only, never expanded as file names
   for pat in $EXPECT_EACH; do
     grep -q "$pat" "$log" || missing="$missing '$pat'"
   done
+  set +f
   IFS=$old_ifs
 fi
 rm -f "$log"
