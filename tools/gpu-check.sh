@@ -152,12 +152,13 @@ for step in $steps; do
       rows pair_ '$6'
       ;;
     ce)
-      # The copy-engine exchange (BRAID_CE_MIN_BYTES) against the kernels and NCCL, alternating,
+      # The copy-engine exchange (BRAID_CE_MIN_BYTES=1: at every size) against the kernels
+      # (BRAID_CE_MIN_BYTES=-1; by default it takes the large sizes) and NCCL, alternating,
       # for the collectives it runs (CE_COLLECTIVES), 32 MB to 2 GB, CE_ROUNDS rounds.
       P=$BUILD_DIR/perf; S="-b 32M -e 2G -f 4 -w 5 -n 20 -g 1"
       for c in ${CE_COLLECTIVES:-all_reduce all_gather reduce_scatter broadcast sendrecv alltoall}; do
         for r in $(seq 1 "${CE_ROUNDS:-2}"); do
-          run ce_${c}_kernels_$r 200 $MPIRUN $P/${c}_perf $S
+          BRAID_CE_MIN_BYTES=-1 run ce_${c}_kernels_$r 200 $MPIRUN $P/${c}_perf $S
           BRAID_CE_MIN_BYTES=1 run ce_${c}_ce_$r 200 $MPIRUN $P/${c}_perf $S
           LD_LIBRARY_PATH=$NCCL_LIB_DIR run ce_${c}_nccl_$r 200 $MPIRUN $P/${c}_perf $S
         done
@@ -369,6 +370,7 @@ ch8 BRAID_MAX_NCHANNELS=8}"
       # and with the default rule (tune_table.pair_chunks), PAIRX_ROUNDS alternated.
       P=$BUILD_DIR/perf; S="${PAIRX_SIZES:--b 2M -e 2G -f 4} -w 3 -n 20 -g 1"
       M="$MPIRUN -x BRAID_P2P_PAIR_MIN"
+      export BRAID_CE_MIN_BYTES=-1 # the kernels at every size (the copy engines take 512 MB+)
       for r in $(seq 1 "${PAIRX_ROUNDS:-2}"); do
         for c in ${PAIRX_COLLS:-all_reduce all_gather}; do
           LD_LIBRARY_PATH=$NCCL_LIB_DIR run pc_${c}_0nccl_$r 120 $M $P/${c}_perf $S
@@ -379,6 +381,7 @@ ch8 BRAID_MAX_NCHANNELS=8}"
           BRAID_P2P_PAIR_MIN=0 run pc_${c}_pairauto_$r 120 $M $P/${c}_perf $S
         done
       done
+      unset BRAID_CE_MIN_BYTES
       rows pc_ '$1 ": " $6 "/" $10'
       ;;
     bw)
@@ -422,6 +425,22 @@ ch8 BRAID_MAX_NCHANNELS=8}"
       run compare_bf16 300 $C --plot "$OUT/compare_bf16.png" --markdown "$OUT/compare_bf16.md" \
         --collectives all_reduce -- $F -d bfloat16
       tail -20 "$LOGS/compare_bf16.log" >> "$OUT/summary.txt"
+      ;;
+    sweep)
+      # Settings side by side: SWEEP_FILE holds one run a line, "NAME|COLL|PERF FLAGS|VAR=V ..."
+      # (a NAME starting with nccl runs NCCL's library), all of them SWEEP_ROUNDS times,
+      # rounds alternated; the summary has each log's out-of-place time/busbw, in place after.
+      for r in $(seq 1 "${SWEEP_ROUNDS:-2}"); do
+        while IFS='|' read -r name coll flags vars; do
+          case $name in ''|\#*) continue ;; esac
+          xs=""; for v in $vars; do xs="$xs -x ${v%%=*}"; done
+          lib=$LD_LIBRARY_PATH; case $name in nccl*) lib=$NCCL_LIB_DIR ;; esac
+          env $vars LD_LIBRARY_PATH=$lib timeout -k 5 ${SWEEP_LIMIT:-120} $MPIRUN $xs \
+            $BUILD_DIR/perf/${coll}_perf $flags -g 1 < /dev/null > "$LOGS/sw_${name}_$r.log" 2>&1 ||
+            log "sweep $name round $r: rc=$?"
+        done < "${SWEEP_FILE:?SWEEP_FILE names the runs}"
+      done
+      rows sw_ '$1 ": " $6 "/" $8 " " $10 "/" $12'
       ;;
     *) log "unknown step $step"; status=2 ;;
   esac
