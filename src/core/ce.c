@@ -57,9 +57,17 @@
 #include "core/param.h"
 #include "core/redop.h"
 #include "core/utils.h"
+#include "graph/tune_table.h"
 #include "transport/transport.h"
 
 #define CE_TAG 0x30000000 /* beside the transport's 0x4... and the checker's 0x2... tags */
+
+/*
+ * The slots begin 2 MB into the allocation, after the flag page and a gap: the copy engines
+ * wrote slots 4 KB in at ~245 GB/s, 64 KB or 2 MB in at ~335 (2x H100, 16 MB chunks,
+ * perf/NOTES.md).
+ */
+#define CE_SLOTS_OFFSET ((size_t)2 << 20)
 
 typedef CUresult (*ce_copy_fn)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
 
@@ -85,7 +93,13 @@ struct braid_ce {
   cudaEvent_t fork, join[2];
   const void* step_kernel;
   ce_copy_fn copy_fn; /* cuMemcpyDtoDAsync */
+  /* BRAID_CE_TRACE=1 (measurement only): events around each copy, read back per operation. */
+  int trace;
+  cudaEvent_t* tev; /* 2 per chunk: before, after */
+  int ntev;
 };
+
+#define CE_TRACE_CHUNKS 1024
 
 struct ce_info {
   uint64_t pid_hash;
@@ -114,15 +128,21 @@ static uint32_t ce_nslots(void) {
   return p;
 }
 
-int ce_candidate(const struct ncclComm* comm, size_t bytes) {
+int ce_nblocks(void) {
+  int64_t v = braid_param_int(BRAID_P_CE_NBLOCKS);
+  return v < 1 ? 1 : v > BRAID_MAX_GRID ? BRAID_MAX_GRID : (int)v;
+}
+
+int ce_candidate(const struct ncclComm* comm, int coll, size_t bytes) {
   int64_t min = braid_param_int(BRAID_P_CE_MIN_BYTES);
+  if (min == 0 && coll >= 0 && coll < BRAID_COLL_COUNT) min = tune_table.ce_min_bytes[coll];
   if (min <= 0 || bytes < (size_t)min || comm->nranks != 2) return 0;
   if (comm->channels == NULL || comm->channels->nchannels == 0) return 0;
   return comm->channels->ring_send[0].transport == &braid_transport_p2p;
 }
 
-int ce_ready(const struct ncclComm* comm, size_t bytes, int capturing) {
-  return !capturing && comm->ce && comm->ce->state == CE_READY && ce_candidate(comm, bytes);
+int ce_ready(const struct ncclComm* comm, int coll, size_t bytes, int capturing) {
+  return !capturing && comm->ce && comm->ce->state == CE_READY && ce_candidate(comm, coll, bytes);
 }
 
 void ce_want(struct ncclComm* comm) { comm->ce_wanted = 1; }
@@ -168,7 +188,7 @@ fail:
  */
 static ncclResult_t ce_scratch(struct braid_ce* ce, struct ce_info* info) {
   ncclResult_t res = ncclSuccess;
-  size_t bytes = BRAID_CE_FLAGS_BYTES + ce->nslots * ce->slot_bytes;
+  size_t bytes = CE_SLOTS_OFFSET + ce->nslots * ce->slot_bytes;
   BRAID_TRY(ce_kernels_load(ce->step_kernel));
   BRAID_CUDA_TRY(cudaMalloc((void**)&ce->mem, bytes));
   /* Zeroed before the peer learns the address (a legacy-stream memset may still be queued). */
@@ -243,6 +263,12 @@ static ncclResult_t ce_map(struct ncclComm* comm, struct braid_ce* ce,
     BRAID_CUDA_TRY(cudaEventCreateWithFlags(&ce->join[i], cudaEventDisableTiming));
   }
   BRAID_CUDA_TRY(cudaEventCreateWithFlags(&ce->fork, cudaEventDisableTiming));
+  if (braid_param_int(BRAID_P_CE_TRACE) > 0) {
+    BRAID_TRY(BRAID_CALLOC(&ce->tev, 2 * CE_TRACE_CHUNKS + 1, "copy-engine trace events"));
+    for (; ce->ntev < 2 * CE_TRACE_CHUNKS + 1; ce->ntev++)
+      BRAID_CUDA_TRY(cudaEventCreate(&ce->tev[ce->ntev]));
+    ce->trace = 1;
+  }
   return ncclSuccess;
 fail:
   return res;
@@ -399,20 +425,55 @@ static ncclResult_t ce_send(struct ncclComm* comm, struct braid_ce* ce, const ch
     }
     if (k == nchunks) break;
     const size_t len = bytes - k * chunk < chunk ? bytes - k * chunk : chunk;
+    if (ce->trace && k < CE_TRACE_CHUNKS)
+      BRAID_CUDA_TRY(cudaEventRecord(ce->tev[2 * k], ce->copy[g & 1]));
     CUresult r =
-        ce->copy_fn((CUdeviceptr)(uintptr_t)(ce->peer_mem + BRAID_CE_FLAGS_BYTES +
+        ce->copy_fn((CUdeviceptr)(uintptr_t)(ce->peer_mem + CE_SLOTS_OFFSET +
                                              (g % ce->nslots) * ce->slot_bytes),
                     (CUdeviceptr)(uintptr_t)(src + k * chunk), len, (CUstream)ce->copy[g & 1]);
     BRAID_CHECK(r == CUDA_SUCCESS, ncclUnhandledCudaError,
                 "rank %d: cuMemcpyDtoDAsync of %zu bytes to rank %d's copy-engine slot failed "
                 "(CUresult %d)",
                 comm->rank, len, 1 - comm->rank, (int)r);
+    if (ce->trace && k < CE_TRACE_CHUNKS)
+      BRAID_CUDA_TRY(cudaEventRecord(ce->tev[2 * k + 1], ce->copy[g & 1]));
     unpublished[g & 1] = (int64_t)g;
   }
   ce->send_seq += nchunks;
   return ncclSuccess;
 fail:
   return res;
+}
+
+/*
+ * BRAID_CE_TRACE=1: after the operation's copies (synchronizing: measurement only), one line
+ * with the copies' span, their summed time, the largest and summed gaps between a stream's
+ * copies, and when the kernel ended after the last copy.
+ */
+static void ce_trace_report(struct ncclComm* comm, struct braid_ce* ce, uint64_t nsend,
+                            size_t chunk, cudaEvent_t kernel_end) {
+  uint64_t n = nsend < CE_TRACE_CHUNKS ? nsend : CE_TRACE_CHUNKS;
+  if (n == 0 || cudaEventSynchronize(ce->tev[2 * n - 1]) != cudaSuccess ||
+      cudaEventSynchronize(kernel_end) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  float copy_sum = 0, gap_sum = 0, gap_max = 0, span = 0, kend = 0, t;
+  for (uint64_t k = 0; k < n; k++) {
+    if (cudaEventElapsedTime(&t, ce->tev[2 * k], ce->tev[2 * k + 1]) == cudaSuccess) copy_sum += t;
+    if (k >= 2 && cudaEventElapsedTime(&t, ce->tev[2 * (k - 2) + 1], ce->tev[2 * k]) == cudaSuccess) {
+      gap_sum += t;
+      if (t > gap_max) gap_max = t;
+    }
+  }
+  (void)cudaEventElapsedTime(&span, ce->tev[0], ce->tev[2 * n - 1]);
+  (void)cudaEventElapsedTime(&kend, ce->tev[2 * n - 1], kernel_end);
+  (void)cudaGetLastError();
+  INFO(BRAID_LOG_COLL,
+       "rank %d copy-engine trace: %llu chunks of %zu B: span %.1f us (%.1f GB/s), copies %.1f us "
+       "(%.1f us each), stream gaps %.1f us (largest %.1f), kernel ends %.1f us after the last copy",
+       comm->rank, (unsigned long long)n, chunk, span * 1e3, (double)n * chunk / (span * 1e6),
+       copy_sum * 1e3, copy_sum * 1e3 / n, gap_sum * 1e3, gap_max * 1e3, kend * 1e3);
 }
 
 ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cudaStream_t stream,
@@ -431,7 +492,7 @@ ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cu
   a.comm = comm->dev->comm;
   a.flags = (struct braid_ce_flags*)ce->mem;
   a.peer_freed = ((struct braid_ce_flags*)ce->peer_mem)->freed;
-  a.slots = ce->mem + BRAID_CE_FLAGS_BYTES;
+  a.slots = ce->mem + CE_SLOTS_OFFSET;
   a.own = op->own;
   a.out = op->out;
   a.count = op->count;
@@ -481,7 +542,7 @@ ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cu
   BRAID_CUDA_TRY(cudaEventRecord(ce->fork, stream));
   for (int i = 0; i < 2; i++) BRAID_CUDA_TRY(cudaStreamWaitEvent(ce->copy[i], ce->fork, 0));
   /* The kernel first: it must be running before the copy streams' waits are queued. */
-  if (nrecv > 0) BRAID_TRY(ce_launch(&a, dtype, devop, BRAID_CE_BLOCKS, stream));
+  if (nrecv > 0) BRAID_TRY(ce_launch(&a, dtype, devop, ce_nblocks(), stream));
   BRAID_TRY(ce_send(comm, ce, send, send_bytes, send_chunk));
   ce->recv_seq += nrecv;
   /* The user's stream goes on once this rank's data is out too (its buffer may be reused). */
@@ -489,10 +550,14 @@ ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cu
     BRAID_CUDA_TRY(cudaEventRecord(ce->join[i], ce->copy[i]));
     BRAID_CUDA_TRY(cudaStreamWaitEvent(stream, ce->join[i], 0));
   }
+  if (ce->trace) {
+    BRAID_CUDA_TRY(cudaEventRecord(ce->tev[2 * CE_TRACE_CHUNKS], stream));
+    ce_trace_report(comm, ce, nsend, send_chunk, ce->tev[2 * CE_TRACE_CHUNKS]);
+  }
   if (staged) BRAID_CUDA_TRY(cudaFreeAsync(staged, stream)); /* after the joins */
   /* Nothing received: the ledger hears from a kernel of no chunks once the sends are done. */
   if (nrecv == 0 && ledger_seq != 0)
-    BRAID_TRY(ce_launch(&a, dtype, devop, BRAID_CE_BLOCKS, stream));
+    BRAID_TRY(ce_launch(&a, dtype, devop, ce_nblocks(), stream));
   TRACE(BRAID_LOG_COLL, "copy-engine exchange: %zu bytes out in %llu chunks, %zu in in %llu, %s",
         send_bytes, (unsigned long long)nsend, recv_bytes, (unsigned long long)nrecv,
         op->reduce ? "reduced" : "copied");
@@ -573,6 +638,8 @@ void ce_free(struct ncclComm* comm) {
     if (ce->join[i]) (void)cudaEventDestroy(ce->join[i]);
   }
   if (ce->aux) (void)cudaStreamDestroy(ce->aux);
+  for (int i = 0; i < ce->ntev; i++) (void)cudaEventDestroy(ce->tev[i]);
+  free(ce->tev);
   if (ce->fork) (void)cudaEventDestroy(ce->fork);
   (void)cudaGetLastError();
   free(ce);

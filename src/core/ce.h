@@ -35,9 +35,11 @@ struct braid_ce_op {
  * through the copy engines on this communicator, before setup: two ranks
  * joined by P2P, BRAID_CE_MIN_BYTES <= bytes. Every rank computes the same.
  */
-int ce_candidate(const struct ncclComm* comm, size_t bytes);
+int ce_candidate(const struct ncclComm* comm, int coll, size_t bytes);
+/* Blocks of the exchange's kernel (BRAID_CE_NBLOCKS): the op ledger counts them. */
+int ce_nblocks(void);
 /* Whether it does now: a candidate, set up on both ranks, and the stream not capturing. */
-int ce_ready(const struct ncclComm* comm, size_t bytes, int capturing);
+int ce_ready(const struct ncclComm* comm, int coll, size_t bytes, int capturing);
 /* Asks for setup at the next connection step (a candidate operation is pending). */
 void ce_want(struct ncclComm* comm);
 /* Whether setup was asked for and not done. */

@@ -172,7 +172,7 @@ static int enq_ce_scalar_ok(const struct braid_op* op) {
 static int enq_ce_op(const struct ncclComm* comm, const struct braid_op* op, int capturing,
                      struct braid_ce_op* ce) {
   if (!enq_ce_coll(op->coll) || op->count == 0 || !enq_ce_scalar_ok(op) ||
-      !ce_ready(comm, enq_tune_bytes(comm, op), capturing))
+      !ce_ready(comm, op->coll, enq_tune_bytes(comm, op), capturing))
     return 0;
   const size_t bytes = op->count * redop_type_size(op->dtype);
   const int me = comm->rank, peer = 1 - comm->rank;
@@ -325,12 +325,13 @@ void enqueue_p2p_needs(struct ncclComm* comm) {
     struct braid_tune_choice choice;
     if (op->coll == BRAID_COLL_SENDRECV) {
       transport_p2p_need(comm, op->peer, op->is_send, comm->channels->p2p_nchannels);
-      if (op->peer != comm->rank && ce_candidate(comm, enq_op_bytes(op))) ce_want(comm);
+      if (op->peer != comm->rank && ce_candidate(comm, BRAID_COLL_SENDRECV, enq_op_bytes(op)))
+        ce_want(comm);
       continue;
     }
     /* The copy-engine exchange's scratch; the kernels' connections too, should it be off. */
     if (enq_ce_coll(op->coll) && op->count > 0 && enq_ce_scalar_ok(op) &&
-        ce_candidate(comm, enq_tune_bytes(comm, op)))
+        ce_candidate(comm, op->coll, enq_tune_bytes(comm, op)))
       ce_want(comm);
     /*
      * A tree's edges, or the direct exchange's connections to every peer,
@@ -701,7 +702,8 @@ static ncclResult_t enq_p2p_ce(struct ncclComm* comm, struct launch_plan* plan, 
     if (s == NULL && r == NULL) break;
     /* The peer sees the same two sizes, swapped: the larger decides on both ranks. */
     const size_t out_bytes = enq_op_bytes(s), in_bytes = enq_op_bytes(r);
-    if (!ce_ready(comm, BRAID_MAX(out_bytes, in_bytes), capture != cudaStreamCaptureStatusNone))
+    if (!ce_ready(comm, BRAID_COLL_SENDRECV, BRAID_MAX(out_bytes, in_bytes),
+                  capture != cudaStreamCaptureStatusNone))
       continue;
     struct braid_ce_op ce;
     memset(&ce, 0, sizeof ce);
@@ -805,7 +807,8 @@ static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
     if (op->coll == BRAID_COLL_SENDRECV) {
       has_p2p |= op->count > 0;
       /* A pair goes through the copy engines when its larger message would alone. */
-      ce_group |= op->peer != comm->rank && ce_ready(comm, enq_op_bytes(op), capturing);
+      ce_group |= op->peer != comm->rank &&
+                  ce_ready(comm, BRAID_COLL_SENDRECV, enq_op_bytes(op), capturing);
     } else if (op->count > 0) {
       ce_last = enq_ce_op(comm, op, capturing, &ce) ? i : -1;
       ce_group |= ce_last == i;
@@ -819,7 +822,7 @@ static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
       if (plan->args.nwork > 0) BRAID_TRY(enq_launch(comm, plan, stream, capture));
       INFO(BRAID_LOG_TUNING, "%s %zu elements on 2 ranks: through the copy engines",
            braid_coll_name(op->coll), op->count);
-      uint64_t seq = i == ce_last ? watchdog_launch_seq(comm, 0, BRAID_CE_BLOCKS) : 0;
+      uint64_t seq = i == ce_last ? watchdog_launch_seq(comm, 0, ce_nblocks()) : 0;
       res = enq_ce_root_copy(comm, op, stream);
       if (res == ncclSuccess) res = enq_ce_run(comm, plan, &ce, stream, seq);
       if (res != ncclSuccess) {

@@ -106,14 +106,22 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "Two ranks joined by P2P: smallest all-reduce, reduce-scatter, all-gather or broadcast "
       "(in bytes, as nccl-tests counts its size), or send/receive (the larger message of a "
       "pair), whose data moves through the copy engines (copies into the peer's scratch) "
-      "instead of the kernels; not under stream capture. 0 (default): never, until measured "
-      "on the 2x H200. The same on every rank."),
-  ROW(CE_SLOT_BYTES, NULL, INT, "16777216",
+      "instead of the kernels; not under stream capture. 0 (default): by collective as "
+      "measured (tune_table.c: all-reduce and reduce-scatter from 512 MB, all-gather and "
+      "send/receive from 1 GB, broadcast never); -1: never. The same on every rank."),
+  ROW(CE_SLOT_BYTES, NULL, INT, "67108864",
       "Copy-engine exchange: bytes per scratch slot (the largest chunk), 1 MB to 1 GB; the same "
       "on every rank."),
   ROW(CE_NSLOTS, NULL, INT, "4",
       "Copy-engine exchange: scratch slots per rank (chunks in flight), 2 to 16, rounded down "
       "to a power of two; the same on every rank."),
+  ROW(CE_NBLOCKS, NULL, INT, "32",
+      "Copy-engine exchange: blocks of the kernel that takes each arriving chunk (reduces or "
+      "places it), 1 to the largest grid."),
+  ROW(CE_TRACE, NULL, INT, "0",
+      "Measurement only: 1 = time each copy-engine copy with events and, after each exchange "
+      "(waiting for it: slower), log (INFO COLL) the copies' span and rate, their gaps, and the "
+      "kernel's end."),
   ROW(CE_FAIL_CONNECT, NULL, INT, "-1",
       "Testing: the rank (of a two-rank communicator) whose copy-engine setup fails after its "
       "peer's has begun, so that both leave the exchange off and run the kernels; -1: none."),

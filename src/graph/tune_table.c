@@ -107,6 +107,26 @@ const struct tune_table tune_table = {
    */
   .pair_chunks = 16,
   .pair_chunk_min = 131072,
+  /*
+   * The copy-engine exchange of two ranks against the kernels (2x H100 NV18, one call,
+   * 64 MB slots, perf/NOTES.md seventh session), busbw GB/s at 512 MB / 2 GiB: all-reduce
+   * 349 / 373 against 333 / 348, reduce-scatter 328-337 / 364 against 318 / 328, all-gather
+   * 336-346 / 370 against 340 / 357, all-to-all 344 / 368 against 350 / 353, send/recv
+   * 358 / 375 against 362 / 366; broadcast 304 / 308 against 366 / 371 (its root's own copy);
+   * everything slower at 32 and 128 MB (the first chunk's copy and the last one's pass
+   * overlap nothing). So: all-reduce and reduce-scatter from 512 MB, all-gather and
+   * send/receive (all-to-all's messages are half its size) from 1 GB (not measured at 1 GB),
+   * broadcast and reduce never.
+   */
+  .ce_min_bytes =
+      {
+          [BRAID_COLL_BROADCAST] = 0,
+          [BRAID_COLL_REDUCE] = 0,
+          [BRAID_COLL_ALLGATHER] = 1ll << 30,
+          [BRAID_COLL_REDUCESCATTER] = 512ll << 20,
+          [BRAID_COLL_ALLREDUCE] = 512ll << 20,
+          [BRAID_COLL_SENDRECV] = 1ll << 30,
+      },
   /* NCCL's defaults: 512 threads for Simple and LL, 640 for LL128. */
   .nthreads = {512, 512, 640},
   /* NCCL's thread thresholds: a channel needs 64 B per thread (Simple), 8 B (LL, LL128). */

@@ -32,6 +32,12 @@ struct tune_table {
   float direct_peer_lat; /* µs each peer past the first adds to a direct all-reduce */
   int pair_chunks;       /* two-rank pair exchange over P2P: chunks per channel wanted */
   int pair_chunk_min;    /* ... each of at least this many bytes (at most a FIFO slot) */
+  /*
+   * Two ranks joined by P2P: smallest size (as nccl-tests counts it; send/receive: the larger
+   * message of a pair) that goes through the copy-engine exchange (core/ce.c), by collective;
+   * 0: never. BRAID_CE_MIN_BYTES set overrides it for every collective.
+   */
+  long long ce_min_bytes[BRAID_COLL_COUNT];
   int nthreads[BRAID_PROTO_COUNT];                       /* threads per CTA */
   int thread_bytes[BRAID_PROTO_COUNT]; /* bytes per thread below which a channel is not worth it */
   int proto_auto[BRAID_PROTO_COUNT];   /* 1: the model picks it on its own; 0: only when forced */

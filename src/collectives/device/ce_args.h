@@ -13,8 +13,7 @@
 extern "C" {
 #endif
 
-/* Blocks and threads of the exchange's kernel. */
-#define BRAID_CE_BLOCKS 32
+/* Threads per block of the exchange's kernel (its blocks: BRAID_CE_NBLOCKS, core/ce.c). */
 #define BRAID_CE_THREADS 512
 /* Most scratch slots a communicator may have (the flag words are sized by it). */
 #define BRAID_CE_MAX_SLOTS 16
