@@ -9,6 +9,7 @@
 //     one or two streams, a one-thread kernel before each, with or without a local-copy
 //     kernel beside them.
 //   ./zc-probe MB ipc: two processes, one GPU each, copies into the other's IPC mapping.
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,16 +17,8 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <cuda.h>
 
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                            \
-    }                                                                                     \
-  } while (0)
+#include "cuda_check.h"
 
 #define UNROLL 4
 
