@@ -178,34 +178,23 @@ fail:
   return res;
 }
 
-static int bootstrap_port(const union braid_sockaddr* a) {
-  return a->sa.sa_family == AF_INET ? ntohs(a->sin.sin_port) : ntohs(a->sin6.sin6_port);
-}
-
 /*
  * Our listener, on the address of `where` (any port the kernel gives), never on the port of
  * `avoid` (with BRAID_COMM_ID: the port rank 0's root is to listen on; a rank whose listener
  * took it first, say because it started before rank 0, would answer the others in the root's
- * place and fail the job). The port taken is held while another is asked for.
+ * place and fail the job). A pick of that port is held bound, not listening, while another is
+ * asked for (socket_listen_avoiding): a listener there, closed after, would reset the
+ * connections other ranks made to it meanwhile, meant for the root.
  */
 static ncclResult_t bootstrap_listen_on(struct bootstrap* b, const union braid_sockaddr* where,
                                         const union braid_sockaddr* avoid) {
-  ncclResult_t res = ncclSuccess;
-  int taken = -1;
-  for (int attempt = 0;; attempt++) {
-    b->listen_addr = *where;
-    if (where->sa.sa_family == AF_INET) b->listen_addr.sin.sin_port = 0;
-    else b->listen_addr.sin6.sin6_port = 0;
-    BRAID_TRY(socket_listen(&b->listen_addr, &b->listen_fd));
-    if (avoid == NULL || bootstrap_port(&b->listen_addr) != bootstrap_port(avoid) || attempt == 2)
-      break;
-    socket_close(&taken);
-    taken = b->listen_fd;
-    b->listen_fd = -1;
-  }
-fail:
-  socket_close(&taken);
-  return res;
+  b->listen_addr = *where;
+  if (where->sa.sa_family == AF_INET) b->listen_addr.sin.sin_port = 0;
+  else b->listen_addr.sin6.sin6_port = 0;
+  int avoid_port = 0;
+  if (avoid)
+    avoid_port = ntohs(avoid->sa.sa_family == AF_INET ? avoid->sin.sin_port : avoid->sin6.sin6_port);
+  return socket_listen_avoiding(&b->listen_addr, avoid_port, &b->listen_fd);
 }
 
 static void bootstrap_self_wire(const struct bootstrap* b, struct bootstrap_peer_wire* w) {
@@ -235,23 +224,44 @@ static ncclResult_t bootstrap_join_root(struct bootstrap* b, const union braid_s
   struct bootstrap_hello hello;
   struct bootstrap_root_reply reply;
   char text[BOOTSTRAP_MAX_REPLY_TEXT + 1];
-  int fd = -1, err = 0;
-  double limit = BRAID_MAX(0.0, b->deadline - braid_time_sec());
+  int fd = -1, err = 0, reset = 0;
   socket_addr_str(root, b->root_text, sizeof b->root_text);
-  res = socket_connect_quiet(root, limit, b->abort_flag, &fd, &err);
-  if (res != ncclSuccess && err == ECANCELED) {
-    INFO(BRAID_LOG_BOOTSTRAP, "bootstrap: rank %d stopped connecting to the root: aborted", b->rank);
-    goto fail;
+  for (;;) {
+    double limit = BRAID_MAX(0.0, b->deadline - braid_time_sec());
+    res = socket_connect_quiet(root, limit, b->abort_flag, &fd, &err);
+    if (res != ncclSuccess && err == ECANCELED) {
+      INFO(BRAID_LOG_BOOTSTRAP, "bootstrap: rank %d stopped connecting to the root: aborted", b->rank);
+      goto fail;
+    }
+    BRAID_CHECK(res == ncclSuccess, ncclSystemError,
+                "bootstrap: rank %d of %d cannot reach the root at %s within %.0f s: %s (%s)",
+                b->rank, b->nranks, b->root_text, limit, strerror(err),
+                mode == BOOTSTRAP_MODE_RANK0
+                    ? "with BRAID_COMM_ID rank 0 runs the root: did it start, with the same value?"
+                    : "the process that called ncclGetUniqueId must live until every rank has joined");
+    bootstrap_hello_fill(b, BOOTSTRAP_HELLO_JOIN, b->secret, &hello);
+    BRAID_TRY(bootstrap_fd_move(b, fd, &hello, sizeof hello, 1, -1));
+    res = bootstrap_root_answer(b, fd, &reply, sizeof reply, &reset);
+    if (res == ncclSuccess) break;
+    if (!reset) goto fail;
+    /*
+     * Reset before any answer. With BRAID_COMM_ID the port serves one rendezvous after
+     * another: this may be the previous one's root closing its listener, which resets what
+     * waited in its backlog. Join again until the deadline.
+     */
+    socket_close(&fd);
+    BRAID_CHECK(mode == BOOTSTRAP_MODE_RANK0 && braid_time_sec() < b->deadline &&
+                    !bootstrap_aborted(b),
+                ncclRemoteError,
+                "bootstrap: the root at %s closed the connection before answering rank %d (%s): it "
+                "refuses a hello with another job's secret, or its process exited",
+                b->root_text, b->rank, strerror(ECONNRESET));
+    INFO(BRAID_LOG_BOOTSTRAP,
+         "bootstrap: the root at %s reset rank %d's connection before answering (a finished "
+         "rendezvous's root closing the port?); joining again",
+         b->root_text, b->rank);
+    usleep(10000);
   }
-  BRAID_CHECK(res == ncclSuccess, ncclSystemError,
-              "bootstrap: rank %d of %d cannot reach the root at %s within %.0f s: %s (%s)", b->rank,
-              b->nranks, b->root_text, limit, strerror(err),
-              mode == BOOTSTRAP_MODE_RANK0
-                  ? "with BRAID_COMM_ID rank 0 runs the root: did it start, with the same value?"
-                  : "the process that called ncclGetUniqueId must live until every rank has joined");
-  bootstrap_hello_fill(b, BOOTSTRAP_HELLO_JOIN, b->secret, &hello);
-  BRAID_TRY(bootstrap_fd_move(b, fd, &hello, sizeof hello, 1, -1));
-  BRAID_TRY(bootstrap_fd_move(b, fd, &reply, sizeof reply, 0, -1));
   BRAID_CHECK(reply.magic == BOOTSTRAP_WIRE_MAGIC && reply.text_len <= BOOTSTRAP_MAX_REPLY_TEXT,
               ncclSystemError, "bootstrap: the root at %s sent rank %d a malformed answer",
               b->root_text, b->rank);

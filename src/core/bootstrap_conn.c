@@ -317,9 +317,13 @@ static void bootstrap_progress(struct bootstrap* b, int fd, short events) {
 
 /* --------------------------------------------------------- sending */
 
-/* bootstrap_fd_move, telling in *moved how many bytes went through (also on failure). */
+/*
+ * bootstrap_fd_move, telling in *moved how many bytes went through (also on failure). With
+ * `reset` set, a receive from the root whose connection is reset before its first byte fails
+ * quietly (no message) with *reset = 1: see bootstrap_root_answer.
+ */
 static ncclResult_t bootstrap_fd_move_counted(struct bootstrap* b, int fd, void* buf, size_t size,
-                                              int sending, int peer, size_t* moved) {
+                                              int sending, int peer, size_t* moved, int* reset) {
   ncclResult_t res = ncclSuccess;
   char who[160];
   *moved = 0;
@@ -330,6 +334,10 @@ static ncclResult_t bootstrap_fd_move_counted(struct bootstrap* b, int fd, void*
                   : socket_recv_some(fd, (char*)buf + done, size - done, &n);
     if (res != ncclSuccess) {
       int e = errno;
+      if (reset && *moved == 0 && e == ECONNRESET) {
+        *reset = 1;
+        return ncclRemoteError;
+      }
       bootstrap_peer_describe(b, peer, who, sizeof who);
       if (peer < 0 && !sending)
         return braid_err(ncclRemoteError, "bootstrap: %s closed the connection before answering rank %d "
@@ -351,7 +359,13 @@ static ncclResult_t bootstrap_fd_move_counted(struct bootstrap* b, int fd, void*
 ncclResult_t bootstrap_fd_move(struct bootstrap* b, int fd, void* buf, size_t size, int sending,
                                int peer) {
   size_t moved;
-  return bootstrap_fd_move_counted(b, fd, buf, size, sending, peer, &moved);
+  return bootstrap_fd_move_counted(b, fd, buf, size, sending, peer, &moved, NULL);
+}
+
+ncclResult_t bootstrap_root_answer(struct bootstrap* b, int fd, void* buf, size_t size, int* reset) {
+  size_t moved;
+  *reset = 0;
+  return bootstrap_fd_move_counted(b, fd, buf, size, 0, -1, &moved, reset);
 }
 
 void bootstrap_hello_fill(const struct bootstrap* b, int kind, const uint8_t* secret,
@@ -432,11 +446,12 @@ ncclResult_t bootstrap_msg_send(struct bootstrap* b, int peer, int channel, int 
   size_t moved = 0, header_moved = 0;
   if (size <= BOOTSTRAP_COALESCE) {
     if (size) memcpy(out.payload, data, size);
-    res = bootstrap_fd_move_counted(b, fd, &out, sizeof out.header + size, 1, peer, &moved);
+    res = bootstrap_fd_move_counted(b, fd, &out, sizeof out.header + size, 1, peer, &moved, NULL);
   } else {
-    res = bootstrap_fd_move_counted(b, fd, &out.header, sizeof out.header, 1, peer, &header_moved);
+    res = bootstrap_fd_move_counted(b, fd, &out.header, sizeof out.header, 1, peer, &header_moved,
+                                    NULL);
     if (res == ncclSuccess)
-      res = bootstrap_fd_move_counted(b, fd, (void*)data, size, 1, peer, &moved);
+      res = bootstrap_fd_move_counted(b, fd, (void*)data, size, 1, peer, &moved, NULL);
     moved += header_moved;
   }
   if (res != ncclSuccess && moved > 0) {

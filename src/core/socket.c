@@ -351,33 +351,57 @@ static int socket_stream_setup(int fd) {
   return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-ncclResult_t socket_listen(union braid_sockaddr* addr, int* fd) {
+/* The port of an IPv4 or IPv6 address, host order. */
+static int socket_port(const union braid_sockaddr* a) {
+  return ntohs(a->sa.sa_family == AF_INET ? a->sin.sin_port : a->sin6.sin6_port);
+}
+
+ncclResult_t socket_listen_avoiding(union braid_sockaddr* addr, int avoid_port, int* fd) {
   ncclResult_t res = ncclSuccess;
   char text[INET6_ADDRSTRLEN + 32];
-  int s = -1, one = 1;
+  int s = -1, held = -1, one = 1;
+  const union braid_sockaddr want = *addr;
   socklen_t len = socket_addr_len(addr);
   *fd = -1;
   BRAID_CHECK(len != 0, ncclInternalError, "socket: listen on an address of unknown family %d",
               addr->sa.sa_family);
-  s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  BRAID_SYS_TRY(s, "socket()");
-  /* A fixed port (BRAID_COMM_ID) must be reusable while the last job's connections sit in TIME_WAIT. */
-  BRAID_SYS_TRY(setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one), "setsockopt(SO_REUSEADDR)");
-  if (bind(s, &addr->sa, len) != 0) {
-    int e = errno;
-    res = braid_err(ncclSystemError, "socket: cannot listen on %s: %s%s",
-                    socket_addr_str(addr, text, sizeof text), strerror(e),
-                    e == EADDRNOTAVAIL ? " (not an address of this host)" : "");
-    goto fail;
+  for (int attempt = 0;; attempt++) {
+    *addr = want;
+    s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    BRAID_SYS_TRY(s, "socket()");
+    /* A fixed port (BRAID_COMM_ID) must be reusable while the last job's connections sit in TIME_WAIT. */
+    BRAID_SYS_TRY(setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one), "setsockopt(SO_REUSEADDR)");
+    if (bind(s, &addr->sa, len) != 0) {
+      int e = errno;
+      res = braid_err(ncclSystemError, "socket: cannot listen on %s: %s%s",
+                      socket_addr_str(addr, text, sizeof text), strerror(e),
+                      e == EADDRNOTAVAIL ? " (not an address of this host)" : "");
+      goto fail;
+    }
+    socklen_t got = sizeof *addr;
+    BRAID_SYS_TRY(getsockname(s, &addr->sa, &got), "getsockname()");
+    /*
+     * Given the port to avoid: hold it bound, never listening (a listener there, closed later,
+     * would reset the connections others made to it meanwhile), and bind another.
+     */
+    if (avoid_port == 0 || socket_port(&want) != 0 || socket_port(addr) != avoid_port ||
+        attempt == 2)
+      break;
+    if (held >= 0) close(held);
+    held = s;
+    s = -1;
   }
   BRAID_SYS_TRY(listen(s, SOMAXCONN), "listen()");
-  len = sizeof *addr;
-  BRAID_SYS_TRY(getsockname(s, &addr->sa, &len), "getsockname()");
   *fd = s;
-  return ncclSuccess;
+  s = -1;
 fail:
   if (s >= 0) close(s);
+  if (held >= 0) close(held);
   return res;
+}
+
+ncclResult_t socket_listen(union braid_sockaddr* addr, int* fd) {
+  return socket_listen_avoiding(addr, 0, fd);
 }
 
 /* Whether a failed connect is worth another try: the peer may not be listening yet. */

@@ -65,6 +65,12 @@ socklen_t socket_addr_len(const union braid_sockaddr* addr);
 
 /* Listens on `addr` (port 0 picks one); on return `addr` holds the bound port. */
 ncclResult_t socket_listen(union braid_sockaddr* addr, int* fd);
+/*
+ * The same, port 0 never picking `avoid_port` (another process's fixed port, e.g. the root's
+ * with BRAID_COMM_ID; 0: none): a pick of it is held bound, not listening, while another is
+ * bound, so nobody connects to it meanwhile. Tries three picks.
+ */
+ncclResult_t socket_listen_avoiding(union braid_sockaddr* addr, int avoid_port, int* fd);
 /* Connects, retrying refused/unreachable attempts until `timeout_sec` passes or *abort is set. */
 ncclResult_t socket_connect(const union braid_sockaddr* addr, double timeout_sec,
                             volatile uint32_t* abort, int* fd);
