@@ -82,7 +82,7 @@ ncclResult_t bootstrap_id_from_env(ncclUniqueId* id, int* found) {
   const char* name = braid_param_source(BRAID_P_COMM_ID) == BRAID_PARAM_FROM_NCCL_ENV ? "NCCL_COMM_ID"
                                                                                     : "BRAID_COMM_ID";
   BRAID_TRY(socket_addr_parse_named(text, name, &root));
-  BRAID_CHECK((root.sa.sa_family == AF_INET ? root.sin.sin_port : root.sin6.sin6_port) != 0,
+  BRAID_CHECK(socket_port(&root) != 0,
               ncclInvalidArgument,
               "%s=%s names port 0: rank 0 listens there for the others, so give it a fixed port "
               "(host:port)",
@@ -191,10 +191,7 @@ static ncclResult_t bootstrap_listen_on(struct bootstrap* b, const union braid_s
   b->listen_addr = *where;
   if (where->sa.sa_family == AF_INET) b->listen_addr.sin.sin_port = 0;
   else b->listen_addr.sin6.sin6_port = 0;
-  int avoid_port = 0;
-  if (avoid)
-    avoid_port = ntohs(avoid->sa.sa_family == AF_INET ? avoid->sin.sin_port : avoid->sin6.sin6_port);
-  return socket_listen_avoiding(&b->listen_addr, avoid_port, &b->listen_fd);
+  return socket_listen_avoiding(&b->listen_addr, avoid ? socket_port(avoid) : 0, &b->listen_fd);
 }
 
 static void bootstrap_self_wire(const struct bootstrap* b, struct bootstrap_peer_wire* w) {

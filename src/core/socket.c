@@ -351,8 +351,7 @@ static int socket_stream_setup(int fd) {
   return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-/* The port of an IPv4 or IPv6 address, host order. */
-static int socket_port(const union braid_sockaddr* a) {
+int socket_port(const union braid_sockaddr* a) {
   return ntohs(a->sa.sa_family == AF_INET ? a->sin.sin_port : a->sin6.sin6_port);
 }
 

@@ -63,6 +63,8 @@ socklen_t socket_addr_len(const union braid_sockaddr* addr);
  * logged at INFO only: it is what the caller asked for, not a fault.
  */
 
+/* The port of an IPv4 or IPv6 address, host order. */
+int socket_port(const union braid_sockaddr* a);
 /* Listens on `addr` (port 0 picks one); on return `addr` holds the bound port. */
 ncclResult_t socket_listen(union braid_sockaddr* addr, int* fd);
 /*
