@@ -544,6 +544,29 @@ static int api_mem_used(struct gpu_world* w, ncclComm_t* via, struct api_buf* a,
   return 0;
 }
 
+/*
+ * The sum over every rank of `mine` (each local rank contributes it), through an all-reduce on
+ * `via`: how many ranks say yes, known alike to all. -1 on a failure (reported).
+ */
+static long api_count(struct gpu_world* w, ncclComm_t* via, int mine) {
+  struct api_buf b;
+  int64_t v = mine, sum = -1;
+  long rc = -1;
+  if (buf_alloc(w, &b, 1)) goto out;
+  for (int l = 0; l < w->nlocal; l++)
+    if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
+        world_cuda(w, cudaMemcpy(b.d[l], &v, sizeof v, cudaMemcpyHostToDevice), "cudaMemcpy"))
+      goto out;
+  if (api_allreduce(w, via, &b, &b, "ncclAllReduce (a count)") || api_sync(w, via) ||
+      world_cuda(w, cudaSetDevice(w->dev[0]), "cudaSetDevice") ||
+      world_cuda(w, cudaMemcpy(&sum, b.d[0], sizeof sum, cudaMemcpyDeviceToHost), "cudaMemcpy"))
+    goto out;
+  rc = (long)sum;
+out:
+  buf_free(w, &b);
+  return rc;
+}
+
 static const char* const api_family_name[3] = {"parent", "child", "grandchild"};
 
 /*
@@ -626,17 +649,36 @@ static void api_split_share(struct gpu_world* w) {
   if (api_family_init(w, &f) || buf_alloc(w, &bar, 16) || api_dup(w, f.comm[0])) goto out;
   /* The parent's own send/recv connections first: the child's send/recv may borrow them. */
   if (api_share_round(w, &f, 1, "parent alone")) goto out;
-  if (api_mem_used(w, f.comm[0], &bar, &m0) || api_split_all(w, f.comm[0], 1, f.comm[1]) ||
-      api_mem_used(w, f.comm[0], &bar, &m1) || api_split_all(w, f.comm[0], 0, own) ||
-      api_mem_used(w, f.comm[0], &bar, &m2) || api_split_all(w, f.comm[1], 1, f.comm[2]))
-    goto out;
-  if (api_share_round(w, &f, 3, "all three") || api_share_round(w, &f, 3, "all three again"))
-    goto out;
-  long shared_mib = (long)((m1 > m0 ? m1 - m0 : 0) >> 20);
-  long own_mib = (long)((m2 > m1 ? m2 - m1 : 0) >> 20);
   /* Ring FIFOs are device memory over P2P only (SHM's are host memory, NET is not shared). */
   int p2p = strcmp(w->opts->mode, "hosts") != 0 && getenv("BRAID_P2P_DISABLE") == NULL &&
             getenv("NCCL_P2P_DISABLE") == NULL;
+  long shared_mib = 0, own_mib = 0;
+  /*
+   * cudaMemGetInfo counts every process on the GPU: under ctest -j another test's allocations
+   * (a copy-engine scratch is 130-258 MB) land inside a measurement. A measurement that does
+   * not show the saving on some rank is taken again, by every rank, with fresh splits; a
+   * shared split that saves nothing fails all three.
+   */
+  for (int attempt = 1;; attempt++) {
+    if (api_mem_used(w, f.comm[0], &bar, &m0) || api_split_all(w, f.comm[0], 1, f.comm[1]) ||
+        api_mem_used(w, f.comm[0], &bar, &m1) || api_split_all(w, f.comm[0], 0, own) ||
+        api_mem_used(w, f.comm[0], &bar, &m2))
+      goto out;
+    shared_mib = (long)((m1 > m0 ? m1 - m0 : 0) >> 20);
+    own_mib = (long)((m2 > m1 ? m2 - m1 : 0) >> 20);
+    long unsaved = api_count(w, f.comm[0], p2p && own_mib - shared_mib < 4);
+    if (unsaved < 0) goto out;
+    if (unsaved == 0 || attempt == 3) break;
+    if (w->rank0 == 0)
+      fprintf(stderr, "INFO %s: attempt %d: splitShare = 1 %ld MiB, splitShare = 0 %ld MiB "
+                      "(on %ld rank(s) no saving seen): measuring again\n",
+              name, attempt, shared_mib, own_mib, unsaved);
+    api_destroy(w, own);
+    api_destroy(w, f.comm[1]);
+  }
+  if (api_split_all(w, f.comm[1], 1, f.comm[2])) goto out;
+  if (api_share_round(w, &f, 3, "all three") || api_share_round(w, &f, 3, "all three again"))
+    goto out;
   if (w->rank0 == 0)
     fprintf(stderr,
             "INFO %s: device memory taken by a split: splitShare = 1 %ld MiB, "
