@@ -18,6 +18,7 @@
 #include "core/ce.h"
 #include "core/debug.h"
 #include "core/dev_state.h"
+#include "core/group.h"
 #include "core/share.h"
 #include "core/param.h"
 #include "core/redop.h"
@@ -447,6 +448,7 @@ void comm_free(struct ncclComm* comm) {
   if (comm->bootstrap) bootstrap_close(comm->bootstrap);
   comm->bootstrap = NULL;
   redop_table_free(comm);
+  group_comm_free(comm);
   register_free_all(comm);
   free(comm->peers);
   if (comm->abort_flag_mem) cudaFreeHost(comm->abort_flag_mem);

@@ -74,6 +74,7 @@ struct ncclComm {
   struct braid_channels* channels;   /* owned by the transport module */
   struct braid_dev_state* dev;       /* owned by the enqueue module */
   struct braid_group_comm* group;    /* owned by the group module; NULL outside a group */
+  struct braid_group_comm* group_spare; /* the last group's state, for the next (group.c) */
   struct braid_redop_table* redops;  /* user-defined reduction operators */
   struct braid_reg* regs;            /* ncclCommRegister'ed buffers (register.c), under `lock` */
   volatile int children_pending;     /* split/shrink jobs still reading this comm (atomic) */

@@ -434,6 +434,7 @@ void dev_state_free(struct ncclComm* comm) {
   if (d->borrows) cudaFree(d->borrows);
   if (d->stream) cudaStreamDestroy(d->stream);
   (void)cudaGetLastError();
+  free(d->plan);
   free(d);
   comm->dev = NULL;
 }

@@ -15,6 +15,7 @@
 #include "nccl.h"
 
 struct ncclComm;
+struct launch_plan; /* enqueue.c */
 
 #define BRAID_CAPTURES 32 /* captures of one comm tracked at once (its kernels' order in each) */
 
@@ -70,6 +71,7 @@ struct braid_dev_state {
   struct braid_borrows* borrows;
   uint32_t borrows_count[BRAID_MAX_CHANNELS]; /* the host's copy of its counts */
   uint32_t borrows_per_channel;
+  struct launch_plan* plan; /* enqueue.c's, made at the first launch and reused */
 };
 
 /* Uploads rings and ring connections (after transport_rings_connect) and loads the kernels. */

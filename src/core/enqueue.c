@@ -60,6 +60,26 @@ struct launch_plan {
                    of step with its peers) */
 };
 
+/*
+ * The comm's plan, made once and reused by every group end (one at a time: the group's
+ * thread, under the family's launch lock): a calloc of its 3.5 KB and the free took ~0.1 us
+ * of an 8-byte call's ~6 on the host (perf/NOTES.md, eighth session). Fresh but for the
+ * works past nwork, which no launch passes.
+ */
+static ncclResult_t enq_plan_take(struct ncclComm* comm, struct launch_plan** out) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_dev_state* d = comm->dev;
+  if (d->plan == NULL) BRAID_TRY(BRAID_CALLOC(&d->plan, 1, "launch plan"));
+  struct launch_plan* p = d->plan;
+  memset(&p->args, 0, offsetof(struct braid_kernel_args, work));
+  p->reduces = p->dtype = p->devop = p->grid = p->ce_ran = p->launched = 0;
+  p->family = BRAID_KERNELS_RING;
+  *out = p;
+  return ncclSuccess;
+fail:
+  return res;
+}
+
 /* Which kernel table a work's kernel comes from (kernel_table.h). */
 static int enq_family(const struct braid_work* w) {
   if (w->proto == BRAID_PROTO_LL128) return BRAID_KERNELS_LL128;
@@ -788,7 +808,7 @@ static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
   cudaStream_t stream = g->ops[0].stream;
   BRAID_TRY(ce_check_intact(comm));
   for (int i = 0; i < g->nops; i++) watchdog_issue(comm, &g->ops[i]);
-  BRAID_TRY(BRAID_CALLOC(&plan, 1, "launch plan"));
+  BRAID_TRY(enq_plan_take(comm, &plan));
   plan->args.comm = comm->dev->comm;
   for (int i = 1; i < g->nops; i++) BRAID_TRY(enq_launch_stream_sync(g->ops[i].stream, stream));
   /*
@@ -874,7 +894,6 @@ static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
     g->ops[i].scratch = NULL; /* freed here, not again when the group lets go of its operations */
     BRAID_CUDA_TRY(cudaFreeAsync(scratch, stream));
   }
-  free(plan);
   return ncclSuccess;
 fail:
   /* The peer ran its side of the group's exchanges; this rank did not, or not all of it. */
@@ -885,7 +904,6 @@ fail:
     *spoilt = 1;
     for (int i = 1; i < g->nops; i++) (void)enq_launch_stream_sync(stream, g->ops[i].stream);
   }
-  free(plan);
   return res;
 }
 

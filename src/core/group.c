@@ -52,7 +52,13 @@ ncclResult_t group_op_add(struct ncclComm* comm, const struct braid_op* op) {
               "communicator's calls must come from one thread until that group ends",
               comm->rank);
   if (g == NULL) {
-    BRAID_TRY(BRAID_CALLOC(&g, 1, "group state"));
+    /* The last group's state and its list, kept: a call outside a group is a group of its own. */
+    if (comm->group_spare != NULL) {
+      g = comm->group_spare;
+      comm->group_spare = NULL;
+    } else {
+      BRAID_TRY(BRAID_CALLOC(&g, 1, "group state"));
+    }
     g->owner = pthread_self();
     g->next = group_comms;
     group_comms = comm;
@@ -269,6 +275,20 @@ static void group_comm_release(struct ncclComm* comm) {
       (void)cudaGetLastError();
     }
   }
+  g->nops = 0;
+  g->next = NULL;
+  if (comm->group_spare == NULL) {
+    comm->group_spare = g;
+    return;
+  }
+  free(g->ops);
+  free(g);
+}
+
+void group_comm_free(struct ncclComm* comm) {
+  struct braid_group_comm* g = comm->group_spare;
+  comm->group_spare = NULL;
+  if (g == NULL) return;
   free(g->ops);
   free(g);
 }

@@ -72,6 +72,8 @@ struct braid_init_job {
 int group_has_ops(const struct ncclComm* comm);
 int group_has_init(const struct ncclComm* comm);
 void group_forget(struct ncclComm* comm);
+/* Frees what the comm's groups kept for the next one (comm_free). */
+void group_comm_free(struct ncclComm* comm);
 
 int group_depth(void);
 ncclResult_t group_start(void);
