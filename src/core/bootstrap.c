@@ -237,14 +237,14 @@ static ncclResult_t bootstrap_join_root(struct bootstrap* b, const union braid_s
                     ? "with BRAID_COMM_ID rank 0 runs the root: did it start, with the same value?"
                     : "the process that called ncclGetUniqueId must live until every rank has joined");
     bootstrap_hello_fill(b, BOOTSTRAP_HELLO_JOIN, b->secret, &hello);
-    BRAID_TRY(bootstrap_fd_move(b, fd, &hello, sizeof hello, 1, -1));
-    res = bootstrap_root_answer(b, fd, &reply, sizeof reply, &reset);
+    res = bootstrap_root_move(b, fd, &hello, sizeof hello, 1, &reset);
+    if (res == ncclSuccess) res = bootstrap_root_move(b, fd, &reply, sizeof reply, 0, &reset);
     if (res == ncclSuccess) break;
     if (!reset) goto fail;
     /*
-     * Reset before any answer. With BRAID_COMM_ID the port serves one rendezvous after
-     * another: this may be the previous one's root closing its listener, which resets what
-     * waited in its backlog. Join again until the deadline.
+     * Reset while the hello went out or before any answer. With BRAID_COMM_ID the port
+     * serves one rendezvous after another: this may be the previous one's root closing its
+     * listener, which resets what waited in its backlog. Join again until the deadline.
      */
     socket_close(&fd);
     BRAID_CHECK(mode == BOOTSTRAP_MODE_RANK0 && braid_time_sec() < b->deadline &&

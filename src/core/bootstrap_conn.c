@@ -319,8 +319,8 @@ static void bootstrap_progress(struct bootstrap* b, int fd, short events) {
 
 /*
  * bootstrap_fd_move, telling in *moved how many bytes went through (also on failure). With
- * `reset` set, a receive from the root whose connection is reset before its first byte fails
- * quietly (no message) with *reset = 1: see bootstrap_root_answer.
+ * `reset` set, a send to the root on a connection it reset, or a receive from it reset before
+ * its first byte, fails quietly (no message) with *reset = 1: see bootstrap_root_move.
  */
 static ncclResult_t bootstrap_fd_move_counted(struct bootstrap* b, int fd, void* buf, size_t size,
                                               int sending, int peer, size_t* moved, int* reset) {
@@ -334,7 +334,7 @@ static ncclResult_t bootstrap_fd_move_counted(struct bootstrap* b, int fd, void*
                   : socket_recv_some(fd, (char*)buf + done, size - done, &n);
     if (res != ncclSuccess) {
       int e = errno;
-      if (reset && *moved == 0 && e == ECONNRESET) {
+      if (reset && (sending ? e == ECONNRESET || e == EPIPE : *moved == 0 && e == ECONNRESET)) {
         *reset = 1;
         return ncclRemoteError;
       }
@@ -362,10 +362,11 @@ ncclResult_t bootstrap_fd_move(struct bootstrap* b, int fd, void* buf, size_t si
   return bootstrap_fd_move_counted(b, fd, buf, size, sending, peer, &moved, NULL);
 }
 
-ncclResult_t bootstrap_root_answer(struct bootstrap* b, int fd, void* buf, size_t size, int* reset) {
+ncclResult_t bootstrap_root_move(struct bootstrap* b, int fd, void* buf, size_t size, int sending,
+                                 int* reset) {
   size_t moved;
   *reset = 0;
-  return bootstrap_fd_move_counted(b, fd, buf, size, 0, -1, &moved, reset);
+  return bootstrap_fd_move_counted(b, fd, buf, size, sending, -1, &moved, reset);
 }
 
 void bootstrap_hello_fill(const struct bootstrap* b, int kind, const uint8_t* secret,

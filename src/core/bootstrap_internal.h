@@ -267,12 +267,14 @@ ncclResult_t bootstrap_wait_check(struct bootstrap* b, int peer, const char* wha
 /* Moves all of buf over fd (to/from `peer`, -1: the root), serving incoming traffic meanwhile. */
 ncclResult_t bootstrap_fd_move(struct bootstrap* b, int fd, void* buf, size_t size, int sending, int peer);
 /*
- * Receives the root's answer to a join. A connection the root resets before the answer's first
- * byte fails quietly with *reset = 1, for the caller to join again: with BRAID_COMM_ID the
- * port serves one rendezvous after another, and a finished root closing its listener resets
- * the connections waiting in its backlog, which were meant for the next one.
+ * Sends a join's hello to the root (sending) or receives its answer. A connection the root
+ * resets while the hello goes out or before the answer's first byte fails quietly with
+ * *reset = 1, for the caller to join again: with BRAID_COMM_ID the port serves one rendezvous
+ * after another, and a finished root closing its listener resets the connections waiting in
+ * its backlog, which were meant for the next one.
  */
-ncclResult_t bootstrap_root_answer(struct bootstrap* b, int fd, void* buf, size_t size, int* reset);
+ncclResult_t bootstrap_root_move(struct bootstrap* b, int fd, void* buf, size_t size, int sending,
+                                 int* reset);
 /* A hello of `kind` with `secret`, from `b` (NULL: from no rank, as for DISMISS). */
 void bootstrap_hello_fill(const struct bootstrap* b, int kind, const uint8_t* secret,
                           struct bootstrap_hello* h);
