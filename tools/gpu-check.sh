@@ -428,13 +428,15 @@ ch8 BRAID_MAX_NCHANNELS=8}"
       ;;
     sweep)
       # Settings side by side: SWEEP_FILE holds one run a line, "NAME|COLL|PERF FLAGS|VAR=V ..."
-      # (a NAME starting with nccl runs NCCL's library), all of them SWEEP_ROUNDS times,
+      # (a NAME starting with nccl runs NCCL's library, one starting with old_ the library in
+      # SWEEP_OLD_LIB, an earlier build's), all of them SWEEP_ROUNDS times,
       # rounds alternated; the summary has each log's out-of-place time/busbw, in place after.
       for r in $(seq 1 "${SWEEP_ROUNDS:-2}"); do
         while IFS='|' read -r name coll flags vars; do
           case $name in ''|\#*) continue ;; esac
           xs=""; for v in $vars; do xs="$xs -x ${v%%=*}"; done
-          lib=$LD_LIBRARY_PATH; case $name in nccl*) lib=$NCCL_LIB_DIR ;; esac
+          lib=$LD_LIBRARY_PATH
+          case $name in nccl*) lib=$NCCL_LIB_DIR ;; old_*) lib=${SWEEP_OLD_LIB:?old_ runs need it} ;; esac
           env $vars LD_LIBRARY_PATH=$lib timeout -k 5 ${SWEEP_LIMIT:-120} $MPIRUN $xs \
             $BUILD_DIR/perf/${coll}_perf $flags -g 1 < /dev/null > "$LOGS/sw_${name}_$r.log" 2>&1 ||
             log "sweep $name round $r: rc=$?"
