@@ -426,6 +426,18 @@ ch8 BRAID_MAX_NCHANNELS=8}"
         --collectives all_reduce -- $F -d bfloat16
       tail -20 "$LOGS/compare_bf16.log" >> "$OUT/summary.txt"
       ;;
+    hostprof)
+      # The host-profile test build (tools/hostprof-stage.sh packs it into .device/prof.tar.xz):
+      # HOSTPROF_COLLS at HOSTPROF_SIZE bytes, 5000 calls; each rank's stage averages (stage 3,
+      # the group's close, also holds the communicator's init: its average is no call's).
+      mkdir -p .device/prof && tar -C .device/prof -xJf .device/prof.tar.xz ||
+        { log "hostprof: no .device/prof.tar.xz"; status=1; continue; }
+      for c in ${HOSTPROF_COLLS:-all_reduce sendrecv}; do
+        LD_LIBRARY_PATH=$PWD/.device/prof run hostprof_$c 120 $MPIRUN $BUILD_DIR/perf/${c}_perf \
+          -b ${HOSTPROF_SIZE:-8} -e ${HOSTPROF_SIZE:-8} -w 100 -n 5000 -g 1
+        grep -E '^ +[0-9]+ +[0-9]+ |HOSTPROF' "$LOGS/hostprof_$c.log" >> "$OUT/summary.txt"
+      done
+      ;;
     sweep)
       # Settings side by side: SWEEP_FILE holds one run a line, "NAME|COLL|PERF FLAGS|VAR=V ..."
       # (a NAME starting with nccl runs NCCL's library, one starting with old_ the library in
