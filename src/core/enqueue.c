@@ -37,14 +37,20 @@
 #include "transport/transport.h"
 
 /*
- * Send/recv spreads over one more channel per ENQ_P2P_BYTES_PER_CHANNEL (one
- * channel's half block moves ~10 GB/s; at 512 KB per channel a 2 MB message
- * took 40 µs against NCCL's 21). Over P2P it may go with LL up to
- * BRAID_P2P_LL_MAX bytes (the model chooses): with a channel per 16 KB, LL took
- * 7.9-9.9 µs at 32-512 KB against Simple's 9.7-11.5 (2x H100, NVLink). Other
- * transports keep LL to one channel's 16 KB (not measured beyond).
+ * Send/recv spreads over one more channel per BRAID_P2P_CHANNEL_BYTES, up to the
+ * rings' channels. Over P2P 2 KB by default: at 32-128 KB (one LL step per
+ * channel, its lines spread over more threads) send/recv and all-to-all took
+ * 6.9-7.8 us against 9.0-10.0 with 16 KB, the CUDA graph's GPU time 4.9-5.7
+ * against 7.0-7.4 (2x H100, NVLink, perf/NOTES.md, ninth session); from 512 KB
+ * both run every channel.
+ * Other transports 16 KB (not measured there; at 512 KB per channel a 2 MB
+ * message took 40 us against NCCL's 21). Over P2P a message may go with LL up
+ * to BRAID_P2P_LL_MAX bytes (the model chooses); other transports keep LL to
+ * 16 KB (not measured beyond).
  */
-#define ENQ_P2P_BYTES_PER_CHANNEL (16 << 10)
+#define ENQ_P2P_CHANNEL_BYTES (2 << 10)
+#define ENQ_OTHER_CHANNEL_BYTES (16 << 10)
+#define ENQ_P2P_CHANNEL_BYTES_MIN 1024
 #define ENQ_P2P_LL_MAX_OTHER (16 << 10)
 /* A rank's copy to itself runs on blocks of its own, beside the ones that talk to peers. */
 #define ENQ_SELF_BYTES_PER_CHANNEL (512 << 10)
@@ -87,8 +93,22 @@ static int enq_family(const struct braid_work* w) {
                                                                     : BRAID_KERNELS_RING;
 }
 
-static int enq_p2p_nchannels(const struct ncclComm* comm, size_t bytes, int self) {
-  size_t per = self ? ENQ_SELF_BYTES_PER_CHANNEL : ENQ_P2P_BYTES_PER_CHANNEL;
+/*
+ * Channels of one send (is_send) or receive of `bytes` with `peer`. Both ends of a connection
+ * have the same transport, so the sender and the receiver agree.
+ */
+static int enq_p2p_nchannels(const struct ncclComm* comm, size_t bytes, int peer, int is_send) {
+  const int self = peer == comm->rank;
+  size_t per = ENQ_SELF_BYTES_PER_CHANNEL;
+  if (!self) {
+    const struct braid_connector* conn =
+        (is_send ? comm->channels->p2p_send : comm->channels->p2p_recv) + peer;
+    int64_t want = braid_param_int(BRAID_P_P2P_CHANNEL_BYTES);
+    if (want <= 0)
+      want = conn->transport == &braid_transport_p2p ? ENQ_P2P_CHANNEL_BYTES
+                                                     : ENQ_OTHER_CHANNEL_BYTES;
+    per = (size_t)BRAID_MAX(want, (int64_t)ENQ_P2P_CHANNEL_BYTES_MIN);
+  }
   int max = self ? BRAID_MAX_SELF_CHANNELS : comm->channels->p2p_nchannels;
   size_t n = (bytes + per - 1) / per;
   if (n < 1) return 1;
@@ -684,14 +704,14 @@ static ncclResult_t enq_p2p_fill(struct ncclComm* comm, struct braid_work* w,
   if (s) {
     w->sendbuff = s->sendbuff;
     w->count = s->count * redop_type_size(s->dtype);
-    w->nch_send = (uint8_t)enq_p2p_nchannels(comm, w->count, s->peer == comm->rank);
+    w->nch_send = (uint8_t)enq_p2p_nchannels(comm, w->count, s->peer, 1);
     BRAID_TRY(enq_p2p_ll(comm, s->peer, 1, w->count, &ll));
     if (ll) w->flags |= BRAID_WORK_SEND_LL;
   }
   if (r) {
     w->recvbuff = r->recvbuff;
     w->recv_count = r->count * redop_type_size(r->dtype);
-    w->nch_recv = (uint8_t)enq_p2p_nchannels(comm, w->recv_count, r->peer == comm->rank);
+    w->nch_recv = (uint8_t)enq_p2p_nchannels(comm, w->recv_count, r->peer, 0);
     BRAID_TRY(enq_p2p_ll(comm, r->peer, 0, w->recv_count, &ll));
     if (ll) w->flags |= BRAID_WORK_RECV_LL;
   }

@@ -102,6 +102,11 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "go with LL (the tuning model chooses up to it; BRAID_PROTO=LL forces it), one channel "
       "per 16 KiB; larger ones go with Simple. Other transports: 16 KiB. Every rank must use "
       "the same."),
+  ROW(P2P_CHANNEL_BYTES, NULL, INT, "0",
+      "Send/receive to another rank: one more channel (a block's half on each side) per this "
+      "many bytes of a message, up to the channels the rings have; at least 1024. 0 (default): "
+      "2048 over P2P (NVLink, PCIe; on 2x H100 send/recv at 32-128 KB 2-2.5 us faster than "
+      "with 16384), 16384 over other transports. Every rank must use the same."),
   ROW(CE_MIN_BYTES, NULL, INT, "0",
       "Two ranks joined by P2P: smallest all-reduce, reduce-scatter, all-gather or broadcast "
       "(in bytes, as nccl-tests counts its size), or send/receive (the larger message of a "
