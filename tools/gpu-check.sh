@@ -18,7 +18,7 @@ BUILD_DIR=${BUILD_DIR:-build-gpu}
 NCCL_LIB_DIR=${NCCL_LIB_DIR:-/usr/lib/x86_64-linux-gnu}
 steps=${*:-build test perf}
 status=0
-MPIRUN="mpirun --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x BRAID_DEBUG -x BRAID_DEBUG_SUBSYS -x BRAID_ALGO -x BRAID_PROTO -x BRAID_P2P_PAIR_MAX -x BRAID_CE_MIN_BYTES -x BRAID_BUFFSIZE -x BRAID_P2P_BUFFSIZE -x BRAID_NTHREADS -x BRAID_MAX_NCHANNELS -x BRAID_CHUNKSIZE -x BRAID_P2P_LL_MAX -x BRAID_SIMPLE_POST_WARP"
+MPIRUN="mpirun --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x BRAID_DEBUG -x BRAID_DEBUG_SUBSYS -x BRAID_ALGO -x BRAID_PROTO -x BRAID_P2P_PAIR_MAX -x BRAID_CE_MIN_BYTES -x BRAID_BUFFSIZE -x BRAID_P2P_BUFFSIZE -x BRAID_NTHREADS -x BRAID_MAX_NCHANNELS -x BRAID_CHUNKSIZE -x BRAID_P2P_LL_MAX -x BRAID_P2P_CHANNEL_BYTES -x BRAID_SIMPLE_POST_WARP"
 
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 
@@ -443,6 +443,11 @@ ch8 BRAID_MAX_NCHANNELS=8}"
       # (a NAME starting with nccl runs NCCL's library, one starting with old_ the library in
       # SWEEP_OLD_LIB, an earlier build's), all of them SWEEP_ROUNDS times,
       # rounds alternated; the summary has each log's out-of-place time/busbw, in place after.
+      # SWEEP_OLD_TAR: a library packed like .device/packed.tar.xz, unpacked as SWEEP_OLD_LIB.
+      if [ -n "${SWEEP_OLD_TAR:-}" ]; then
+        mkdir -p .device/old && tar -C .device/old -xJf "$SWEEP_OLD_TAR" &&
+          SWEEP_OLD_LIB=$PWD/.device/old/src || { log "sweep: cannot unpack $SWEEP_OLD_TAR"; status=1; }
+      fi
       for r in $(seq 1 "${SWEEP_ROUNDS:-2}"); do
         while IFS='|' read -r name coll flags vars; do
           case $name in ''|\#*) continue ;; esac
