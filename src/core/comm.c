@@ -295,6 +295,8 @@ static ncclResult_t comm_peer_info_fill(struct ncclComm* comm, struct braid_peer
   me->shm_dev = stat("/dev/shm", &st) == 0 ? (uint64_t)st.st_dev : 0;
   me->pid_ns = stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
   snprintf(me->hostname, sizeof me->hostname, "%s", braid_log_hostname());
+  for (int i = 0; i < BRAID_PARAMS_AGREED; i++)
+    me->agreed[i] = braid_param_int(braid_params_agreed[i]);
   comm->bus_id = me->bus_id;
   return ncclSuccess;
 fail:
@@ -320,12 +322,37 @@ fail:
   return res;
 }
 
+/*
+ * Parameters every rank must set alike (braid_params_agreed): a mix would split a message over
+ * different channels, or pick different protocols, on the two ends of a connection, and hang.
+ * Every rank sees the same table, so all of them refuse together.
+ */
+static ncclResult_t comm_check_agreed_params(struct ncclComm* comm) {
+  ncclResult_t res = ncclSuccess;
+  const struct braid_peer_info* first = &comm->peers[0];
+  for (int k = 0; k < BRAID_PARAMS_AGREED; k++) {
+    for (int i = 1; i < comm->nranks; i++) {
+      const struct braid_peer_info* p = &comm->peers[i];
+      const braid_param_id_t id = braid_params_agreed[k];
+      BRAID_CHECK(p->agreed[k] == first->agreed[k], ncclInvalidUsage,
+                  "%s is %lld on rank 0 (%s) but %lld on rank %d (%s); every rank of a "
+                  "communicator must use the same value (set it alike for all, or not at all)",
+                  braid_param_name((int)id), (long long)first->agreed[k], first->hostname,
+                  (long long)p->agreed[k], i, p->hostname);
+    }
+  }
+  return ncclSuccess;
+fail:
+  return res;
+}
+
 /* What follows the bootstrap, for every way a communicator is made: peers, topology, rings. */
 static ncclResult_t comm_init_connect(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   BRAID_TRY(BRAID_CALLOC(&comm->peers, comm->nranks, "peer info"));
   BRAID_TRY(comm_peer_info_fill(comm, &comm->peers[comm->rank]));
   BRAID_TRY(bootstrap_allgather(comm->bootstrap, comm->peers, sizeof *comm->peers));
+  BRAID_TRY(comm_check_agreed_params(comm));
   BRAID_TRY(comm_check_duplicate_gpus(comm));
   for (int i = 0; i < comm->nranks; i++)
     comm->local_ranks += comm->peers[i].host_hash == comm->peers[comm->rank].host_hash;

@@ -17,6 +17,7 @@
 
 #include "core/config.h"
 #include "core/error.h"
+#include "core/param.h"
 #include "nccl.h"
 
 #define BRAID_COMM_MAGIC 0x42524149444f4d4dULL /* "BRAIDCOMM" */
@@ -35,6 +36,7 @@ struct braid_peer_info {
   uint64_t pid_ns;       /* inode of /proc/self/ns/pid: equal means pids compare */
   uint8_t gpu_uuid[16];
   char hostname[64];
+  int64_t agreed[BRAID_PARAMS_AGREED]; /* braid_params_agreed's values on this rank */
 };
 
 /* States of a communicator (ncclCommGetAsyncError reports `async_error`). */

@@ -273,6 +273,11 @@ static void param_load_all(void) {
 
 static void param_ensure_loaded(void) { pthread_once(&load_once, param_load_all); }
 
+const braid_param_id_t braid_params_agreed[BRAID_PARAMS_AGREED] = {
+    BRAID_P_P2P_PAIR_MIN,  BRAID_P_P2P_PAIR_MAX,      BRAID_P_LL128_PAIR_MAX,
+    BRAID_P_P2P_LL_MAX,    BRAID_P_P2P_CHANNEL_BYTES, BRAID_P_CE_MIN_BYTES,
+    BRAID_P_CE_SLOT_BYTES, BRAID_P_CE_NSLOTS,         BRAID_P_LL128_BUFFSIZE};
+
 int64_t braid_param_int(braid_param_id_t id) {
   param_ensure_loaded();
   return values[id].ival;

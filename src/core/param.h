@@ -88,6 +88,14 @@ typedef enum {
   BRAID_P_COUNT
 } braid_param_id_t;
 
+/*
+ * Integer parameters that decide how ranks split, pace or route the data of a call: every rank
+ * of a communicator must have the same values, or calls hang or corrupt data. Comm init compares
+ * them across ranks and refuses a mix.
+ */
+#define BRAID_PARAMS_AGREED 9
+extern const braid_param_id_t braid_params_agreed[BRAID_PARAMS_AGREED];
+
 /* The value of an integer parameter. A malformed value falls back to the default with a WARN. */
 int64_t braid_param_int(braid_param_id_t id);
 /* The value of a string parameter, or NULL when unset and without default. Valid until reload. */

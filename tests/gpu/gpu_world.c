@@ -22,6 +22,9 @@
  * node's GPUs and connect through P2P and SHM: the intra-node path, run on
  * one GPU. Braid only (NCCL has no such override).
  *
+ * In procs, hosts and sharegpu, GPU_COLL_RANK_ENV="I:NAME=VALUE" sets NAME in
+ * child I only, before its first call (a setting that differs between ranks).
+ *
  * Every process runs the same sequence of cases (same options, same filter),
  * so the ordinal of a case is the same everywhere; a failure seen by any
  * process marks that ordinal in the tally, which the procs parent shares with
@@ -328,6 +331,28 @@ static int world_share_busid(int index) {
   return 0;
 }
 
+/* GPU_COLL_RANK_ENV="I:NAME=VALUE": child I sets NAME; 0 on success (or when unset). */
+static int world_rank_env(int index) {
+  const char* spec = getenv("GPU_COLL_RANK_ENV");
+  char name[128];
+  int who = -1, used = 0;
+  if (spec == NULL || spec[0] == '\0') return 0;
+  const char* eq = strchr(spec, '=');
+  if (sscanf(spec, "%d:%n", &who, &used) != 1 || used == 0 || eq == NULL || eq <= spec + used ||
+      (size_t)(eq - spec - used) >= sizeof name) {
+    fprintf(stderr, "GPU_COLL_RANK_ENV=\"%s\": expected I:NAME=VALUE\n", spec);
+    return -1;
+  }
+  if (who != index) return 0;
+  memcpy(name, spec + used, (size_t)(eq - spec - used));
+  name[eq - spec - used] = '\0';
+  if (setenv(name, eq + 1, 1) != 0) {
+    perror("setenv");
+    return -1;
+  }
+  return 0;
+}
+
 /* procs: child `ch->index` drives GPU `ch->index` as that rank. */
 static int world_child(const struct mp_child* ch) {
   const struct world_procs_arg* a = ch->arg;
@@ -336,6 +361,7 @@ static int world_child(const struct mp_child* ch) {
   int hosts = strcmp(a->opts->mode, "hosts") == 0;
   int share = strcmp(a->opts->mode, "sharegpu") == 0;
   if (share && world_share_busid(ch->index) != 0) return 1;
+  if (world_rank_env(ch->index) != 0) return 1;
   if (hosts) {
     /* Before any call into the library: it reads its parameters once. */
     char id[64];
