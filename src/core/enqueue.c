@@ -52,8 +52,13 @@
 #define ENQ_OTHER_CHANNEL_BYTES (16 << 10)
 #define ENQ_P2P_CHANNEL_BYTES_MIN 1024
 #define ENQ_P2P_LL_MAX_OTHER (16 << 10)
-/* A rank's copy to itself runs on blocks of its own, beside the ones that talk to peers. */
-#define ENQ_SELF_BYTES_PER_CHANNEL (512 << 10)
+/*
+ * A rank's copy to itself runs on blocks of its own, beside the ones that talk to peers: one
+ * per BRAID_P2P_SELF_CHANNEL_BYTES (64 KB by default: a two-rank all-to-all at 512 KB took
+ * 8.9-9.0 us against 10.3-10.5 with 512 KB, at 2 MB 14.8-15.0 against 16.0-16.1; 2x H100,
+ * perf/NOTES.md, ninth session), at least ENQ_SELF_CHANNEL_BYTES_MIN.
+ */
+#define ENQ_SELF_CHANNEL_BYTES_MIN 4096
 
 struct launch_plan {
   struct braid_kernel_args args;
@@ -99,7 +104,8 @@ static int enq_family(const struct braid_work* w) {
  */
 static int enq_p2p_nchannels(const struct ncclComm* comm, size_t bytes, int peer, int is_send) {
   const int self = peer == comm->rank;
-  size_t per = ENQ_SELF_BYTES_PER_CHANNEL;
+  size_t per = (size_t)BRAID_MAX(braid_param_int(BRAID_P_P2P_SELF_CHANNEL_BYTES),
+                                 (int64_t)ENQ_SELF_CHANNEL_BYTES_MIN);
   if (!self) {
     const struct braid_connector* conn =
         (is_send ? comm->channels->p2p_send : comm->channels->p2p_recv) + peer;
@@ -546,9 +552,18 @@ static ncclResult_t enq_order_capture(struct ncclComm* comm, cudaStream_t stream
     } else {
       for (size_t i = 0; i < ndeps; i++)
         BRAID_CUDA_TRY(cudaGraphAddDependencies(graph, &deps[i], &c->record, NULL, 1));
-      /* This kernel depends on the one before (enq_order_wait): that edge says nothing. */
-      if (c->last != NULL && kernel != NULL)
-        BRAID_CUDA_TRY(cudaGraphRemoveDependencies(graph, &c->last, &c->record, NULL, 1));
+      /*
+       * This kernel depends on the one before (enq_order_wait): that edge says nothing. A graph
+       * with memory nodes (in-place all-to-all's stream-ordered staging) refuses to lose an
+       * edge (cudaErrorNotSupported): there it stays, redundant.
+       */
+      if (c->last != NULL && kernel != NULL) {
+        cudaError_t e = cudaGraphRemoveDependencies(graph, &c->last, &c->record, NULL, 1);
+        if (e == cudaErrorNotSupported)
+          (void)cudaGetLastError();
+        else
+          BRAID_CUDA_TRY(e);
+      }
     }
     ord->graphs_ordered = 1;
   }

@@ -18,6 +18,8 @@
  *   revoke            a revoked communicator refuses work and can still be shrunk
  *   graph             an AllReduce and a send/recv ring captured in a CUDA graph, replayed
  *                     1000 times (each replay feeds the next), eager calls mixed in
+ *   graph a2a         three in-place AllToAlls captured in one graph (its staging copies
+ *                     are stream-ordered allocations: memory nodes), replayed twice
  *   simulate          ncclGroupSimulateEnd estimates a group's time and launches nothing
  *   register          ncclMemAlloc, ncclCommRegister, a collective on the registered
  *                     buffer, ncclCommDeregister; ncclCommWindowRegister / Deregister
@@ -989,6 +991,75 @@ out:
   world_case_end(w);
 }
 
+/* Rank `rank`'s in-place all-to-all buffer: block j holds api_val(rank, j * bn + i) (transposed:
+   api_val(j, rank * bn + i), the data rank j held for this rank). */
+static void api_a2a_fill(int64_t* h, int nranks, size_t bn, int rank, int transposed) {
+  for (int j = 0; j < nranks; j++)
+    for (size_t i = 0; i < bn; i++)
+      h[(size_t)j * bn + i] = transposed ? api_val(j, (size_t)rank * bn + i, 5)
+                                         : api_val(rank, (size_t)j * bn + i, 5);
+}
+
+/*
+ * In-place AllToAll stages its send data in a stream-ordered allocation (a memory node when
+ * captured). Three calls captured in one graph: a replay transposes the blocks once (three
+ * transposes), two replays give the input back. A graph with memory nodes refuses edge removal,
+ * which the ordering of a capture's later kernels of one comm used (cudaErrorNotSupported).
+ */
+static void api_graph_a2a_in_place(struct gpu_world* w) {
+  char name[128];
+  snprintf(name, sizeof name, "Graph in-place AllToAll x3, 2 replays mode=%s", w->opts->mode);
+  if (!world_case_begin(w, name)) return;
+  const size_t bn = 4099; /* per block: odd, several LL lines per thread */
+  struct api_buf a;
+  cudaGraph_t graph[GPU_MAX_RANKS] = {0};
+  cudaGraphExec_t exec[GPU_MAX_RANKS] = {0};
+  int64_t* want = malloc(bn * (size_t)w->nranks * sizeof *want);
+  memset(&a, 0, sizeof a);
+  if (want == NULL) {
+    world_case_fail(w, "out of host memory");
+    goto out;
+  }
+  if (buf_alloc(w, &a, bn * (size_t)w->nranks)) goto out;
+  for (int l = 0; l < w->nlocal; l++) {
+    api_a2a_fill(want, w->nranks, bn, api_rank(w, l), 0);
+    if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
+        world_cuda(w, cudaMemcpy(a.d[l], want, a.n * sizeof *want, cudaMemcpyHostToDevice),
+                   "cudaMemcpy to the device"))
+      goto out;
+  }
+  int issued = 0;
+  for (int l = 0; issued == 0 && l < w->nlocal; l++)
+    issued = world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
+             world_cuda(w, cudaStreamBeginCapture(w->stream[l], cudaStreamCaptureModeThreadLocal),
+                        "cudaStreamBeginCapture");
+  for (int k = 0; issued == 0 && k < 3; k++) {
+    issued = world_group_start(w);
+    for (int l = 0; issued == 0 && l < w->nlocal; l++)
+      issued = world_nccl(w, ncclAlltoAll(a.d[l], a.d[l], bn, ncclInt64, w->comm[l],
+                                          w->stream[l]),
+                          w->comm[l], "ncclAlltoAll (in place, captured)");
+    issued |= world_group_end(w);
+  }
+  if (api_capture_end(w, w->stream, graph, exec) || issued != 0) goto out;
+  for (int r = 1; r <= 2; r++) {
+    if (api_graph_replay(w, exec, 1)) goto out;
+    for (int l = 0; l < w->nlocal; l++) {
+      api_a2a_fill(want, w->nranks, bn, api_rank(w, l), r == 1);
+      buf_expect(w, &a, l, want, r == 1 ? "after one replay (transposed)" : "after two replays");
+    }
+  }
+out:
+  for (int l = 0; l < w->nlocal; l++) {
+    cudaSetDevice(w->dev[l]);
+    if (exec[l]) cudaGraphExecDestroy(exec[l]);
+    if (graph[l]) cudaGraphDestroy(graph[l]);
+  }
+  buf_free(w, &a);
+  free(want);
+  world_case_end(w);
+}
+
 /*
  * Graph mixing: graph G1 (an AllReduce into g, then one of g into h) replayed on the comm's
  * stream, graph G2 (into x)
@@ -1421,6 +1492,7 @@ void suite_api(struct gpu_world* w) {
   api_shrink_abort(w);
   api_revoke(w);
   api_graph(w);
+  api_graph_a2a_in_place(w);
   api_graph_mixing(w);
   api_simulate(w);
   api_register(w);
