@@ -99,9 +99,9 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "from 8 MB); the same on every rank."),
   ROW(P2P_LL_MAX, NULL, INT, "524288",
       "Send/receive to another rank over P2P (NVLink, PCIe): largest message in bytes that may "
-      "go with LL (the tuning model chooses up to it; BRAID_PROTO=LL forces it), one channel "
-      "per 16 KiB; larger ones go with Simple. Other transports: 16 KiB. Every rank must use "
-      "the same."),
+      "go with LL (the tuning model chooses up to it; BRAID_PROTO=LL forces it), spread over "
+      "channels as BRAID_P2P_CHANNEL_BYTES says; larger ones go with Simple. Other transports: "
+      "16 KiB. Every rank must use the same."),
   ROW(P2P_CHANNEL_BYTES, NULL, INT, "0",
       "Send/receive to another rank: one more channel (a block's half on each side) per this "
       "many bytes of a message, up to the channels the rings have; at least 1024. 0 (default): "

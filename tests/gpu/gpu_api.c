@@ -991,8 +991,10 @@ out:
   world_case_end(w);
 }
 
-/* Rank `rank`'s in-place all-to-all buffer: block j holds api_val(rank, j * bn + i) (transposed:
-   api_val(j, rank * bn + i), the data rank j held for this rank). */
+/*
+ * Rank `rank`'s in-place all-to-all buffer: block j holds api_val(rank, j * bn + i); transposed,
+ * api_val(j, rank * bn + i), the data rank j held for this rank.
+ */
 static void api_a2a_fill(int64_t* h, int nranks, size_t bn, int rank, int transposed) {
   for (int j = 0; j < nranks; j++)
     for (size_t i = 0; i < bn; i++)
