@@ -931,6 +931,15 @@ static int api_capture_end(struct gpu_world* w, cudaStream_t* s, cudaGraph_t* gr
   return rc;
 }
 
+/* Every local rank's graph and its instance, where made. */
+static void api_graphs_destroy(struct gpu_world* w, cudaGraph_t* graph, cudaGraphExec_t* exec) {
+  for (int l = 0; l < w->nlocal; l++) {
+    cudaSetDevice(w->dev[l]);
+    if (exec[l]) cudaGraphExecDestroy(exec[l]);
+    if (graph[l]) cudaGraphDestroy(graph[l]);
+  }
+}
+
 static void api_graph(struct gpu_world* w) {
   char name[128];
   snprintf(name, sizeof name, "Graph AllReduce+SendRecv %d replays, eager mixed mode=%s",
@@ -980,11 +989,7 @@ static void api_graph(struct gpu_world* w) {
     free(s);
   }
 out:
-  for (int l = 0; l < w->nlocal; l++) {
-    cudaSetDevice(w->dev[l]);
-    if (exec[l]) cudaGraphExecDestroy(exec[l]);
-    if (graph[l]) cudaGraphDestroy(graph[l]);
-  }
+  api_graphs_destroy(w, graph, exec);
   buf_free(w, &a);
   buf_free(w, &c);
   buf_free(w, &r);
@@ -1052,11 +1057,7 @@ static void api_graph_a2a_in_place(struct gpu_world* w) {
     }
   }
 out:
-  for (int l = 0; l < w->nlocal; l++) {
-    cudaSetDevice(w->dev[l]);
-    if (exec[l]) cudaGraphExecDestroy(exec[l]);
-    if (graph[l]) cudaGraphDestroy(graph[l]);
-  }
+  api_graphs_destroy(w, graph, exec);
   buf_free(w, &a);
   free(want);
   world_case_end(w);
