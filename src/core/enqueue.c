@@ -104,19 +104,20 @@ static int enq_family(const struct braid_work* w) {
  */
 static int enq_p2p_nchannels(const struct ncclComm* comm, size_t bytes, int peer, int is_send) {
   const int self = peer == comm->rank;
-  size_t per = (size_t)BRAID_MAX(braid_param_int(BRAID_P_P2P_SELF_CHANNEL_BYTES),
-                                 (int64_t)ENQ_SELF_CHANNEL_BYTES_MIN);
-  if (!self) {
+  int64_t per;
+  if (self) {
+    per = BRAID_MAX(braid_param_int(BRAID_P_P2P_SELF_CHANNEL_BYTES), ENQ_SELF_CHANNEL_BYTES_MIN);
+  } else {
     const struct braid_connector* conn =
         (is_send ? comm->channels->p2p_send : comm->channels->p2p_recv) + peer;
-    int64_t want = braid_param_int(BRAID_P_P2P_CHANNEL_BYTES);
-    if (want <= 0)
-      want = conn->transport == &braid_transport_p2p ? ENQ_P2P_CHANNEL_BYTES
-                                                     : ENQ_OTHER_CHANNEL_BYTES;
-    per = (size_t)BRAID_MAX(want, (int64_t)ENQ_P2P_CHANNEL_BYTES_MIN);
+    per = braid_param_int(BRAID_P_P2P_CHANNEL_BYTES);
+    if (per <= 0)
+      per = conn->transport == &braid_transport_p2p ? ENQ_P2P_CHANNEL_BYTES
+                                                    : ENQ_OTHER_CHANNEL_BYTES;
+    per = BRAID_MAX(per, ENQ_P2P_CHANNEL_BYTES_MIN);
   }
   int max = self ? BRAID_MAX_SELF_CHANNELS : comm->channels->p2p_nchannels;
-  size_t n = (bytes + per - 1) / per;
+  size_t n = (bytes + (size_t)per - 1) / (size_t)per;
   if (n < 1) return 1;
   return n > (size_t)max ? max : (int)n;
 }
