@@ -31,6 +31,8 @@ typedef CUresult (*dev_launch_fn)(CUfunction f, unsigned gx, unsigned gy, unsign
 typedef CUresult (*dev_launch_ex_fn)(const CUlaunchConfig* config, CUfunction f, void** params,
                                      void** extra);
 typedef CUresult (*dev_error_name_fn)(CUresult err, const char** name);
+typedef CUresult (*dev_event_record_fn)(CUevent event, CUstream stream);
+typedef CUresult (*dev_stream_id_fn)(CUstream stream, unsigned long long* id);
 
 /* The driver's launch calls, reached through the runtime (Braid does not link libcuda). */
 static struct {
@@ -38,12 +40,52 @@ static struct {
   dev_launch_fn launch;
   dev_launch_ex_fn launch_ex; /* with attributes (CUDA 12.0 on): NULL where absent */
   dev_error_name_fn error_name;
+  dev_event_record_fn event_record; /* NULL where absent: the runtime's then */
+  dev_stream_id_fn stream_id;
 } dev_drv = {.once = PTHREAD_ONCE_INIT};
 
 static void dev_drv_load(void) {
   dev_drv.launch = (dev_launch_fn)braid_driver_fn("cuLaunchKernel");
   dev_drv.launch_ex = (dev_launch_ex_fn)braid_driver_fn("cuLaunchKernelEx");
   dev_drv.error_name = (dev_error_name_fn)braid_driver_fn("cuGetErrorName");
+  dev_drv.event_record = (dev_event_record_fn)braid_driver_fn("cuEventRecord");
+  dev_drv.stream_id = (dev_stream_id_fn)braid_driver_fn("cuStreamGetId");
+}
+
+static ncclResult_t dev_drv_err(const char* what, CUresult err) {
+  const char* name = NULL;
+  if (dev_drv.error_name == NULL || dev_drv.error_name(err, &name) != CUDA_SUCCESS) name = NULL;
+  return braid_err(ncclUnhandledCudaError, "%s failed: %s (CUresult %d)", what,
+                   name ? name : "unknown error", (int)err);
+}
+
+/*
+ * The order of a comm's launches (enqueue.c) asks for the stream's id and records an event
+ * around every eager launch: straight to the driver, which the runtime's wrappers add to. The
+ * caller has made the comm's device current (the driver works in the current context).
+ */
+ncclResult_t dev_state_record(cudaEvent_t event, cudaStream_t stream) {
+  pthread_once(&dev_drv.once, dev_drv_load);
+  if (dev_drv.event_record == NULL) {
+    cudaError_t err = cudaEventRecord(event, stream);
+    if (err == cudaSuccess) return ncclSuccess;
+    (void)cudaGetLastError();
+    return braid_err(ncclUnhandledCudaError, "cudaEventRecord failed: %s", cudaGetErrorString(err));
+  }
+  CUresult err = dev_drv.event_record((CUevent)event, (CUstream)stream);
+  return err == CUDA_SUCCESS ? ncclSuccess : dev_drv_err("cuEventRecord", err);
+}
+
+ncclResult_t dev_state_stream_id(cudaStream_t stream, unsigned long long* id) {
+  pthread_once(&dev_drv.once, dev_drv_load);
+  if (dev_drv.stream_id == NULL) {
+    cudaError_t err = cudaStreamGetId(stream, id);
+    if (err == cudaSuccess) return ncclSuccess;
+    (void)cudaGetLastError();
+    return braid_err(ncclUnhandledCudaError, "cudaStreamGetId failed: %s", cudaGetErrorString(err));
+  }
+  CUresult err = dev_drv.stream_id((CUstream)stream, id);
+  return err == CUDA_SUCCESS ? ncclSuccess : dev_drv_err("cuStreamGetId", err);
 }
 
 /*

@@ -76,6 +76,9 @@ struct braid_dev_state {
 
 /* Uploads rings and ring connections (after transport_rings_connect) and loads the kernels. */
 ncclResult_t dev_state_create(struct ncclComm* comm);
+/* cudaEventRecord and cudaStreamGetId through the driver (the launch order's per-call calls). */
+ncclResult_t dev_state_record(cudaEvent_t event, cudaStream_t stream);
+ncclResult_t dev_state_stream_id(cudaStream_t stream, unsigned long long* id);
 /*
  * Launches family/dtype/devop's kernel on `grid` blocks with the works of
  * `args`, passing only the bytes of the works in use (a launch costs more

@@ -503,7 +503,7 @@ static ncclResult_t enq_order_wait(struct ncclComm* comm, cudaStream_t stream, i
   o->cap_id = 0;
   o->cap = NULL;
   if (!capturing) {
-    BRAID_CUDA_TRY(cudaStreamGetId(stream, &o->stream_id));
+    BRAID_TRY(dev_state_stream_id(stream, &o->stream_id));
     if (ord->graphs_ordered || (ord->launched && ord->last_stream_id != o->stream_id))
       BRAID_CUDA_TRY(cudaStreamWaitEvent(stream, ord->last_launch, 0));
     return ncclSuccess;
@@ -580,7 +580,7 @@ static ncclResult_t enq_order_record(struct ncclComm* comm, cudaStream_t stream,
   ncclResult_t res = ncclSuccess;
   struct braid_launch_order* ord = comm->dev->order;
   if (o->capturing) return enq_order_capture(comm, stream, o);
-  BRAID_CUDA_TRY(cudaEventRecord(ord->last_launch, stream));
+  BRAID_TRY(dev_state_record(ord->last_launch, stream));
   ord->last_stream_id = o->stream_id;
   ord->launched = 1;
   ord->records++;
