@@ -18,7 +18,9 @@ BUILD_DIR=${BUILD_DIR:-build-gpu}
 NCCL_LIB_DIR=${NCCL_LIB_DIR:-/usr/lib/x86_64-linux-gnu}
 steps=${*:-build test perf}
 status=0
-MPIRUN="mpirun --allow-run-as-root --bind-to none -np 2 -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x BRAID_DEBUG -x BRAID_DEBUG_SUBSYS -x BRAID_ALGO -x BRAID_PROTO -x BRAID_P2P_PAIR_MAX -x BRAID_CE_MIN_BYTES -x BRAID_BUFFSIZE -x BRAID_P2P_BUFFSIZE -x BRAID_NTHREADS -x BRAID_MAX_NCHANNELS -x BRAID_CHUNKSIZE -x BRAID_P2P_LL_MAX -x BRAID_P2P_CHANNEL_BYTES -x BRAID_SIMPLE_POST_WARP"
+# NP: processes (GPUs) for the perf steps and the suites step (2 here; 4 or 8 on the larger kinds).
+NP=${NP:-2}
+MPIRUN="mpirun --allow-run-as-root --bind-to none -np $NP -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x BRAID_DEBUG -x BRAID_DEBUG_SUBSYS -x BRAID_ALGO -x BRAID_PROTO -x BRAID_P2P_PAIR_MAX -x BRAID_CE_MIN_BYTES -x BRAID_BUFFSIZE -x BRAID_P2P_BUFFSIZE -x BRAID_NTHREADS -x BRAID_MAX_NCHANNELS -x BRAID_CHUNKSIZE -x BRAID_P2P_LL_MAX -x BRAID_P2P_CHANNEL_BYTES -x BRAID_SIMPLE_POST_WARP"
 
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 
@@ -63,19 +65,41 @@ for step in $steps; do
     build)
       log "build ($(nproc) cores)"
       start=$(date +%s)
+      # BUILD_TARGETS: only these (the library, perf tools, gpu_coll, braid-info, say).
       { cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 &&
-        cmake --build "$BUILD_DIR" -j "$(nproc)"; } > "$LOGS/build.log" 2>&1 || { status=1; tail -40 "$LOGS/build.log"; }
+        cmake --build "$BUILD_DIR" -j "$(nproc)" ${BUILD_TARGETS:+--target $BUILD_TARGETS}; } \
+        > "$LOGS/build.log" 2>&1 || { status=1; tail -40 "$LOGS/build.log"; }
       log "build: rc=$status in $(( $(date +%s) - start )) s"
       ;;
     test)
       # The 1000-communicator leak checks take minutes each: TEST_EXCLUDE= runs them too.
       # TEST_ONLY: a regular expression of the tests to run (ctest -R). CTEST_JOBS: tests at once.
+      # The forced algorithm/protocol matrix (label forced) has its own step below; TEST_FORCED=1
+      # takes it in here too (one ctest for all, more tests at once).
       excl=${TEST_EXCLUDE-leaks}
-      log "ctest -L gpu${excl:+ -E $excl}${TEST_ONLY:+ -R $TEST_ONLY}"
-      timeout -k 10 ${TEST_LIMIT:-480} ctest --test-dir "$BUILD_DIR/tests/gpu" -L gpu -j ${CTEST_JOBS:-1} \
-        ${excl:+-E "$excl"} ${TEST_ONLY:+-R "$TEST_ONLY"} --output-on-failure \
+      lexcl=forced; [ "${TEST_FORCED:-0}" = 1 ] && lexcl=
+      log "ctest -L gpu${lexcl:+ -LE $lexcl}${excl:+ -E $excl}${TEST_ONLY:+ -R $TEST_ONLY}"
+      timeout -k 10 ${TEST_LIMIT:-480} ctest --test-dir "$BUILD_DIR/tests/gpu" -L gpu ${lexcl:+-LE $lexcl} \
+        -j ${CTEST_JOBS:-1} ${excl:+-E "$excl"} ${TEST_ONLY:+-R "$TEST_ONLY"} --output-on-failure \
         > "$LOGS/ctest-gpu.log" 2>&1 || status=1
       tail -15 "$LOGS/ctest-gpu.log" | tee -a "$OUT/summary.txt"
+      ;;
+    suites)
+      # The whole suite on NP GPUs: one process per GPU, then one thread per GPU.
+      for m in ${SUITE_MODES:-procs threads}; do
+        run suite_${m}_$NP ${SUITE_LIMIT:-300} "$BUILD_DIR/tests/gpu/gpu_coll" --mode $m --nranks $NP \
+          --suite ${SUITE:-all} --timeout $(( ${SUITE_LIMIT:-300} - 20 ))
+        grep -E "cases|^FAIL" "$LOGS/suite_${m}_$NP.log" | head -20 >> "$OUT/summary.txt"
+      done
+      ;;
+    forced)
+      # Every algorithm x protocol forced in turn, the whole suite each (tests/gpu/CMakeLists.txt).
+      log "ctest -L forced${TEST_ONLY:+ -R $TEST_ONLY}"
+      timeout -k 10 ${FORCED_LIMIT:-480} ctest --test-dir "$BUILD_DIR/tests/gpu" -L forced \
+        -j ${CTEST_JOBS:-4} ${TEST_ONLY:+-R "$TEST_ONLY"} --output-on-failure \
+        > "$LOGS/ctest-forced.log" 2>&1 || status=1
+      grep -E "Test +#|ran with|FAIL" "$LOGS/ctest-forced.log" | head -60 >> "$OUT/summary.txt"
+      tail -6 "$LOGS/ctest-forced.log" | tee -a "$OUT/summary.txt"
       ;;
     unit)
       log "ctest -L 'unit|mp'"
@@ -415,13 +439,15 @@ ch8 BRAID_MAX_NCHANNELS=8}"
       tail -30 "$LOGS/all_reduce_braid.log" | tee -a "$OUT/summary.txt"
       ;;
     compare)
-      # Issue 6's bar: 2 processes, float32 sum, 8 B to 2 GiB by x4, each collective against
-      # NCCL in the same run; then bf16 all-reduce. COMPARE_COLLECTIVES narrows the list.
+      # Issue 6's bar: 2 processes (NP), float32 sum, 8 B to 2 GiB by x4, each collective against
+      # NCCL in the same run; then bf16 all-reduce (COMPARE_BF16=0: not). COMPARE_COLLECTIVES
+      # narrows the list.
       F="-b 8 -e 2G -f 4 -w 5 -n 20"
-      C="python3 $BUILD_DIR/perf/compare --mpirun 2 --nccl-lib $NCCL_LIB_DIR --rounds ${COMPARE_ROUNDS:-2}"
+      C="python3 $BUILD_DIR/perf/compare --mpirun $NP --nccl-lib $NCCL_LIB_DIR --rounds ${COMPARE_ROUNDS:-2}"
       run compare ${COMPARE_LIMIT:-540} $C --plot "$OUT/compare.png" --markdown "$OUT/compare.md" \
         --collectives ${COMPARE_COLLECTIVES:-all_reduce,all_gather,reduce_scatter,broadcast,sendrecv,alltoall} -- $F
       tail -60 "$LOGS/compare.log" >> "$OUT/summary.txt"
+      [ "${COMPARE_BF16:-1}" = 1 ] || continue
       run compare_bf16 300 $C --plot "$OUT/compare_bf16.png" --markdown "$OUT/compare_bf16.md" \
         --collectives all_reduce -- $F -d bfloat16
       tail -20 "$LOGS/compare_bf16.log" >> "$OUT/summary.txt"

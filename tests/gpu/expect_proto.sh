@@ -6,6 +6,8 @@
 # EXPECT_PATTERN: a log line (grep pattern) to count instead of PROTO's choice.
 # EXPECT_ABSENT: a log line (grep pattern) that must not appear at all.
 # EXPECT_EACH: more patterns, separated by '|', each of which must match at least one line.
+# EXPECT_ALL: every line matching this pattern must also match EXPECT_PATTERN (a forced choice
+# that some calls did not take fails).
 set -u
 proto=$1
 shift
@@ -19,6 +21,11 @@ n=$(grep -c "${EXPECT_PATTERN:-ranks: [A-Za-z]*/$proto, }" "$log")
 others=$(grep -c "ranks: [A-Za-z]*/[A-Za-z0-9]*, " "$log")
 absent=0
 [ -n "${EXPECT_ABSENT:-}" ] && absent=$(grep -c "$EXPECT_ABSENT" "$log")
+strays=0
+if [ -n "${EXPECT_ALL:-}" ]; then
+  strays=$(grep "$EXPECT_ALL" "$log" | grep -vc "${EXPECT_PATTERN:-ranks: [A-Za-z]*/$proto, }")
+  grep "$EXPECT_ALL" "$log" | grep -v "${EXPECT_PATTERN:-ranks: [A-Za-z]*/$proto, }" | head -5
+fi
 missing=
 if [ -n "${EXPECT_EACH:-}" ]; then
   old_ifs=$IFS; IFS='|'
@@ -34,4 +41,5 @@ rm -f "$log"
 echo "$n of $others collective calls ran with $proto"
 [ "$n" -gt 0 ] || { echo "FAIL: none ran with $proto"; exit 1; }
 [ "$absent" -eq 0 ] || { echo "FAIL: $absent log lines match '$EXPECT_ABSENT'"; exit 1; }
+[ "$strays" -eq 0 ] || { echo "FAIL: $strays log lines match '$EXPECT_ALL' but not the forced choice"; exit 1; }
 [ -z "$missing" ] || { echo "FAIL: no log line matches$missing"; exit 1; }
