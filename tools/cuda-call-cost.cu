@@ -79,6 +79,42 @@ int main(void) {
     TIME("cuLaunchKernel, 3968 B kernel, 128 B passed", CHECK_CU(cuLaunchKernel(fbig, 1, 1, 1, 512, 1, 1, 0, s, NULL, extra_used)));
     TIME("cuLaunchKernel, 3968 B kernel, all passed", CHECK_CU(cuLaunchKernel(fbig, 1, 1, 1, 512, 1, 1, 0, s, NULL, extra_whole)));
   }
+  /* What a launch costs with the attributes Braid passes (one block: no clusters). */
+  CUlaunchAttribute attrs[1];
+  attrs[0].id = CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN;
+  attrs[0].value.memSyncDomain = CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE;
+  CUlaunchConfig cfg = {};
+  cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = 512;
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.hStream = s;
+  cfg.attrs = attrs;
+  for (int w = 0; w < 2; w++) {
+    cfg.numAttrs = 0;
+    TIME("cuLaunchKernelEx, 128 B passed, no attributes", CHECK_CU(cuLaunchKernelEx(&cfg, fbig, NULL, extra_used)));
+    cfg.numAttrs = 1;
+    TIME("cuLaunchKernelEx, 128 B passed, sync domain", CHECK_CU(cuLaunchKernelEx(&cfg, fbig, NULL, extra_used)));
+  }
+  /* Stream memory operations: what ordering a stream by a flag in memory would cost. */
+  CUdeviceptr word = (CUdeviceptr)(uintptr_t)buf;
+  CHECK(cudaMemset(buf, 0, 64));
+  CHECK(cudaDeviceSynchronize());
+  TIME("cuStreamWriteValue32", CHECK_CU(cuStreamWriteValue32(s, word, (cuuint32_t)i_, 0)));
+  TIME("cuStreamWaitValue32 (met)", CHECK_CU(cuStreamWaitValue32(s, word, 0, CU_STREAM_WAIT_VALUE_GEQ)));
+  CUstreamBatchMemOpParams ops[2] = {};
+  ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+  ops[0].writeValue.address = word + 8;
+  ops[0].writeValue.value = 1;
+  ops[1].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+  ops[1].waitValue.address = word + 8;
+  ops[1].waitValue.value = 1;
+  ops[1].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+  TIME("cuStreamBatchMemOp, write + wait", CHECK_CU(cuStreamBatchMemOp(s, 2, ops, 0)));
+  CUevent cev = (CUevent)ev;
+  TIME("cuEventRecord", CHECK_CU(cuEventRecord(cev, s)));
+  TIME("cuStreamIsCapturing", { CUstreamCaptureStatus st; CHECK_CU(cuStreamIsCapturing(s, &st)); });
+  TIME("cudaStreamGetId", { unsigned long long id; CHECK(cudaStreamGetId(s, &id)); });
+  TIME("cuStreamGetId", { unsigned long long id; CHECK_CU(cuStreamGetId(s, &id)); });
   TIME("cudaLaunchKernel 64 B + cudaEventRecord", CHECK(cudaLaunchKernel((const void*)k_small, dim3(1), dim3(512), psmall, 0, s)); CHECK(cudaEventRecord(ev, s)));
   TIME("cudaEventRecord", CHECK(cudaEventRecord(ev, s)));
   struct cudaPointerAttributes attr;
