@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The host-profile test build: applies perf/results/2026-11-27-x2-h/hostprof.patch (rdtsc
+# The host-profile test build: applies perf/results/2026-11-27-j/hostprof.patch (rdtsc
 # marks along one call's host path; each process prints its stages' averages at exit), builds
 # the library in build/ (host files only), packs it into .device/prof.tar.xz for
 # `tools/gpu-check.sh hostprof`, then takes the patch out and rebuilds, so build/ is the
@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
-patch=${HOSTPROF_PATCH:-perf/results/2026-11-27-x2-h/hostprof.patch}
+patch=${HOSTPROF_PATCH:-perf/results/2026-11-27-j/hostprof.patch}
 git apply --check "$patch"
 git apply "$patch"
 trap 'git apply -R "$patch" && cmake --build "$build" -j2 --target nccl > /dev/null' EXIT
