@@ -52,11 +52,20 @@ static void dev_drv_load(void) {
   dev_drv.stream_id = (dev_stream_id_fn)braid_driver_fn("cuStreamGetId");
 }
 
-static ncclResult_t dev_drv_err(const char* what, CUresult err) {
+/* A driver call's result as Braid's (its name from the driver where it can say). */
+static ncclResult_t dev_drv_result(const char* what, CUresult err) {
   const char* name = NULL;
+  if (err == CUDA_SUCCESS) return ncclSuccess;
   if (dev_drv.error_name == NULL || dev_drv.error_name(err, &name) != CUDA_SUCCESS) name = NULL;
   return braid_err(ncclUnhandledCudaError, "%s failed: %s (CUresult %d)", what,
                    name ? name : "unknown error", (int)err);
+}
+
+/* The runtime's, where the driver lacks the entry point. */
+static ncclResult_t dev_rt_result(const char* what, cudaError_t err) {
+  if (err == cudaSuccess) return ncclSuccess;
+  (void)cudaGetLastError();
+  return braid_err(ncclUnhandledCudaError, "%s failed: %s", what, cudaGetErrorString(err));
 }
 
 /*
@@ -66,26 +75,15 @@ static ncclResult_t dev_drv_err(const char* what, CUresult err) {
  */
 ncclResult_t dev_state_record(cudaEvent_t event, cudaStream_t stream) {
   pthread_once(&dev_drv.once, dev_drv_load);
-  if (dev_drv.event_record == NULL) {
-    cudaError_t err = cudaEventRecord(event, stream);
-    if (err == cudaSuccess) return ncclSuccess;
-    (void)cudaGetLastError();
-    return braid_err(ncclUnhandledCudaError, "cudaEventRecord failed: %s", cudaGetErrorString(err));
-  }
-  CUresult err = dev_drv.event_record((CUevent)event, (CUstream)stream);
-  return err == CUDA_SUCCESS ? ncclSuccess : dev_drv_err("cuEventRecord", err);
+  if (dev_drv.event_record == NULL)
+    return dev_rt_result("cudaEventRecord", cudaEventRecord(event, stream));
+  return dev_drv_result("cuEventRecord", dev_drv.event_record((CUevent)event, (CUstream)stream));
 }
 
 ncclResult_t dev_state_stream_id(cudaStream_t stream, unsigned long long* id) {
   pthread_once(&dev_drv.once, dev_drv_load);
-  if (dev_drv.stream_id == NULL) {
-    cudaError_t err = cudaStreamGetId(stream, id);
-    if (err == cudaSuccess) return ncclSuccess;
-    (void)cudaGetLastError();
-    return braid_err(ncclUnhandledCudaError, "cudaStreamGetId failed: %s", cudaGetErrorString(err));
-  }
-  CUresult err = dev_drv.stream_id((CUstream)stream, id);
-  return err == CUDA_SUCCESS ? ncclSuccess : dev_drv_err("cuStreamGetId", err);
+  if (dev_drv.stream_id == NULL) return dev_rt_result("cudaStreamGetId", cudaStreamGetId(stream, id));
+  return dev_drv_result("cuStreamGetId", dev_drv.stream_id((CUstream)stream, id));
 }
 
 /*
