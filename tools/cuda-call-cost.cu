@@ -99,6 +99,7 @@ int main(void) {
   CUdeviceptr word = (CUdeviceptr)(uintptr_t)buf;
   CHECK(cudaMemset(buf, 0, 64));
   CHECK(cudaDeviceSynchronize());
+  /* i_ is TIME's loop counter: each write stores a new value. */
   TIME("cuStreamWriteValue32", CHECK_CU(cuStreamWriteValue32(s, word, (cuuint32_t)i_, 0)));
   TIME("cuStreamWaitValue32 (met)", CHECK_CU(cuStreamWaitValue32(s, word, 0, CU_STREAM_WAIT_VALUE_GEQ)));
   CUstreamBatchMemOpParams ops[2] = {};

@@ -2,8 +2,9 @@
 # BRAID_DETERMINISTIC=1: the determinism suite's outputs (gpu_coll --suite determinism, checked
 # against the reference, then hashed) are bit for bit the same under every setting below:
 # protocol, channel cap, chunk size, two ranks' ring instead of their pair exchange (Simple's
-# default), the tree or the direct algorithm asked for, the copy-engine exchange. The same runs with the mode off are reported, not judged (on two ranks every order
-# gives the same bits; from three on, they may differ).
+# default), the tree or the direct algorithm asked for, the copy-engine exchange. The same
+# runs with the mode off are reported, not judged (on two ranks every order gives the same
+# bits; from three on, they may differ).
 # Usage: determinism_check.sh GPU_COLL MODE NRANKS [OUTDIR]; exits 77 when gpu_coll does.
 set -u
 bin=$1; mode=$2; n=$3; out=${4:-${TMPDIR:-/tmp}/braid-determinism.$$}
