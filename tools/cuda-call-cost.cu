@@ -18,15 +18,6 @@
 
 #include "cuda_check.h"
 
-#define CHECK_CU(x)                                                              \
-  do {                                                                           \
-    CUresult r_ = (x);                                                           \
-    if (r_ != CUDA_SUCCESS) {                                                    \
-      fprintf(stderr, "%s failed: CUresult %d\n", #x, (int)r_);                   \
-      exit(1);                                                                   \
-    }                                                                            \
-  } while (0)
-
 #define N 20000
 
 struct small_args { char b[64]; };

@@ -1,7 +1,9 @@
-/* CHECK(cuda call): the hand-built CUDA tools' way to stop at the first failed call. */
+/* CHECK(cuda call), CHECK_CU(driver call): the hand-built CUDA tools' way to stop at the
+ * first failed call. */
 #ifndef BRAID_TOOLS_CUDA_CHECK_H
 #define BRAID_TOOLS_CUDA_CHECK_H
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,16 @@
     cudaError_t e_ = (x);                                                         \
     if (e_ != cudaSuccess) {                                                      \
       fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e_));              \
+      exit(1);                                                                    \
+    }                                                                             \
+  } while (0)
+
+/* The same for a driver call (link with -lcuda). */
+#define CHECK_CU(x)                                                               \
+  do {                                                                            \
+    CUresult r_ = (x);                                                            \
+    if (r_ != CUDA_SUCCESS) {                                                     \
+      fprintf(stderr, "%s failed: CUresult %d\n", #x, (int)r_);                    \
       exit(1);                                                                    \
     }                                                                             \
   } while (0)

@@ -20,7 +20,9 @@ steps=${*:-build test perf}
 status=0
 # NP: processes (GPUs) for the perf steps and the suites step (2 here; 4 or 8 on the larger kinds).
 NP=${NP:-2}
-MPIRUN="mpirun --allow-run-as-root --bind-to none -np $NP -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x BRAID_DEBUG -x BRAID_DEBUG_SUBSYS -x BRAID_ALGO -x BRAID_PROTO -x BRAID_P2P_PAIR_MAX -x BRAID_CE_MIN_BYTES -x BRAID_BUFFSIZE -x BRAID_P2P_BUFFSIZE -x BRAID_NTHREADS -x BRAID_MAX_NCHANNELS -x BRAID_CHUNKSIZE -x BRAID_P2P_LL_MAX -x BRAID_P2P_CHANNEL_BYTES -x BRAID_SIMPLE_POST_WARP"
+# MPI_BIND: how mpirun binds the ranks (perf/compare leaves mpirun's default: one core a rank).
+MPI_BIND=${MPI_BIND:---bind-to none}
+MPIRUN="mpirun --allow-run-as-root $MPI_BIND -np $NP -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x BRAID_DEBUG -x BRAID_DEBUG_SUBSYS -x BRAID_ALGO -x BRAID_PROTO -x BRAID_P2P_PAIR_MAX -x BRAID_CE_MIN_BYTES -x BRAID_BUFFSIZE -x BRAID_P2P_BUFFSIZE -x BRAID_NTHREADS -x BRAID_MAX_NCHANNELS -x BRAID_CHUNKSIZE -x BRAID_P2P_LL_MAX -x BRAID_P2P_CHANNEL_BYTES -x BRAID_SIMPLE_POST_WARP"
 
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 

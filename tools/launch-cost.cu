@@ -1,0 +1,143 @@
+/*
+ * launch-cost: what makes a kernel launch dearer on the host. Braid's launch of its own
+ * kernel costs ~1 us more than cuda-call-cost's launch of an empty one, and a second launch
+ * of the same kernel right after the first costs as much (perf/NOTES.md, eleventh session):
+ * so something about the kernel or the process, not cold caches. Each line is one property
+ * changed against the first: the parameter space declared, a stack frame (local memory),
+ * clusters, a kernel the GPU is still running when the next launch comes, peer access to the
+ * other GPU, a large allocation. Run one copy per GPU at once to see the other process's
+ * effect:  launch-cost 0 & launch-cost 1; wait
+ *   nvcc -O2 -arch=sm_90 -o /tmp/launch-cost tools/launch-cost.cu -lcuda
+ */
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "cuda_check.h"
+
+#define N 20000
+
+struct big_args {
+  int n;         /* 0 at run time: the kernels do no work */
+  int pad;
+  long long spin; /* k_spin: clock cycles to wait */
+  char b[3952];
+};
+
+__global__ void __launch_bounds__(512) k_big(const __grid_constant__ big_args a) { (void)a; }
+
+/* The same, with a 2 KB stack frame a thread (Braid's kernels spill ~2 KB). */
+__global__ void __launch_bounds__(512) k_lmem(const __grid_constant__ big_args a, int* out) {
+  volatile char buf[2048];
+  for (int i = 0; i < a.n; i++) buf[(i * 131 + a.b[i & 63]) & 2047] = (char)i;
+  if (a.n > 0 && out != nullptr) *out = buf[a.b[0] & 2047];
+}
+
+/* Holds the GPU for a.spin cycles: the next launch comes while it runs. */
+__global__ void __launch_bounds__(512) k_spin(const __grid_constant__ big_args a) {
+  long long t0 = clock64();
+  while (clock64() - t0 < a.spin) {
+  }
+}
+
+static double now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+}
+
+static int dev;
+
+#define TIME(label, body)                                                         \
+  do {                                                                            \
+    CHECK(cudaStreamSynchronize(s));                                              \
+    double t0_ = now_us();                                                        \
+    for (int i_ = 0; i_ < N; i_++) { body; }                                      \
+    double t1_ = now_us();                                                        \
+    CHECK(cudaStreamSynchronize(s));                                              \
+    double t2_ = now_us();                                                        \
+    printf("GPU %d %-52s %7.3f us/call on the host, %7.3f with the GPU\n", dev, label, \
+           (t1_ - t0_) / N, (t2_ - t0_) / N);                                     \
+  } while (0)
+
+int main(int argc, char** argv) {
+  dev = argc > 1 ? atoi(argv[1]) : 0;
+  cudaStream_t s;
+  big_args a = {};
+  int* out = NULL;
+  CHECK(cudaSetDevice(dev));
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CHECK(cudaMalloc(&out, 64));
+  CUfunction fbig, flmem, fspin;
+  CHECK(cudaGetFuncBySymbol(&fbig, (const void*)k_big));
+  CHECK(cudaGetFuncBySymbol(&flmem, (const void*)k_lmem));
+  CHECK(cudaGetFuncBySymbol(&fspin, (const void*)k_spin));
+  struct cudaFuncAttributes fa;
+  CHECK(cudaFuncGetAttributes(&fa, (const void*)k_lmem));
+  printf("GPU %d k_lmem: %zu B of local memory a thread, %d registers\n", dev, fa.localSizeBytes,
+         fa.numRegs);
+  int clock_khz = 0;
+  CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev));
+  size_t used = 112;
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &a, CU_LAUNCH_PARAM_BUFFER_SIZE, &used,
+                   CU_LAUNCH_PARAM_END};
+  /* k_lmem's parameters: the struct, then the pointer (at its aligned offset). */
+  struct {
+    big_args a;
+    int* out;
+  } lp = {a, out};
+  size_t lused = sizeof lp;
+  void* lextra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &lp, CU_LAUNCH_PARAM_BUFFER_SIZE, &lused,
+                    CU_LAUNCH_PARAM_END};
+  CUlaunchAttribute attrs[2];
+  attrs[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attrs[0].value.clusterDim.x = 4;
+  attrs[0].value.clusterDim.y = attrs[0].value.clusterDim.z = 1;
+  attrs[1].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE;
+  attrs[1].value.clusterSchedulingPolicyPreference = CU_CLUSTER_SCHEDULING_POLICY_SPREAD;
+  CUlaunchConfig cfg = {};
+  cfg.gridDimX = 4;
+  cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = 512;
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.hStream = s;
+  cfg.attrs = attrs;
+  cfg.numAttrs = 2;
+
+  for (int round = 0; round < 3; round++) {
+    if (round == 1) {
+      int n = 0, ok = 0;
+      CHECK(cudaGetDeviceCount(&n));
+      for (int p = 0; p < n; p++) {
+        int can = 0;
+        if (p == dev) continue;
+        CHECK(cudaDeviceCanAccessPeer(&can, dev, p));
+        if (can && cudaDeviceEnablePeerAccess(p, 0) == cudaSuccess) ok++;
+        (void)cudaGetLastError();
+      }
+      printf("GPU %d -- with peer access to %d other GPUs\n", dev, ok);
+    }
+    if (round == 2) {
+      void* big = NULL;
+      CHECK(cudaMalloc(&big, (size_t)8 << 30));
+      printf("GPU %d -- with 8 GiB more allocated\n", dev);
+    }
+    TIME("empty kernel, 112 B passed, 1 x 512", CHECK_CU(cuLaunchKernel(fbig, 1, 1, 1, 512, 1, 1, 0, s, NULL, extra)));
+    TIME("empty kernel, 112 B passed, 32 x 512", CHECK_CU(cuLaunchKernel(fbig, 32, 1, 1, 512, 1, 1, 0, s, NULL, extra)));
+    TIME("2 KB stack frame, 1 x 512", CHECK_CU(cuLaunchKernel(flmem, 1, 1, 1, 512, 1, 1, 0, s, NULL, lextra)));
+    TIME("2 KB stack frame, 32 x 512", CHECK_CU(cuLaunchKernel(flmem, 32, 1, 1, 512, 1, 1, 0, s, NULL, lextra)));
+    TIME("empty kernel, clusters of 4, 4 x 512", CHECK_CU(cuLaunchKernelEx(&cfg, fbig, NULL, extra)));
+    a.spin = (long long)clock_khz * 2 / 1000; /* 2 us (kHz: cycles a ms): the GPU keeps up */
+    TIME("kernel of 2 us on the GPU, 1 x 512", CHECK_CU(cuLaunchKernel(fspin, 1, 1, 1, 512, 1, 1, 0, s, NULL, extra)));
+    TIME("empty, then 2 KB frame, alternating", {
+      if (i_ & 1)
+        CHECK_CU(cuLaunchKernel(flmem, 1, 1, 1, 512, 1, 1, 0, s, NULL, lextra));
+      else
+        CHECK_CU(cuLaunchKernel(fbig, 1, 1, 1, 512, 1, 1, 0, s, NULL, extra));
+    });
+    a.spin = 0;
+  }
+  return 0;
+}
