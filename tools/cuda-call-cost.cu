@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "call_timer.h"
 #include "cuda_check.h"
 
 #define N 20000
@@ -26,22 +27,12 @@ struct big_args { char b[3968]; };
 __global__ void k_small(const __grid_constant__ small_args a) { (void)a; }
 __global__ void k_big(const __grid_constant__ big_args a) { (void)a; }
 
-static double now_us(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
-}
-
-#define TIME(label, body)                                                   \
-  do {                                                                      \
-    CHECK(cudaStreamSynchronize(s));                                        \
-    double t0_ = now_us();                                                  \
-    for (int i_ = 0; i_ < N; i_++) { body; }                                \
-    double t1_ = now_us();                                                  \
-    CHECK(cudaStreamSynchronize(s));                                        \
-    double t2_ = now_us();                                                  \
-    printf("%-44s %7.3f us/call on the host, %7.3f with the GPU\n", label,  \
-           (t1_ - t0_) / N, (t2_ - t0_) / N);                               \
+#define TIME(label, ...)                                                     \
+  do {                                                                       \
+    double host_, all_;                                                      \
+    CALL_TIMER(s, N, host_, all_, __VA_ARGS__);                              \
+    printf("%-44s %7.3f us/call on the host, %7.3f with the GPU\n", label, \
+           host_, all_);                                                     \
   } while (0)
 
 int main(void) {

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "call_timer.h"
 #include "cuda_check.h"
 
 #define N 20000
@@ -42,24 +43,14 @@ __global__ void __launch_bounds__(512) k_spin(const __grid_constant__ big_args a
   }
 }
 
-static double now_us(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
-}
-
 static int dev;
 
-#define TIME(label, body)                                                         \
-  do {                                                                            \
-    CHECK(cudaStreamSynchronize(s));                                              \
-    double t0_ = now_us();                                                        \
-    for (int i_ = 0; i_ < N; i_++) { body; }                                      \
-    double t1_ = now_us();                                                        \
-    CHECK(cudaStreamSynchronize(s));                                              \
-    double t2_ = now_us();                                                        \
+#define TIME(label, ...)                                                              \
+  do {                                                                                \
+    double host_, all_;                                                               \
+    CALL_TIMER(s, N, host_, all_, __VA_ARGS__);                                       \
     printf("GPU %d %-52s %7.3f us/call on the host, %7.3f with the GPU\n", dev, label, \
-           (t1_ - t0_) / N, (t2_ - t0_) / N);                                     \
+           host_, all_);                                                              \
   } while (0)
 
 int main(int argc, char** argv) {

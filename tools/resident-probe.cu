@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "call_timer.h"
 #include "cuda_check.h"
 
 #define NOPS 20000
@@ -77,12 +78,6 @@ __global__ void k_resident(uint64_t* inbox, uint64_t* peer_inbox, const uint32_t
   }
 }
 
-static double now_us(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
-}
-
 static void* helper_main(void* arg) {
   struct side* s = (struct side*)arg;
   CHECK(cudaSetDevice(s->dev));
@@ -117,7 +112,7 @@ static void run_side(struct side* s, int rank, const char* mode) {
   if (is_event) pthread_create(&helper, NULL, helper_main, s);
   CHECK(cudaGetLastError());
   pthread_barrier_wait(&barrier);
-  double t0 = now_us();
+  double t0 = call_timer_now_us();
   for (uint32_t k = 1; k <= NOPS; k++) {
     if (is_launch) {
       k_one<<<1, 32, 0, s->user>>>(s->inbox, s->peer_inbox, k, rank, s->result);
@@ -141,9 +136,9 @@ static void run_side(struct side* s, int rank, const char* mode) {
       CHECK_CU(cuStreamBatchMemOp((CUstream)s->user, 2, ops, 0));
     }
   }
-  double t1 = now_us();
+  double t1 = call_timer_now_us();
   CHECK(cudaStreamSynchronize(s->user));
-  double t2 = now_us();
+  double t2 = call_timer_now_us();
   CHECK(cudaStreamSynchronize(s->resident));
   if (is_event) pthread_join(helper, NULL);
   uint64_t got = 0;

@@ -1,0 +1,33 @@
+/*
+ * CALL_TIMER: the hand-built cost tools' loop. Runs the statements after its fourth argument
+ * n times (i_ counts from 0), the stream drained before; host_us gets the loop's time per
+ * call on the host, all_us the time per call up to the stream's end.
+ */
+#ifndef BRAID_TOOLS_CALL_TIMER_H
+#define BRAID_TOOLS_CALL_TIMER_H
+
+#include <time.h>
+
+#include "cuda_check.h"
+
+static inline double call_timer_now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+}
+
+#define CALL_TIMER(stream, n, host_us, all_us, ...)  \
+  do {                                               \
+    CHECK(cudaStreamSynchronize(stream));            \
+    double t0_ = call_timer_now_us();                \
+    for (int i_ = 0; i_ < (n); i_++) {               \
+      __VA_ARGS__;                                   \
+    }                                                \
+    double t1_ = call_timer_now_us();                \
+    CHECK(cudaStreamSynchronize(stream));            \
+    double t2_ = call_timer_now_us();                \
+    (host_us) = (t1_ - t0_) / (n);                   \
+    (all_us) = (t2_ - t0_) / (n);                    \
+  } while (0)
+
+#endif
