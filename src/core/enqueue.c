@@ -707,10 +707,60 @@ fail:
   return res;
 }
 
+/*
+ * The channels of a message to or from the rank at ring distance d, nch of them wanted
+ * (enq_p2p_nchannels): the first one, *lo, and how many. On three or more ranks each distance
+ * d >= 1 owns the channels [base(d), base(d + 1)) of the P send/recv channels, P split evenly
+ * over the n - 1 distances, and a message that fits its distance's share at up to
+ * ENQ_P2P_SPLIT_CH_BYTES a channel runs there: the exchanges of an all-to-all then run side by
+ * side on their own blocks, where from channel 0 each block ran all of them in turn. A
+ * larger message keeps channels [0, nch). Both ends of a message derive this from what they
+ * share (its bytes, d, n, P), never from the rest of their groups, so they agree.
+ * A channel's share stays within what its FIFO holds (LL 128 KiB; Simple BRAID_P2P_BUFFSIZE,
+ * 1 MiB by default, the same on both ends or the connection fails): such a message's send
+ * completes without its receiver, so a send and a receive of one distance placed apart can
+ * run one after the other on a block (enq_p2p_works) without waiting on each other.
+ */
+#define ENQ_P2P_SPLIT_CH_BYTES (64 << 10)
+/*
+ * A message placed on its distance's channels goes with Simple above this many bytes a
+ * channel, whatever the model says for its size: on 4x H100 a 512 KB send/recv on 10 channels
+ * (52 KB each) took 14.7-14.8 us with Simple against 16.7-16.9 with LL, a 2 MB all-to-all
+ * 17.4-17.7 against 18.3-18.5 (perf/NOTES.md, eleventh session, k7).
+ */
+#define ENQ_P2P_SPLIT_LL_CH_BYTES (32 << 10)
+
+static int enq_p2p_place(const struct ncclComm* comm, int d, size_t bytes, int nch, int* lo,
+                         int* placed) {
+  const int n = comm->nranks, P = comm->channels->p2p_nchannels;
+  *lo = 0;
+  if (placed) *placed = 0;
+  if (d == 0 || n < 3 || P < n - 1 || braid_param_int(BRAID_P_P2P_PEER_SPLIT) == 0) return nch;
+  const int base = (d - 1) * P / (n - 1), span = d * P / (n - 1) - base;
+  const size_t per = BRAID_MIN((size_t)ENQ_P2P_SPLIT_CH_BYTES,
+                               (size_t)transport_p2p_slot_bytes() * BRAID_STEPS);
+  if (bytes > (size_t)span * per) return nch;
+  *lo = base;
+  if (placed) *placed = 1;
+  return BRAID_MIN(nch, span);
+}
+
+/* enq_p2p_place of a message (op at distance d): its first channel, or -1 for none. */
+static int enq_p2p_lo(const struct ncclComm* comm, const struct braid_op* op, int d) {
+  int lo = -1;
+  if (op) {
+    size_t bytes = enq_op_bytes(op);
+    (void)enq_p2p_place(comm, d, bytes, enq_p2p_nchannels(comm, bytes, op->peer, op->is_send),
+                        &lo, NULL);
+  }
+  return lo;
+}
+
+/* One work of the send s and the receive r (either may be NULL) at ring distance d. */
 static ncclResult_t enq_p2p_fill(struct ncclComm* comm, struct braid_work* w,
-                                 const struct braid_op* s, const struct braid_op* r) {
+                                 const struct braid_op* s, const struct braid_op* r, int d) {
   ncclResult_t res = ncclSuccess;
-  int ll = 0;
+  int ll = 0, lo = 0, placed = 0;
   memset(w, 0, sizeof *w);
   w->coll = BRAID_COLL_SENDRECV;
   w->dtype = ncclUint8;
@@ -720,18 +770,25 @@ static ncclResult_t enq_p2p_fill(struct ncclComm* comm, struct braid_work* w,
   if (s) {
     w->sendbuff = s->sendbuff;
     w->count = s->count * redop_type_size(s->dtype);
-    w->nch_send = (uint8_t)enq_p2p_nchannels(comm, w->count, s->peer, 1);
+    w->nch_send = (uint8_t)enq_p2p_place(comm, d, w->count,
+                                         enq_p2p_nchannels(comm, w->count, s->peer, 1), &lo,
+                                         &placed);
     BRAID_TRY(enq_p2p_ll(comm, s->peer, 1, w->count, &ll));
-    if (ll) w->flags |= BRAID_WORK_SEND_LL;
+    if (ll && !(placed && w->count > (size_t)w->nch_send * ENQ_P2P_SPLIT_LL_CH_BYTES))
+      w->flags |= BRAID_WORK_SEND_LL;
   }
   if (r) {
     w->recvbuff = r->recvbuff;
     w->recv_count = r->count * redop_type_size(r->dtype);
-    w->nch_recv = (uint8_t)enq_p2p_nchannels(comm, w->recv_count, r->peer, 0);
+    w->nch_recv = (uint8_t)enq_p2p_place(comm, d, w->recv_count,
+                                         enq_p2p_nchannels(comm, w->recv_count, r->peer, 0), &lo,
+                                         &placed);
     BRAID_TRY(enq_p2p_ll(comm, r->peer, 0, w->recv_count, &ll));
-    if (ll) w->flags |= BRAID_WORK_RECV_LL;
+    if (ll && !(placed && w->recv_count > (size_t)w->nch_recv * ENQ_P2P_SPLIT_LL_CH_BYTES))
+      w->flags |= BRAID_WORK_RECV_LL;
   }
   w->nchannels = BRAID_MAX(w->nch_send, w->nch_recv);
+  w->channel_lo = (uint8_t)lo; /* the caller pairs only a send and a receive that agree on it */
   if (s && s->peer == comm->rank) w->channel_lo = BRAID_MAX_CHANNELS; /* beside the peers' blocks */
   return ncclSuccess;
 fail:
@@ -811,10 +868,15 @@ static ncclResult_t enq_p2p_works(struct ncclComm* comm, struct launch_plan* pla
                     comm->rank);
       }
       if (taken && taken[2 * i + (d == 0)]) continue; /* gone through the copy engines */
-      struct braid_work w;
-      BRAID_TRY(enq_p2p_fill(comm, &w, s, r));
-      if (w.nchannels == 0) continue; /* only empty messages: nothing moves */
-      BRAID_TRY(enq_add_work(comm, plan, &w, stream, capture));
+      /* A send and a receive placed on different channels go as two works, the send first. */
+      const int apart = s && r && enq_p2p_lo(comm, s, d) != enq_p2p_lo(comm, r, d);
+      for (int k = 0; k <= apart; k++) {
+        struct braid_work w;
+        BRAID_TRY(enq_p2p_fill(comm, &w, apart && k == 1 ? NULL : s, apart && k == 0 ? NULL : r,
+                               d));
+        if (w.nchannels == 0) continue; /* only empty messages: nothing moves */
+        BRAID_TRY(enq_add_work(comm, plan, &w, stream, capture));
+      }
     }
   }
   free(taken);

@@ -107,6 +107,12 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "many bytes of a message, up to the channels the rings have; at least 1024. 0 (default): "
       "2048 over P2P (NVLink, PCIe; on 2x H100 send/recv at 32-128 KB 2-2.5 us faster than "
       "with 16384), 16384 over other transports. Every rank must use the same."),
+  ROW(P2P_PEER_SPLIT, NULL, INT, "1",
+      "Send/receive on three or more ranks: 1 (default) gives each ring distance (the peer "
+      "rank + d a rank sends to, rank - d it receives from) its own share of the channels for "
+      "messages that fit it (up to 64 KiB a channel), so an all-to-all's exchanges run side "
+      "by side rather than one after another on the same blocks; larger messages keep every "
+      "channel. 0: every message starts at channel 0. Every rank must use the same."),
   ROW(P2P_SELF_CHANNEL_BYTES, NULL, INT, "65536",
       "A rank's send to itself (all-to-all's own block, a self send/receive): one more block "
       "copying it per this many bytes, up to 16 blocks, beside the blocks that talk to peers; at "
@@ -281,7 +287,8 @@ static void param_ensure_loaded(void) { pthread_once(&load_once, param_load_all)
 const braid_param_id_t braid_params_agreed[BRAID_PARAMS_AGREED] = {
     BRAID_P_P2P_PAIR_MIN,  BRAID_P_P2P_PAIR_MAX,      BRAID_P_LL128_PAIR_MAX,
     BRAID_P_P2P_LL_MAX,    BRAID_P_P2P_CHANNEL_BYTES, BRAID_P_CE_MIN_BYTES,
-    BRAID_P_CE_SLOT_BYTES, BRAID_P_CE_NSLOTS,         BRAID_P_LL128_BUFFSIZE};
+    BRAID_P_CE_SLOT_BYTES, BRAID_P_CE_NSLOTS,         BRAID_P_LL128_BUFFSIZE,
+    BRAID_P_P2P_PEER_SPLIT};
 
 int64_t braid_param_int(braid_param_id_t id) {
   param_ensure_loaded();

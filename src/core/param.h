@@ -52,6 +52,7 @@ typedef enum {
   BRAID_P_P2P_LL_MAX,
   BRAID_P_P2P_CHANNEL_BYTES,
   BRAID_P_P2P_SELF_CHANNEL_BYTES,
+  BRAID_P_P2P_PEER_SPLIT,
   BRAID_P_CE_MIN_BYTES,
   BRAID_P_CE_SLOT_BYTES,
   BRAID_P_CE_NSLOTS,
@@ -94,7 +95,7 @@ typedef enum {
  * of a communicator must have the same values, or calls hang or corrupt data. Comm init compares
  * them across ranks and refuses a mix.
  */
-#define BRAID_PARAMS_AGREED 9
+#define BRAID_PARAMS_AGREED 10
 extern const braid_param_id_t braid_params_agreed[BRAID_PARAMS_AGREED];
 
 /* The value of an integer parameter. A malformed value falls back to the default with a WARN. */

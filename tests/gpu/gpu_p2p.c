@@ -10,6 +10,9 @@
  *   exchange   every rank sends to and receives from every other rank
  *   self       a rank sends to itself (a send and a receive in one group)
  *   multi      three sends to the same peer, different sizes, one group
+ *   uneven     every rank sends to every other, 1 MiB from even ranks, 16 KiB from odd ones:
+ *              with three or more ranks a rank's send to rank + d and its receive from
+ *              rank - d may differ in size class (Braid places them on different channels)
  *   ring+self  both at once
  *
  * Sizes from 0 to 64 MiB, odd counts, and unaligned buffers. Each received
@@ -234,6 +237,12 @@ static void pattern_multi(struct p2p_run* p, int n) {
   for (size_t i = 0; i < ARRAY_LEN(counts); i++) pattern_ring(p, n, 1, ncclFloat32, counts[i], 0);
 }
 
+static void pattern_uneven(struct p2p_run* p, int n) {
+  for (int a = 0; a < n; a++)
+    for (int d = 1; d < n; d++)
+      p2p_add(p, a, (a + d) % n, a % 2 == 0 ? 262147 : 4099, ncclFloat32, d == 1);
+}
+
 struct p2p_run* p2p_ring_prepare(struct gpu_world* w, ncclDataType_t t, size_t count,
                                  uint64_t seed) {
   struct p2p_run* p = calloc(1, sizeof *p);
@@ -392,6 +401,11 @@ void suite_p2p(struct gpu_world* w) {
   struct p2p_run* p = p2p_new();
   pattern_multi(p, w->nranks);
   p2p_case(w, "SendRecv multi (3 messages to one peer, matched in order) f32", p, index++);
+  if (w->nranks > 2) {
+    p = p2p_new();
+    pattern_uneven(p, w->nranks);
+    p2p_case(w, "SendRecv uneven (1 MiB from even ranks, 16 KiB from odd) f32", p, index++);
+  }
   p = p2p_new();
   pattern_ring(p, w->nranks, 1, ncclFloat32, 4097, 0);
   pattern_self(p, w->nranks, ncclFloat32, 4097);
