@@ -711,8 +711,8 @@ fail:
  * The channels of a message to or from the rank at ring distance d, nch of them wanted
  * (enq_p2p_nchannels): the first one, *lo, and how many. On three or more ranks each distance
  * d >= 1 owns the channels [base(d), base(d + 1)) of the P send/recv channels, P split evenly
- * over the n - 1 distances, and a message that fits its distance's share at up to
- * ENQ_P2P_SPLIT_CH_BYTES a channel runs there: the exchanges of an all-to-all then run side by
+ * over the n - 1 distances, and a message that fits the channels it would use there at up
+ * to ENQ_P2P_SPLIT_CH_BYTES a channel runs there: the exchanges of an all-to-all then run side by
  * side on their own blocks, where from channel 0 each block ran all of them in turn. A
  * larger message keeps channels [0, nch). Both ends of a message derive this from what they
  * share (its bytes, d, n, P), never from the rest of their groups, so they agree.
@@ -724,7 +724,7 @@ fail:
 #define ENQ_P2P_SPLIT_CH_BYTES (64 << 10)
 /*
  * A message placed on its distance's channels goes with Simple above this many bytes a
- * channel, whatever the model says for its size: on 4x H100 a 512 KB send/recv on 10 channels
+ * channel, whatever the model says for its size (BRAID_PROTO still forces): on 4x H100 a 512 KB send/recv on 10 channels
  * (52 KB each) took 14.7-14.8 us with Simple against 16.7-16.9 with LL, a 2 MB all-to-all
  * 17.4-17.7 against 18.3-18.5 (perf/NOTES.md, eleventh session, k7).
  */
@@ -739,7 +739,7 @@ static int enq_p2p_place(const struct ncclComm* comm, int d, size_t bytes, int n
   const int base = (d - 1) * P / (n - 1), span = d * P / (n - 1) - base;
   const size_t per = BRAID_MIN((size_t)ENQ_P2P_SPLIT_CH_BYTES,
                                (size_t)transport_p2p_slot_bytes() * BRAID_STEPS);
-  if (bytes > (size_t)span * per) return nch;
+  if (bytes > (size_t)BRAID_MIN(nch, span) * per) return nch; /* per channel it will use */
   *lo = base;
   if (placed) *placed = 1;
   return BRAID_MIN(nch, span);
@@ -761,6 +761,7 @@ static ncclResult_t enq_p2p_fill(struct ncclComm* comm, struct braid_work* w,
                                  const struct braid_op* s, const struct braid_op* r, int d) {
   ncclResult_t res = ncclSuccess;
   int ll = 0, lo = 0, placed = 0;
+  const int named = tune_proto_named(comm, BRAID_COLL_SENDRECV);
   memset(w, 0, sizeof *w);
   w->coll = BRAID_COLL_SENDRECV;
   w->dtype = ncclUint8;
@@ -774,7 +775,7 @@ static ncclResult_t enq_p2p_fill(struct ncclComm* comm, struct braid_work* w,
                                          enq_p2p_nchannels(comm, w->count, s->peer, 1), &lo,
                                          &placed);
     BRAID_TRY(enq_p2p_ll(comm, s->peer, 1, w->count, &ll));
-    if (ll && !(placed && w->count > (size_t)w->nch_send * ENQ_P2P_SPLIT_LL_CH_BYTES))
+    if (ll && !(placed && w->count > (size_t)w->nch_send * ENQ_P2P_SPLIT_LL_CH_BYTES && !named))
       w->flags |= BRAID_WORK_SEND_LL;
   }
   if (r) {
@@ -784,7 +785,8 @@ static ncclResult_t enq_p2p_fill(struct ncclComm* comm, struct braid_work* w,
                                          enq_p2p_nchannels(comm, w->recv_count, r->peer, 0), &lo,
                                          &placed);
     BRAID_TRY(enq_p2p_ll(comm, r->peer, 0, w->recv_count, &ll));
-    if (ll && !(placed && w->recv_count > (size_t)w->nch_recv * ENQ_P2P_SPLIT_LL_CH_BYTES))
+    if (ll && !(placed && w->recv_count > (size_t)w->nch_recv * ENQ_P2P_SPLIT_LL_CH_BYTES &&
+                !named))
       w->flags |= BRAID_WORK_RECV_LL;
   }
   w->nchannels = BRAID_MAX(w->nch_send, w->nch_recv);

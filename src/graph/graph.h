@@ -102,6 +102,9 @@ ncclResult_t tune_choose(const struct ncclComm* comm, braid_coll_t coll, size_t 
                          unsigned algo_mask, unsigned proto_mask,
                          struct braid_tune_choice* out);
 
+/* Whether BRAID_PROTO names the protocols of `coll` (a force, not the model's choice). */
+int tune_proto_named(const struct ncclComm* comm, braid_coll_t coll);
+
 /* The previous and next rank of `rank` in ring `channel`. */
 void topo_ring_neighbors(const struct braid_rings* rings, int channel, int rank, int* prev,
                          int* next);
@@ -140,6 +143,7 @@ braid_path_type_t topo_path(const struct braid_topo* topo, int rank_a, int rank_
 int topo_channel_net(const struct braid_topo* topo, int channel, int rank, const char** name);
 braid_path_type_t topo_net_path(const struct braid_topo* topo, int rank, const char* name,
                                 float* bw);
+int tune_proto_named_topo(const struct braid_topo* topo, braid_coll_t coll);
 ncclResult_t tune_choose_topo(const struct braid_topo* topo, braid_coll_t coll, size_t bytes,
                               unsigned algo_mask, unsigned proto_mask,
                               struct braid_tune_choice* out);

@@ -221,6 +221,10 @@ braid_path_type_t topo_comm_net_path(const struct ncclComm* comm, const char* na
   return topo_net_path(comm->topo, comm->rank, name, bw);
 }
 
+int tune_proto_named(const struct ncclComm* comm, braid_coll_t coll) {
+  return comm != NULL && comm->topo != NULL && tune_proto_named_topo(comm->topo, coll);
+}
+
 ncclResult_t tune_choose(const struct ncclComm* comm, braid_coll_t coll, size_t bytes,
                          unsigned algo_mask, unsigned proto_mask, struct braid_tune_choice* out) {
   if (comm == NULL || comm->topo == NULL)

@@ -235,6 +235,10 @@ static void tune_explain(const struct tune_model* m, int coll, size_t bytes, uns
        others[0] ? others : "none");
 }
 
+int tune_proto_named_topo(const struct braid_topo* topo, braid_coll_t coll) {
+  return coll >= 0 && coll < BRAID_COLL_COUNT && topo->tune.proto_named[coll] != 0;
+}
+
 ncclResult_t tune_choose_topo(const struct braid_topo* topo, braid_coll_t coll, size_t bytes,
                               unsigned algo_mask, unsigned proto_mask,
                               struct braid_tune_choice* out) {

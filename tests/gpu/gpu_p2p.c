@@ -13,6 +13,8 @@
  *   uneven     every rank sends to every other, 1 MiB from even ranks, 16 KiB from odd ones:
  *              with three or more ranks a rank's send to rank + d and its receive from
  *              rank - d may differ in size class (Braid places them on different channels)
+ *   multi far  three messages to rank + 2, of sizes in an order that differs between rank r
+ *              and rank r - 2 (four ranks): apart and paired placements on one connection
  *   ring+self  both at once
  *
  * Sizes from 0 to 64 MiB, odd counts, and unaligned buffers. Each received
@@ -243,6 +245,12 @@ static void pattern_uneven(struct p2p_run* p, int n) {
       p2p_add(p, a, (a + d) % n, a % 2 == 0 ? 262147 : 4099, ncclFloat32, d == 1);
 }
 
+static void pattern_multi_far(struct p2p_run* p, int n) {
+  static const size_t counts[2][3] = {{262147, 7, 4099}, {4099, 262147, 7}};
+  for (int i = 0; i < 3; i++)
+    for (int a = 0; a < n; a++) p2p_add(p, a, (a + 2) % n, counts[(a / 2) % 2][i], ncclFloat32, 0);
+}
+
 struct p2p_run* p2p_ring_prepare(struct gpu_world* w, ncclDataType_t t, size_t count,
                                  uint64_t seed) {
   struct p2p_run* p = calloc(1, sizeof *p);
@@ -405,6 +413,10 @@ void suite_p2p(struct gpu_world* w) {
     p = p2p_new();
     pattern_uneven(p, w->nranks);
     p2p_case(w, "SendRecv uneven (1 MiB from even ranks, 16 KiB from odd) f32", p, index++);
+    p = p2p_new();
+    pattern_multi_far(p, w->nranks);
+    p2p_case(w, "SendRecv multi far (3 messages to rank + 2, sizes in two orders) f32", p,
+             index++);
   }
   p = p2p_new();
   pattern_ring(p, w->nranks, 1, ncclFloat32, 4097, 0);
