@@ -489,6 +489,39 @@ ch8 BRAID_MAX_NCHANNELS=8}"
       done
       rows sw_ '$1 ": " $6 "/" $8 " " $10 "/" $12'
       ;;
+    bind)
+      # Small calls against where each rank's CPU sits relative to its GPU (tools/bind-gpu.sh):
+      # BIND_MODES of core (mpirun's default binding, what perf/compare gets), none, near, near1,
+      # far, far1; Braid and NCCL alternated, BIND_ROUNDS times. Then tools/launch-cost.cu pinned
+      # to one CPU near GPU 0 and one far from it, when .device/launch-cost is there.
+      grep -H . /sys/bus/pci/devices/*/local_cpulist 2>/dev/null | grep -i "$(nvidia-smi --query-gpu=pci.bus_id \
+        --format=csv,noheader | sed 's/^0000//' | tr 'A-F\n' 'a-f|' | sed 's/|$//')" >> "$OUT/summary.txt"
+      lscpu | grep -E "^(NUMA|Socket|Model name)" >> "$OUT/summary.txt"
+      for r in $(seq 1 "${BIND_ROUNDS:-2}"); do
+        for m in ${BIND_MODES:-core near1 far1 none}; do
+          for lib in braid nccl; do
+            l=$LD_LIBRARY_PATH; [ $lib = nccl ] && l=$NCCL_LIB_DIR
+            case $m in
+              core|none) b="--bind-to $m"; w="" ;;
+              *) b="--bind-to none"; w="tools/bind-gpu.sh $m" ;;
+            esac
+            LD_LIBRARY_PATH=$l timeout -k 5 120 ${MPIRUN/$MPI_BIND/$b} $w \
+              $BUILD_DIR/perf/${BIND_COLL:-all_reduce}_perf ${BIND_FLAGS:--b 8 -e 32 -f 4 -w 200 -n 2000} \
+              -g 1 < /dev/null > "$LOGS/bd_${m}_${lib}_$r.log" 2>&1 || log "bind $m $lib round $r: rc=$?"
+          done
+        done
+      done
+      rows bd_ '$1 ": " $6 "/" $10'
+      if [ -x .device/launch-cost ]; then
+        bus=$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader -i 0 | sed 's/^0000//' | tr 'A-F' 'a-f')
+        near=$(cut -d, -f1 "/sys/bus/pci/devices/$bus/local_cpulist" | cut -d- -f1)
+        far=$(( ($(nproc) - 1 + near) % $(nproc) ))  # the last CPU when GPU 0 sits by CPU 0
+        for c in $near $far $near $far; do
+          echo "launch-cost GPU 0 on CPU $c:" >> "$OUT/summary.txt"
+          timeout 120 taskset -c $c .device/launch-cost 0 2>&1 | head -${LAUNCH_LINES:-3} >> "$OUT/summary.txt"
+        done
+      fi
+      ;;
     *) log "unknown step $step"; status=2 ;;
   esac
 done
