@@ -462,15 +462,30 @@ void comm_retire(struct ncclComm* comm) {
 }
 
 void comm_free(struct ncclComm* comm) {
+  struct comm_free_times t;
+  comm_free_timed(comm, &t);
+}
+
+void comm_free_timed(struct ncclComm* comm, struct comm_free_times* t) {
+  memset(t, 0, sizeof *t);
   if (comm == NULL) return;
+  double t0 = braid_time_sec();
   live_remove(comm); /* first: from here on the handle is refused */
   if (comm->cuda_dev >= 0) (void)cudaSetDevice(comm->cuda_dev);
   watchdog_stop(comm); /* first: its thread reads the connections */
+  double t1 = braid_time_sec();
   ce_free(comm);       /* before dev_state: it may wait on the peer's last writes */
+  double t2 = braid_time_sec();
   /* Before dev_state and channels: what others of its family may use stays in the family. */
   struct braid_share* family = share_leave(comm);
-  dev_state_free(comm);
-  transport_channels_free(comm);
+  dev_state_free(comm); /* its cudaFree calls wait for the whole device */
+  double t3 = braid_time_sec();
+  transport_channels_free(comm); /* the proxy's connections and the peers' mappings */
+  double t4 = braid_time_sec();
+  t->watchdog = t1 - t0;
+  t->ce = t2 - t1;
+  t->dev_state = t3 - t2;
+  t->transport = t4 - t3;
   topo_comm_free(comm);
   if (comm->bootstrap) bootstrap_close(comm->bootstrap);
   comm->bootstrap = NULL;
@@ -484,4 +499,5 @@ void comm_free(struct ncclComm* comm) {
   pthread_mutex_destroy(&comm->lock);
   comm->magic = 0;
   free(comm);
+  t->rest = braid_time_sec() - t4;
 }

@@ -157,6 +157,12 @@ ncclResult_t comm_quiesce(struct ncclComm* comm);
 void comm_retire(struct ncclComm* comm);
 /* Releases everything (kernels must be finished or aborted). */
 void comm_free(struct ncclComm* comm);
+/* Seconds comm_free_timed spent in each of its parts (ncclCommAbort reports a slow one). */
+struct comm_free_times {
+  double watchdog, ce, dev_state, transport, rest;
+};
+/* comm_free, with the time of each part in *t. */
+void comm_free_timed(struct ncclComm* comm, struct comm_free_times* t);
 /* Keeps the calling thread's last error as this comm's last error. */
 void comm_error_record(struct ncclComm* comm, ncclResult_t res);
 /* Logs (WARN) and keeps a message as this comm's last error; the thread's stays as it was. */

@@ -315,12 +315,38 @@ fail:
 }
 NCCL_ALIAS(ncclResult_t, ncclCommDestroy, (ncclComm_t comm))
 
+/*
+ * An abort slower than this says where its time went (WARN): the kernels' exit (drain), the
+ * watchdog's thread, the device state's frees (cudaFree waits for the whole device), the
+ * connections (the proxy's, the peers' mappings).
+ */
+#define TEARDOWN_ABORT_SLOW_S 0.5
+
+static void teardown_abort_report(int rank, int dev, const double t[4],
+                                  const struct comm_free_times* f) {
+  double total = t[3] - t[0];
+  char text[384];
+  snprintf(text, sizeof text,
+           "ncclCommAbort: rank %d (device %d) took %.3f s: stopping, and waiting for its init "
+           "and group ends, %.3f; its kernels' exit %.3f; freeing %.3f (watchdog %.3f, copy "
+           "engines %.3f, device state %.3f, connections %.3f, the rest %.3f)",
+           rank, dev, total, t[1] - t[0], t[2] - t[1], t[3] - t[2], f->watchdog, f->ce,
+           f->dev_state, f->transport, f->rest);
+  if (total > TEARDOWN_ABORT_SLOW_S)
+    WARN("%s", text);
+  else
+    INFO(BRAID_LOG_INIT, "%s", text);
+}
+
 NCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
   ncclResult_t res = ncclSuccess;
   int saved_dev = -1;
+  double t[4];
+  struct comm_free_times freed;
   braid_err_clear();
   if (comm == NULL) return ncclSuccess;
   BRAID_TRY(comm_check(comm, "ncclCommAbort"));
+  t[0] = braid_time_sec();
   /* Every kernel wait loop and every bootstrap wait polls these. */
   cudaGetDevice(&saved_dev); /* before group_forget, which may switch devices */
   comm_stop(comm, "aborted");
@@ -334,12 +360,17 @@ NCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
     if (saved_dev >= 0) cudaSetDevice(saved_dev);
     return ncclSuccess;
   }
+  t[1] = braid_time_sec();
   /* The kernels see the flag in their wait loops and exit; their buffers go after them. */
   if (cudaSetDevice(comm->cuda_dev) == cudaSuccess && dev_state_drain(comm, 10.0) != ncclSuccess)
     WARN("%s", braid_err_last());
+  t[2] = braid_time_sec();
   INFO(BRAID_LOG_INIT, "comm %p rank %d nranks %d - Abort COMPLETE", (void*)comm, comm->rank,
        comm->nranks);
-  comm_free(comm);
+  const int rank = comm->rank, dev = comm->cuda_dev;
+  comm_free_timed(comm, &freed);
+  t[3] = braid_time_sec();
+  teardown_abort_report(rank, dev, t, &freed);
   if (saved_dev >= 0) cudaSetDevice(saved_dev);
   return ncclSuccess;
 fail:
