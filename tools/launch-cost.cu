@@ -6,13 +6,15 @@
  * changed against the first: the parameter space declared, a stack frame (local memory),
  * clusters, a kernel the GPU is still running when the next launch comes, peer access to the
  * other GPU, a large allocation. Run one copy per GPU at once to see the other process's
- * effect:  launch-cost 0 & launch-cost 1; wait
+ * effect:  launch-cost 0 & launch-cost 1; wait.  `launch-cost 0 stack`: stack frames of 0-2 KB
+ * against 112 B or 4 KB of parameters passed, each changed alone.
  *   nvcc -O2 -arch=sm_90 -o /tmp/launch-cost tools/launch-cost.cu -lcuda
  */
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "call_timer.h"
@@ -41,6 +43,18 @@ __global__ void __launch_bounds__(512) k_spin(const __grid_constant__ big_args a
   long long t0 = clock64();
   while (clock64() - t0 < a.spin) {
   }
+}
+
+/*
+ * A stack frame of FRAME bytes a thread and nothing else, the pointer first so that the launch can
+ * pass as few bytes as Braid's one-work launch does (112) or the whole struct (4 KB): which of
+ * the two makes k_lmem's launch dearer, the frame or the bytes passed ("stack" mode).
+ */
+template <int FRAME>
+__global__ void __launch_bounds__(512) k_stack(int* out, const __grid_constant__ big_args a) {
+  volatile char buf[FRAME];
+  for (int i = 0; i < a.n; i++) buf[(i * 131 + a.b[i & 63]) % FRAME] = (char)i;
+  if (a.n > 0 && out != nullptr) *out = buf[a.b[0] % FRAME];
 }
 
 static int dev;
@@ -97,6 +111,35 @@ int main(int argc, char** argv) {
   cfg.attrs = attrs;
   cfg.numAttrs = 2;
 
+  if (argc > 2 && strcmp(argv[2], "stack") == 0) {
+    /* Stack frame by bytes passed, each alone; then the empty kernel again (drift). */
+    const void* ks[] = {(const void*)k_big, (const void*)k_stack<16>, (const void*)k_stack<256>,
+                        (const void*)k_stack<2048>};
+    const char* names[] = {"no frame (empty kernel)", "16 B frame", "256 B frame", "2 KB frame"};
+    struct {
+      int* out;
+      big_args a;
+    } sp = {NULL, a};
+    for (int rep = 0; rep < 2; rep++) {
+      for (int k = 0; k < 4; k++) {
+        CUfunction f;
+        CHECK(cudaGetFuncBySymbol(&f, ks[k]));
+        CHECK(cudaFuncGetAttributes(&fa, ks[k]));
+        for (int big = 0; big < 2; big++) {
+          /* The empty kernel takes the struct alone: pass it from the struct's start. */
+          void* base = k == 0 ? (void*)&a : (void*)&sp;
+          size_t bytes = big ? (k == 0 ? sizeof a : sizeof sp) : (size_t)112;
+          void* ex[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, base, CU_LAUNCH_PARAM_BUFFER_SIZE, &bytes,
+                        CU_LAUNCH_PARAM_END};
+          char label[96];
+          snprintf(label, sizeof label, "%s (%zu B local), %zu B passed, 1 x 512", names[k],
+                   fa.localSizeBytes, bytes);
+          TIME(label, CHECK_CU(cuLaunchKernel(f, 1, 1, 1, 512, 1, 1, 0, s, NULL, ex)));
+        }
+      }
+    }
+    return 0;
+  }
   for (int round = 0; round < 3; round++) {
     if (round == 1) {
       int n = 0, ok = 0;
