@@ -15,6 +15,15 @@ namespace braid {
 
 #define BRAID_UNROLL 4
 #define BRAID_ABORT_CHECK_SPINS 1024
+/*
+ * The FIFO waits below poll a word in the peer's or the host's memory, ~0.5-2 us a read: 1024
+ * of them before each look at the abort flag held every queued kernel of an aborted comm for
+ * ~1 ms (200 queued 64 MB all-reduces over sockets: ncclCommAbort waited 0.39-0.45 s for them
+ * to leave, perf/NOTES.md, twelfth session). A wait that long is a stalled peer anyway. (A
+ * look by SM clock instead cost the kernels 10-37% of their bandwidth from 16 MB: the 64-bit
+ * deadline in registers they do not have.)
+ */
+#define BRAID_FIFO_ABORT_CHECK_SPINS 64
 
 __device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t* p) {
   uint64_t v;
@@ -101,7 +110,7 @@ __device__ __forceinline__ bool conn_wait_credit(conn_end* c, volatile uint32_t*
   while (c->seen_head + BRAID_STEPS < c->step + 1) {
     c->seen_head = ld_acquire_sys(c->head);
     if (c->seen_head + BRAID_STEPS >= c->step + 1) break;
-    if (++spins == BRAID_ABORT_CHECK_SPINS) {
+    if (++spins == BRAID_FIFO_ABORT_CHECK_SPINS) {
       spins = 0;
       if (*abort_flag) return false;
     }
@@ -117,7 +126,7 @@ __device__ __forceinline__ bool conn_wait_tail(const uint64_t* tail, uint64_t st
                                                volatile uint32_t* abort_flag) {
   int spins = 0;
   while (ld_acquire_sys(tail) < step + 1) {
-    if (++spins == BRAID_ABORT_CHECK_SPINS) {
+    if (++spins == BRAID_FIFO_ABORT_CHECK_SPINS) {
       spins = 0;
       if (*abort_flag) return false;
     }
