@@ -694,8 +694,8 @@ static void api_split_share(struct gpu_world* w) {
             name, shared_mib, own_mib, p2p ? "" : " (not checked: no P2P connections)");
   /* At least one ring FIFO (4 MiB of NCCL_BUFFSIZE) saved on this GPU. */
   if (p2p && impossible)
-    fprintf(stderr, "INFO %s: not checked: five readings moved by other processes on the GPU\n",
-            name);
+    fprintf(stderr, "INFO %s: not checked: the last reading (attempts stop at five) was moved "
+                    "by other processes on the GPU\n", name);
   else if (p2p && own_mib - shared_mib < 4)
     world_case_fail(w,
                     "a shared split took %ld MiB of device memory, an unshared one %ld MiB "
