@@ -20,8 +20,8 @@ namespace braid {
  * of them before each look at the abort flag held every queued kernel of an aborted comm for
  * ~1 ms (200 queued 64 MB all-reduces over sockets: ncclCommAbort waited 0.39-0.45 s for them
  * to leave, perf/NOTES.md, twelfth session). A wait that long is a stalled peer anyway. (A
- * look by SM clock instead cost the kernels 10-37% of their bandwidth from 16 MB: the 64-bit
- * deadline in registers they do not have.)
+ * look by SM clock instead, clock64() on every poll, cost the kernels 10-37% of their
+ * bandwidth from 16 MB, for a reason not found: ptxas showed no more spills for it.)
  */
 #define BRAID_FIFO_ABORT_CHECK_SPINS 64
 
