@@ -19,7 +19,9 @@ near=$(expand "$(cat /sys/bus/pci/devices/$bus/local_cpulist)")
 all=$(expand "$(cat /sys/devices/system/cpu/online)")
 far=""; for c in $all; do case " $near " in *" $c "*) ;; *) far="$far $c" ;; esac; done
 pick() { # the idx-th CPU of the list (one core a rank even when two GPUs share a node)
-  set -- $1; shift $(( idx % $# )); echo "$1"
+  set -- $1
+  [ $# -gt 0 ] || { echo "bind-gpu.sh: no CPU to put rank $idx on ($mode)" >&2; exit 2; }
+  shift $(( idx % $# )); echo "$1"
 }
 case $mode in
   near) cpus=$near ;; far) cpus=${far:-$near} ;;
@@ -27,6 +29,7 @@ case $mode in
   at:*) cpus=$(pick "$(echo "${mode#at:}" | tr , ' ')") ;;
   *) echo "bind-gpu.sh: unknown mode $mode (near, near1, far, far1, at:LIST)" >&2; exit 2 ;;
 esac
+[ -n "$cpus" ] || exit 2
 list=$(echo $cpus | tr ' ' ',')
 echo "bind-gpu: rank $idx GPU $bus ($mode) on CPUs $list" >&2
 exec taskset -c "$list" "$@"
