@@ -229,10 +229,9 @@ ncclResult_t dev_state_launch(struct ncclComm* comm, int family, int dtype, int 
     err = dev_launch_with(d, fn, grid, stream, extra, attrs + 2, nattrs - 2);
   }
   if (err == CUDA_SUCCESS) return ncclSuccess;
-  const char* name = NULL;
-  if (dev_drv.error_name == NULL || dev_drv.error_name(err, &name) != CUDA_SUCCESS) name = NULL;
-  return braid_err(ncclUnhandledCudaError, "kernel launch on %d blocks failed: %s (CUresult %d)",
-                   grid, name ? name : "unknown error", (int)err);
+  char what[48];
+  snprintf(what, sizeof what, "kernel launch on %d blocks", grid);
+  return dev_drv_result(what, err);
 }
 
 static int dev_nthreads(void) {
