@@ -7,7 +7,9 @@
  * clusters, a kernel the GPU is still running when the next launch comes, peer access to the
  * other GPU, a large allocation. Run one copy per GPU at once to see the other process's
  * effect:  launch-cost 0 & launch-cost 1; wait.  `launch-cost 0 stack`: stack frames of 0-2 KB
- * against 112 B or 4 KB of parameters passed, each changed alone.
+ * against 112 B or 4 KB of parameters passed, each changed alone.  `launch-cost 0 order`: an
+ * eager launch's bookkeeping calls next to a bare launch, and whether a stream wait on a
+ * programmatic event (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT) orders a kernel after another.
  *   nvcc -O2 -arch=sm_90 -o /tmp/launch-cost tools/launch-cost.cu -lcuda
  */
 #include <cuda.h>
@@ -55,6 +57,20 @@ __global__ void __launch_bounds__(512) k_stack(int* out, const __grid_constant__
   volatile char buf[FRAME];
   for (int i = 0; i < a.n; i++) buf[(i * 131 + a.b[i & 63]) % FRAME] = (char)i;
   if (a.n > 0 && out != nullptr) *out = buf[a.b[0] % FRAME];
+}
+
+/* "order" mode: A spins, then sets *flag; B (another stream, after a wait on A's event) reads it. */
+__global__ void k_set_after(int* flag, long long spin) {
+  long long t0 = clock64();
+  while (clock64() - t0 < spin) {
+  }
+  __threadfence_system();
+  *(volatile int*)flag = 1;
+}
+template <int WAIT>
+__global__ void k_read_flag(const int* flag, int* seen) {
+  if (WAIT) asm volatile("griddepcontrol.wait;" ::: "memory");
+  *seen = *(const volatile int*)flag;
 }
 
 static int dev;
@@ -137,6 +153,153 @@ int main(int argc, char** argv) {
           TIME(label, CHECK_CU(cuLaunchKernel(f, 1, 1, 1, 512, 1, 1, 0, s, NULL, ex)));
         }
       }
+    }
+    return 0;
+  }
+  if (argc > 2 && strcmp(argv[2], "order") == 0) {
+    /*
+     * What an eager launch's bookkeeping costs in place, each next to a bare launch: the
+     * ordering event (cuEventRecord after the launch, or the programmatic event given with
+     * the launch), the stream queries, two buffer-id queries, the device get/set; then
+     * whether a wait on a programmatic event orders a kernel that does not sync on it.
+     */
+    CUevent ev;
+    CUstream s2;
+    CHECK_CU(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+    CHECK_CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+    CUlaunchAttribute pa[1];
+    pa[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT;
+    pa[0].value.programmaticEvent.event = ev;
+    pa[0].value.programmaticEvent.flags = 0;
+    pa[0].value.programmaticEvent.triggerAtBlockStart = 0;
+    CUlaunchConfig pc = {};
+    pc.gridDimX = pc.gridDimY = pc.gridDimZ = 1;
+    pc.blockDimX = 512;
+    pc.blockDimY = pc.blockDimZ = 1;
+    pc.hStream = s;
+    pc.attrs = pa;
+    pc.numAttrs = 1;
+    CUlaunchConfig nc = pc;
+    nc.numAttrs = 0;
+    CUdeviceptr p1 = (CUdeviceptr)(uintptr_t)out, p2 = 0;
+    CHECK_CU(cuMemAlloc(&p2, 4096));
+    for (int rep = 0; rep < 3; rep++) {
+      TIME("launch", CHECK_CU(cuLaunchKernel(fbig, 1, 1, 1, 512, 1, 1, 0, s, NULL, extra)));
+      TIME("launchEx, no attribute", CHECK_CU(cuLaunchKernelEx(&nc, fbig, NULL, extra)));
+      TIME("launch + cuEventRecord", {
+        CHECK_CU(cuLaunchKernel(fbig, 1, 1, 1, 512, 1, 1, 0, s, NULL, extra));
+        CHECK_CU(cuEventRecord(ev, s));
+      });
+      TIME("launchEx with the programmatic event", CHECK_CU(cuLaunchKernelEx(&pc, fbig, NULL, extra)));
+      TIME("launch + cuStreamGetId + cudaStreamIsCapturing", {
+        unsigned long long id;
+        cudaStreamCaptureStatus st;
+        CHECK_CU(cuStreamGetId(s, &id));
+        CHECK(cudaStreamIsCapturing(s, &st));
+        CHECK_CU(cuLaunchKernel(fbig, 1, 1, 1, 512, 1, 1, 0, s, NULL, extra));
+      });
+      TIME("launch + 2 buffer-id queries", {
+        unsigned long long b1, b2;
+        CHECK_CU(cuPointerGetAttribute(&b1, CU_POINTER_ATTRIBUTE_BUFFER_ID, p1));
+        CHECK_CU(cuPointerGetAttribute(&b2, CU_POINTER_ATTRIBUTE_BUFFER_ID, p2));
+        CHECK_CU(cuLaunchKernel(fbig, 1, 1, 1, 512, 1, 1, 0, s, NULL, extra));
+      });
+      TIME("launch + cudaGetDevice", {
+        int d;
+        CHECK(cudaGetDevice(&d));
+        CHECK_CU(cuLaunchKernel(fbig, 1, 1, 1, 512, 1, 1, 0, s, NULL, extra));
+      });
+      TIME("launch + cuCtxGetCurrent", {
+        CUcontext c;
+        CHECK_CU(cuCtxGetCurrent(&c));
+        CHECK_CU(cuLaunchKernel(fbig, 1, 1, 1, 512, 1, 1, 0, s, NULL, extra));
+      });
+      TIME("launch + cudaStreamIsCapturing", {
+        cudaStreamCaptureStatus st;
+        CHECK(cudaStreamIsCapturing(s, &st));
+        CHECK_CU(cuLaunchKernel(fbig, 1, 1, 1, 512, 1, 1, 0, s, NULL, extra));
+      });
+      TIME("launch + cuStreamIsCapturing", {
+        CUstreamCaptureStatus st;
+        CHECK_CU(cuStreamIsCapturing(s, &st));
+        CHECK_CU(cuLaunchKernel(fbig, 1, 1, 1, 512, 1, 1, 0, s, NULL, extra));
+      });
+      TIME("launch + cuStreamGetId", {
+        unsigned long long id;
+        CHECK_CU(cuStreamGetId(s, &id));
+        CHECK_CU(cuLaunchKernel(fbig, 1, 1, 1, 512, 1, 1, 0, s, NULL, extra));
+      });
+      TIME("launch + cudaGetDevice + cudaSetDevice", {
+        int d;
+        CHECK(cudaGetDevice(&d));
+        CHECK(cudaSetDevice(d));
+        CHECK_CU(cuLaunchKernel(fbig, 1, 1, 1, 512, 1, 1, 0, s, NULL, extra));
+      });
+    }
+    /* How long after a 20 us kernel's end cuEventQuery first says done, by how it was recorded. */
+    for (int mode = 0; mode < 2; mode++) {
+      double lat[50];
+      a.spin = (long long)clock_khz * 20 / 1000;
+      CUlaunchConfig c = pc;
+      c.numAttrs = mode;
+      for (int t = 0; t < 50; t++) {
+        CHECK(cudaStreamSynchronize(s));
+        double t0 = call_timer_now_us();
+        CHECK_CU(cuLaunchKernelEx(&c, fspin, NULL, extra));
+        if (mode == 0) CHECK_CU(cuEventRecord(ev, s));
+        CUresult q;
+        while ((q = cuEventQuery(ev)) == CUDA_ERROR_NOT_READY) {
+        }
+        CHECK_CU(q);
+        lat[t] = call_timer_now_us() - t0;
+      }
+      a.spin = 0;
+      for (int i = 1; i < 50; i++)
+        for (int j = i; j > 0 && lat[j - 1] > lat[j]; j--) {
+          double x = lat[j];
+          lat[j] = lat[j - 1];
+          lat[j - 1] = x;
+        }
+      printf("GPU %d 20 us kernel, launch to cuEventQuery done, %s: min %.1f median %.1f max %.1f us\n",
+             dev, mode ? "programmatic event" : "cuEventRecord", lat[0], lat[25], lat[49]);
+    }
+    /* Ordering: B reads A's flag after a stream wait on A's event (100 tries each). */
+    int *flag = NULL, *seen = NULL;
+    CHECK(cudaMalloc(&flag, sizeof(int)));
+    CHECK(cudaMalloc(&seen, sizeof(int)));
+    CUfunction fa_set, fb_plain, fb_wait;
+    CHECK(cudaGetFuncBySymbol(&fa_set, (const void*)k_set_after));
+    CHECK(cudaGetFuncBySymbol(&fb_plain, (const void*)k_read_flag<0>));
+    CHECK(cudaGetFuncBySymbol(&fb_wait, (const void*)k_read_flag<1>));
+    long long spin = (long long)clock_khz * 50 / 1000; /* 50 us */
+    const char* how[] = {"cuEventRecord after A, B plain", "programmatic event on A, B plain",
+                         "programmatic event on A, B griddepcontrol.wait first"};
+    for (int mode = 0; mode < 3; mode++) {
+      int early = 0, late = 0;
+      for (int t = 0; t < 100; t++) {
+        int got = -1;
+        CHECK(cudaMemset(flag, 0, sizeof(int)));
+        CHECK(cudaMemset(seen, 0xff, sizeof(int)));
+        CHECK(cudaDeviceSynchronize());
+        void* aargs[] = {&flag, &spin};
+        void* bargs[] = {&flag, &seen};
+        if (mode == 0) {
+          CHECK_CU(cuLaunchKernel(fa_set, 1, 1, 1, 32, 1, 1, 0, s, aargs, NULL));
+          CHECK_CU(cuEventRecord(ev, s));
+        } else {
+          CUlaunchConfig c = pc;
+          c.blockDimX = 32;
+          CHECK_CU(cuLaunchKernelEx(&c, fa_set, aargs, NULL));
+        }
+        CHECK_CU(cuStreamWaitEvent(s2, ev, 0));
+        CHECK_CU(cuLaunchKernel(mode == 2 ? fb_wait : fb_plain, 1, 1, 1, 32, 1, 1, 0, s2, bargs, NULL));
+        CHECK(cudaDeviceSynchronize());
+        CHECK(cudaMemcpy(&got, seen, sizeof(int), cudaMemcpyDeviceToHost));
+        if (got == 0) early++;
+        else if (got == 1) late++;
+      }
+      printf("GPU %d ordering, %s: B saw the flag unset %d times, set %d times of 100\n", dev,
+             how[mode], early, late);
     }
     return 0;
   }

@@ -65,6 +65,8 @@ struct ncclComm {
   int rank;
   int nranks;
   int cuda_dev;
+  void* cu_ctx;                /* cuda_dev's primary context (CUcontext), learned at the first
+                                  launch's switch (group.c); NULL until then (atomic) */
   int64_t bus_id;
   uint64_t comm_hash;          /* digest of the unique id, for logs */
   struct braid_config config;

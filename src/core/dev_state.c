@@ -33,6 +33,7 @@ typedef CUresult (*dev_launch_ex_fn)(const CUlaunchConfig* config, CUfunction f,
 typedef CUresult (*dev_error_name_fn)(CUresult err, const char** name);
 typedef CUresult (*dev_event_record_fn)(CUevent event, CUstream stream);
 typedef CUresult (*dev_stream_id_fn)(CUstream stream, unsigned long long* id);
+typedef CUresult (*dev_stream_capturing_fn)(CUstream stream, CUstreamCaptureStatus* status);
 
 /* The driver's launch calls, reached through the runtime (Braid does not link libcuda). */
 static struct {
@@ -42,6 +43,7 @@ static struct {
   dev_error_name_fn error_name;
   dev_event_record_fn event_record; /* NULL where absent: the runtime's then */
   dev_stream_id_fn stream_id;
+  dev_stream_capturing_fn stream_capturing;
 } dev_drv = {.once = PTHREAD_ONCE_INIT};
 
 static void dev_drv_load(void) {
@@ -50,6 +52,7 @@ static void dev_drv_load(void) {
   dev_drv.error_name = (dev_error_name_fn)braid_driver_fn("cuGetErrorName");
   dev_drv.event_record = (dev_event_record_fn)braid_driver_fn("cuEventRecord");
   dev_drv.stream_id = (dev_stream_id_fn)braid_driver_fn("cuStreamGetId");
+  dev_drv.stream_capturing = (dev_stream_capturing_fn)braid_driver_fn("cuStreamIsCapturing");
 }
 
 /* A driver call's result as Braid's (its name from the driver where it can say). */
@@ -84,6 +87,23 @@ ncclResult_t dev_state_stream_id(cudaStream_t stream, unsigned long long* id) {
   pthread_once(&dev_drv.once, dev_drv_load);
   if (dev_drv.stream_id == NULL) return dev_rt_result("cudaStreamGetId", cudaStreamGetId(stream, id));
   return dev_drv_result("cuStreamGetId", dev_drv.stream_id((CUstream)stream, id));
+}
+
+_Static_assert((int)CU_STREAM_CAPTURE_STATUS_NONE == (int)cudaStreamCaptureStatusNone &&
+                   (int)CU_STREAM_CAPTURE_STATUS_ACTIVE == (int)cudaStreamCaptureStatusActive &&
+                   (int)CU_STREAM_CAPTURE_STATUS_INVALIDATED ==
+                       (int)cudaStreamCaptureStatusInvalidated,
+               "the driver's capture states are the runtime's");
+
+ncclResult_t dev_state_stream_capturing(cudaStream_t stream, enum cudaStreamCaptureStatus* status) {
+  pthread_once(&dev_drv.once, dev_drv_load);
+  if (dev_drv.stream_capturing == NULL)
+    return dev_rt_result("cudaStreamIsCapturing", cudaStreamIsCapturing(stream, status));
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  ncclResult_t res =
+      dev_drv_result("cuStreamIsCapturing", dev_drv.stream_capturing((CUstream)stream, &st));
+  *status = (enum cudaStreamCaptureStatus)st;
+  return res;
 }
 
 /*

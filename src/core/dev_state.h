@@ -79,6 +79,8 @@ ncclResult_t dev_state_create(struct ncclComm* comm);
 /* cudaEventRecord and cudaStreamGetId through the driver (the launch order's per-call calls). */
 ncclResult_t dev_state_record(cudaEvent_t event, cudaStream_t stream);
 ncclResult_t dev_state_stream_id(cudaStream_t stream, unsigned long long* id);
+/* cudaStreamIsCapturing, straight to the driver (the current context must be the comm's). */
+ncclResult_t dev_state_stream_capturing(cudaStream_t stream, enum cudaStreamCaptureStatus* status);
 /*
  * Launches family/dtype/devop's kernel on `grid` blocks with the works of
  * `args`, passing only the bytes of the works in use (a launch costs more

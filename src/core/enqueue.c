@@ -751,10 +751,11 @@ static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
   plan->args.comm = comm->dev->comm;
   for (int i = 1; i < g->nops; i++) BRAID_TRY(enq_launch_stream_sync(g->ops[i].stream, stream));
   /*
-   * After the joins (one from a capturing stream makes this one capture too). It also makes
-   * the comm's device's primary context current, which the driver's launch needs.
+   * After the joins (one from a capturing stream makes this one capture too). The group end
+   * made the comm's device's primary context current (group_use_device): the driver's calls
+   * here and the launch work in it.
    */
-  BRAID_CUDA_TRY(cudaStreamIsCapturing(stream, &capture));
+  BRAID_TRY(dev_state_stream_capturing(stream, &capture));
   const int capturing = capture != cudaStreamCaptureStatusNone;
   /* Before watchdog_launch_seq: it takes the operations issued since the last launch. */
   if (capturing) plan->args.graph_op = watchdog_capture_register(comm);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include "core/ce.h"
@@ -293,11 +294,70 @@ void group_comm_free(struct ncclComm* comm) {
   free(g);
 }
 
-/* cudaSetDevice unless `dev` is current already (asking costs half as much as setting). */
-static cudaError_t group_use_device(int dev) {
+/*
+ * The caller's current context, asked of the driver: a thread-local read, where the runtime's
+ * cudaGetDevice costs ~0.1-0.15 us next to a launch and a group end asked it three times
+ * (perf/NOTES.md, thirteenth session). Without the entry points, the runtime's device calls.
+ */
+typedef CUresult (*group_ctx_get_fn)(CUcontext* ctx);
+typedef CUresult (*group_ctx_set_fn)(CUcontext ctx);
+static struct {
+  pthread_once_t once;
+  group_ctx_get_fn get;
+  group_ctx_set_fn set;
+} group_drv = {.once = PTHREAD_ONCE_INIT};
+
+static void group_drv_load(void) {
+  group_ctx_get_fn get = (group_ctx_get_fn)braid_driver_fn("cuCtxGetCurrent");
+  group_ctx_set_fn set = (group_ctx_set_fn)braid_driver_fn("cuCtxSetCurrent");
+  if (get != NULL && set != NULL) {
+    group_drv.get = get;
+    group_drv.set = set;
+  }
+}
+
+/* What the caller had current when its group ended: put back by group_restore. */
+struct group_saved {
+  int by_ctx; /* ctx holds it (the driver's calls); else dev (the runtime's) */
+  CUcontext ctx;
+  int dev;
+};
+
+static void group_save(struct group_saved* s) {
+  pthread_once(&group_drv.once, group_drv_load);
+  s->ctx = NULL;
+  s->dev = -1;
+  s->by_ctx = group_drv.get != NULL && group_drv.get(&s->ctx) == CUDA_SUCCESS;
+  if (!s->by_ctx && cudaGetDevice(&s->dev) != cudaSuccess) s->dev = -1;
+}
+
+static void group_restore(const struct group_saved* s) {
+  if (s->by_ctx) {
+    CUcontext cur = NULL;
+    if (group_drv.get(&cur) != CUDA_SUCCESS || cur != s->ctx) (void)group_drv.set(s->ctx);
+    return;
+  }
   int cur = -1;
-  if (cudaGetDevice(&cur) == cudaSuccess && cur == dev) return cudaSuccess;
-  return cudaSetDevice(dev);
+  if (s->dev >= 0 && (cudaGetDevice(&cur) != cudaSuccess || cur != s->dev))
+    (void)cudaSetDevice(s->dev);
+}
+
+/*
+ * Makes the comm's device's primary context current (the driver's launch works in it) unless
+ * it is already: the context is learned at the first switch (a device's primary context is the
+ * same for every thread of the process).
+ */
+static cudaError_t group_use_device(struct ncclComm* comm) {
+  CUcontext cur = NULL;
+  pthread_once(&group_drv.once, group_drv_load);
+  CUcontext mine = (CUcontext)__atomic_load_n(&comm->cu_ctx, __ATOMIC_RELAXED);
+  if (group_drv.get != NULL && mine != NULL && group_drv.get(&cur) == CUDA_SUCCESS && cur == mine)
+    return cudaSuccess;
+  cudaError_t err = cudaSetDevice(comm->cuda_dev);
+  if (err == cudaSuccess && group_drv.get != NULL && group_drv.get(&cur) == CUDA_SUCCESS &&
+      cur != NULL)
+    __atomic_store_n(&comm->cu_ctx, (void*)cur, __ATOMIC_RELAXED);
+  return err;
 }
 
 static ncclResult_t group_connect_p2p_all(struct ncclComm* comms) {
@@ -379,7 +439,7 @@ static ncclResult_t group_launch_all(struct ncclComm* comms, struct ncclComm** f
   *failed = NULL;
   for (struct ncclComm* c = comms; c; c = c->group->next) {
     braid_log_context_set(c->rank, c->cuda_dev);
-    cudaError_t cerr = group_use_device(c->cuda_dev);
+    cudaError_t cerr = group_use_device(c);
     res = cerr == cudaSuccess
               ? enqueue_launch(c)
               : braid_err(ncclUnhandledCudaError, "rank %d: cannot make device %d current: %s",
@@ -399,12 +459,11 @@ static ncclResult_t group_launch_all(struct ncclComm* comms, struct ncclComm** f
  */
 static void group_mark_busy(struct ncclComm* comms);
 
-static ncclResult_t group_close(struct ncclComm** comms, int* saved_dev) {
+static ncclResult_t group_close(struct ncclComm** comms, struct group_saved* saved) {
   *comms = group_comms;
   group_comms = NULL;
   group_mark_busy(*comms); /* before the inits, which may take long */
-  *saved_dev = -1;
-  cudaGetDevice(saved_dev);
+  group_save(saved);
   ncclResult_t res = group_error;
   group_error = ncclSuccess;
   if (res != ncclSuccess) { /* as NCCL: a failed group runs nothing, its inits included */
@@ -418,7 +477,7 @@ static ncclResult_t group_close(struct ncclComm** comms, int* saved_dev) {
  * Second half: lets go of the communicators' pending lists (and of group_close's mark that
  * this thread uses them), restores the caller's device.
  */
-static void group_finish(struct ncclComm* comms, int saved_dev) {
+static void group_finish(struct ncclComm* comms, const struct group_saved* saved) {
   while (comms) {
     struct ncclComm* next = comms->group->next;
     group_comm_release(comms);
@@ -426,7 +485,7 @@ static void group_finish(struct ncclComm* comms, int saved_dev) {
     __atomic_fetch_sub(&comms->in_group_end, 1, __ATOMIC_RELEASE);
     comms = next;
   }
-  if (saved_dev >= 0) group_use_device(saved_dev);
+  group_restore(saved);
 }
 
 /* Marks the comms as in use by this thread's group end (ncclCommAbort waits for it). */
@@ -442,8 +501,8 @@ ncclResult_t group_end(void) {
   if (--depth > 0) return ncclSuccess;
 
   struct ncclComm *comms = NULL, *failed = NULL;
-  int saved_dev = -1;
-  res = group_close(&comms, &saved_dev);
+  struct group_saved saved;
+  res = group_close(&comms, &saved);
   if (res == ncclSuccess && comms) {
     res = group_connect_p2p(comms);
     if (res == ncclSuccess && check_enabled()) res = check_group(comms);
@@ -454,7 +513,7 @@ ncclResult_t group_end(void) {
        c = c->group->next)
     if (!c->config.blocking) comm_fail_async(c, res);
   if (failed) group_note_dropped(failed); /* after: comm_fail_async keeps the group's message */
-  group_finish(comms, saved_dev);
+  group_finish(comms, &saved);
   return res;
 }
 
@@ -504,15 +563,15 @@ __attribute__((visibility("default"))) ncclResult_t ncclGroupSimulateEnd(ncclSim
   }
   if (--depth > 0) return ncclSuccess; /* an inner group: the outermost end estimates */
   struct ncclComm* comms = NULL;
-  int saved_dev = -1;
-  res = group_close(&comms, &saved_dev);
+  struct group_saved saved;
+  res = group_close(&comms, &saved);
   float slowest_us = 0.0f;
   for (struct ncclComm* c = comms; c && res == ncclSuccess; c = c->group->next) {
     float us = 0.0f;
     res = enqueue_estimate(c, &us);
     if (us > slowest_us) slowest_us = us;
   }
-  group_finish(comms, saved_dev);
+  group_finish(comms, &saved);
   if (res == ncclSuccess) simInfo->estimatedTime = slowest_us;
   return res;
 }

@@ -26,6 +26,9 @@
  *   teardown/groups   on one-rank comms: abort of a comm with operations or its init in
  *                     this thread's open group, an invalid init failing its group at once,
  *                     another thread's call on a comm in this thread's group refused
+ *   current device    a group end puts the caller's current device back: another GPU than
+ *                     the last comm's (its first comm's, or another one), and in a fresh thread
+ *                     that set none; the AllReduces' results are checked
  *   check             (Braid, with BRAID_CHECK=1 only) ranks calling AllReduce with
  *                     different counts are refused with a message naming both, nothing
  *                     runs, and the communicator works afterwards
@@ -1466,6 +1469,77 @@ out:
  * size, its own rank and the CUDA device it was made on. (Destroying it is checked where the world
  * ends: gpu_world.c fails the run on an error from ncclCommDestroy.)
  */
+/* One AllReduce round over the world's comms; *before and *after: cudaGetDevice around it. */
+struct api_dev_round {
+  struct gpu_world* w;
+  struct api_buf *send, *recv;
+  const char* what;
+  int set; /* the device to make current first, or -1 to leave the thread as it is */
+  int before, after, rc;
+};
+
+static void* api_dev_round_main(void* arg) {
+  struct api_dev_round* r = arg;
+  struct gpu_world* w = r->w;
+  r->before = r->after = -1;
+  r->rc = -1;
+  if (r->set >= 0 && world_cuda(w, cudaSetDevice(r->set), "cudaSetDevice")) return NULL;
+  if (world_cuda(w, cudaGetDevice(&r->before), "cudaGetDevice before the group") ||
+      api_allreduce(w, w->comm, r->send, r->recv, r->what) ||
+      world_cuda(w, cudaGetDevice(&r->after), "cudaGetDevice after the group"))
+    return NULL;
+  if (r->after != r->before)
+    world_case_fail(w, "%s: the current device was %d before the group and %d after it", r->what,
+                    r->before, r->after);
+  r->rc = r->after == r->before ? 0 : -1;
+  return NULL;
+}
+
+static void api_current_device(struct gpu_world* w) {
+  char name[128];
+  snprintf(name, sizeof name, "Current device kept across a group end mode=%s", w->opts->mode);
+  if (!world_case_begin(w, name)) return;
+  struct api_buf a, b;
+  int ndev = 0, all[GPU_MAX_RANKS];
+  for (int r = 0; r < w->nranks; r++) all[r] = r;
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  if (world_cuda(w, cudaGetDeviceCount(&ndev), "cudaGetDeviceCount") || buf_alloc(w, &a, API_N) ||
+      buf_alloc(w, &b, API_N))
+    goto out;
+  /* Not the last comm's device (where the launches end): the first one's, or another GPU. */
+  int other = w->nlocal > 1 ? w->dev[0] : (w->dev[0] + 1) % (ndev > 0 ? ndev : 1);
+  for (int round = 0; round < 2; round++) {
+    for (int l = 0; l < w->nlocal; l++)
+      if (buf_put(w, &a, l, api_rank(w, l), round) != 0) goto out;
+    struct api_dev_round r = {.w = w, .send = &a, .recv = &b, .set = round == 0 ? other : -1,
+                              .what = round == 0 ? "AllReduce, the caller on another device"
+                                                 : "AllReduce from a fresh thread"};
+    if (round == 0) {
+      api_dev_round_main(&r);
+    } else {
+      pthread_t t;
+      if (pthread_create(&t, NULL, api_dev_round_main, &r) != 0) {
+        world_case_fail(w, "cannot start a thread");
+        goto out;
+      }
+      pthread_join(t, NULL);
+    }
+    if (r.rc != 0 || api_sync(w, w->comm)) goto out;
+    int64_t* want = api_sum(API_N, all, w->nranks, round, 1);
+    if (want == NULL) {
+      world_case_fail(w, "out of host memory");
+      goto out;
+    }
+    for (int l = 0; l < w->nlocal; l++) buf_expect(w, &b, l, want, r.what);
+    free(want);
+  }
+out:
+  buf_free(w, &a);
+  buf_free(w, &b);
+  world_case_end(w);
+}
+
 static void api_world_queries(struct gpu_world* w) {
   char name[128];
   snprintf(name, sizeof name, "World communicator: count, rank, device (%s) mode=%s",
@@ -1489,6 +1563,7 @@ static void api_world_queries(struct gpu_world* w) {
 
 void suite_api(struct gpu_world* w) {
   api_world_queries(w);
+  api_current_device(w);
   api_splits(w);
   api_split_share(w);
   api_split_share_abort(w);
