@@ -6,9 +6,24 @@
 #ifndef BRAID_TOOLS_CALL_TIMER_H
 #define BRAID_TOOLS_CALL_TIMER_H
 
+#include <cuda.h>
 #include <time.h>
 
 #include "cuda_check.h"
+
+/* A one-dimensional launch of `grid` blocks of `block` threads on `s` with n attributes. */
+static inline CUlaunchConfig cost_launch_config(unsigned grid, unsigned block, CUstream s,
+                                                CUlaunchAttribute* attrs, unsigned n) {
+  CUlaunchConfig c = {};
+  c.gridDimX = grid;
+  c.gridDimY = c.gridDimZ = 1;
+  c.blockDimX = block;
+  c.blockDimY = c.blockDimZ = 1;
+  c.hStream = s;
+  c.attrs = attrs;
+  c.numAttrs = n;
+  return c;
+}
 
 static inline double call_timer_now_us(void) {
   struct timespec t;

@@ -65,12 +65,7 @@ int main(void) {
   CUlaunchAttribute attrs[1];
   attrs[0].id = CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN;
   attrs[0].value.memSyncDomain = CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE;
-  CUlaunchConfig cfg = {};
-  cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
-  cfg.blockDimX = 512;
-  cfg.blockDimY = cfg.blockDimZ = 1;
-  cfg.hStream = s;
-  cfg.attrs = attrs;
+  CUlaunchConfig cfg = cost_launch_config(1, 512, s, attrs, 0);
   for (int w = 0; w < 2; w++) {
     cfg.numAttrs = 0;
     TIME("cuLaunchKernelEx, 128 B passed, no attributes", CHECK_CU(cuLaunchKernelEx(&cfg, fbig, NULL, extra_used)));

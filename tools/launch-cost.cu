@@ -118,14 +118,7 @@ int main(int argc, char** argv) {
   attrs[0].value.clusterDim.y = attrs[0].value.clusterDim.z = 1;
   attrs[1].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE;
   attrs[1].value.clusterSchedulingPolicyPreference = CU_CLUSTER_SCHEDULING_POLICY_SPREAD;
-  CUlaunchConfig cfg = {};
-  cfg.gridDimX = 4;
-  cfg.gridDimY = cfg.gridDimZ = 1;
-  cfg.blockDimX = 512;
-  cfg.blockDimY = cfg.blockDimZ = 1;
-  cfg.hStream = s;
-  cfg.attrs = attrs;
-  cfg.numAttrs = 2;
+  CUlaunchConfig cfg = cost_launch_config(4, 512, s, attrs, 2);
 
   if (argc > 2 && strcmp(argv[2], "stack") == 0) {
     /* Stack frame by bytes passed, each alone; then the empty kernel again (drift). */
@@ -172,13 +165,7 @@ int main(int argc, char** argv) {
     pa[0].value.programmaticEvent.event = ev;
     pa[0].value.programmaticEvent.flags = 0;
     pa[0].value.programmaticEvent.triggerAtBlockStart = 0;
-    CUlaunchConfig pc = {};
-    pc.gridDimX = pc.gridDimY = pc.gridDimZ = 1;
-    pc.blockDimX = 512;
-    pc.blockDimY = pc.blockDimZ = 1;
-    pc.hStream = s;
-    pc.attrs = pa;
-    pc.numAttrs = 1;
+    CUlaunchConfig pc = cost_launch_config(1, 512, s, pa, 1);
     CUlaunchConfig nc = pc;
     nc.numAttrs = 0;
     CUdeviceptr p1 = (CUdeviceptr)(uintptr_t)out, p2 = 0;
