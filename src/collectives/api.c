@@ -443,11 +443,12 @@ static int api_peers_count(api_peers_t p, int n) { return p == PEERS_ALL ? n : (
 
 /* Adds the sends (is_send) or receives of one side of a p2p collective to the open group. */
 static ncclResult_t api_p2p_side(const struct api_call* c, api_peers_t peers, int is_send,
-                                 size_t bytes) {
+                                 size_t bytes, int uniform) {
   ncclResult_t res = ncclSuccess;
   struct braid_op op;
   memset(&op, 0, sizeof op);
   op.coll = BRAID_COLL_SENDRECV;
+  op.uniform = uniform;
   op.dtype = c->dtype;
   op.count = c->count;
   op.stream = c->stream;
@@ -531,8 +532,10 @@ static ncclResult_t api_p2p_collective(const struct api_call* c, api_peers_t sen
   if (bytes == 0) return ncclSuccess;
   BRAID_TRY(group_start());
   res = api_p2p_stage_in_place(c, sends, recvs, bytes, &staged);
-  if (res == ncclSuccess) res = api_p2p_side(&staged, sends, 1, bytes);
-  if (res == ncclSuccess) res = api_p2p_side(c, recvs, 0, bytes);
+  /* AlltoAll: every rank sends every rank the same bytes (p2p_work.c places them so). */
+  const int uniform = sends == PEERS_ALL && recvs == PEERS_ALL;
+  if (res == ncclSuccess) res = api_p2p_side(&staged, sends, 1, bytes, uniform);
+  if (res == ncclSuccess) res = api_p2p_side(c, recvs, 0, bytes, uniform);
   if (res != ncclSuccess) group_fail(res);
   ncclResult_t end = group_end();
   if (res == ncclSuccess) res = end;

@@ -40,6 +40,8 @@ struct braid_op {
   cudaStream_t stream;
   void* scratch;         /* stream-ordered allocation to free once the op is launched, or NULL */
   int after_prev;        /* 1: starts a new launch (it reads what the previous op wrote) */
+  int uniform;           /* SendRecv: a message of ncclAlltoAll (every rank in the same call,
+                            every message of it the same size: p2p_work.c's placement) */
   /* The choice made at connect time (trees need their connections), kept for the launch. */
   struct {
     int valid, algo, proto, nchannels;

@@ -74,6 +74,11 @@ static int p2p_nchannels(const struct ncclComm* comm, size_t bytes, int peer, in
  * 1 MiB by default, the same on both ends or the connection fails): such a message's send
  * completes without its receiver, so a send and a receive of one distance placed apart can
  * run one after the other on a block (p2p_work_pair) without waiting on each other.
+ * A message of ncclAlltoAll (op->uniform: both ends know it from their own call, and every
+ * rank's messages of it have one size) over P2P may fill its channels up to a Simple FIFO
+ * less one slot: such messages go with Simple (p2p_ll, above SR_SPLIT_LL_CH_BYTES a channel;
+ * not where BRAID_PROTO names send/recv's protocol), and a lone send/recv of the same size,
+ * which should keep every channel, is never one of them.
  */
 #define SR_SPLIT_CH_BYTES (64 << 10)
 /*
@@ -85,15 +90,20 @@ static int p2p_nchannels(const struct ncclComm* comm, size_t bytes, int peer, in
  */
 #define SR_SPLIT_LL_CH_BYTES (32 << 10)
 
-static int p2p_place(const struct ncclComm* comm, int d, size_t bytes, int nch, int* lo,
-                     int* placed) {
+static int p2p_place(const struct ncclComm* comm, const struct braid_op* op, int d, size_t bytes,
+                     int nch, int* lo, int* placed) {
   const int n = comm->nranks, P = comm->channels->p2p_nchannels;
   *lo = 0;
   *placed = 0;
   if (d == 0 || n < 3 || P < n - 1 || braid_param_int(BRAID_P_P2P_PEER_SPLIT) == 0) return nch;
   const int base = (d - 1) * P / (n - 1), span = d * P / (n - 1) - base;
-  const size_t per =
-      BRAID_MIN((size_t)SR_SPLIT_CH_BYTES, (size_t)transport_p2p_slot_bytes() * BRAID_STEPS);
+  const size_t slot = transport_p2p_slot_bytes();
+  size_t per = BRAID_MIN((size_t)SR_SPLIT_CH_BYTES, slot * BRAID_STEPS);
+  const struct braid_connector* conn =
+      (op->is_send ? comm->channels->p2p_send : comm->channels->p2p_recv) + op->peer;
+  if (op->uniform && conn->transport == &braid_transport_p2p &&
+      !tune_proto_named(comm, BRAID_COLL_SENDRECV))
+    per = BRAID_MAX(per, slot * (BRAID_STEPS - 1));
   if (bytes > (size_t)BRAID_MIN(nch, span) * per) return nch; /* per channel it will use */
   *lo = base;
   *placed = 1;
@@ -137,8 +147,8 @@ static ncclResult_t p2p_msg_of(struct ncclComm* comm, const struct braid_op* op,
                                struct p2p_msg* m) {
   int placed = 0;
   m->bytes = op->count * redop_type_size(op->dtype);
-  m->nch = p2p_place(comm, d, m->bytes, p2p_nchannels(comm, m->bytes, op->peer, op->is_send),
-                     &m->lo, &placed);
+  m->nch = p2p_place(comm, op, d, m->bytes,
+                     p2p_nchannels(comm, m->bytes, op->peer, op->is_send), &m->lo, &placed);
   return p2p_ll(comm, op->peer, op->is_send, m->bytes, m->nch, placed, &m->ll);
 }
 

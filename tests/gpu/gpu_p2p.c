@@ -16,6 +16,10 @@
  *   multi far  three messages to rank + 2, of sizes in an order that differs between rank r
  *              and rank r - 2 (four ranks): apart and paired placements on one connection
  *   ring+self  both at once
+ *   alltoall+uneven  an AlltoAll of 4 MiB a peer and the uneven pattern in one group: with
+ *              three or more ranks Braid places the AlltoAll's messages on their distance's
+ *              channels and may pair them with the uneven pattern's messages, which it places
+ *              elsewhere (p2p_work.c)
  *
  * Sizes from 0 to 64 MiB, odd counts, and unaligned buffers. Each received
  * buffer must equal what was sent, bit for bit, with the poisoned guard
@@ -280,6 +284,36 @@ static void p2p_case(struct gpu_world* w, const char* name, struct p2p_run* p, s
   world_case_end(w);
 }
 
+/* An AlltoAll (gpu_case.c's run) and pattern p in one group per local rank; both checked. */
+static void p2p_case_with_alltoall(struct gpu_world* w, const char* name, struct p2p_run* p,
+                                   size_t count, size_t index) {
+  char full[sizeof w->case_name];
+  struct gpu_run* a2a = calloc(1, sizeof *a2a);
+  struct gpu_case c = {.coll = COLL_ALLTOALL, .type = ncclFloat32, .count = count, .root = -1};
+  snprintf(full, sizeof full, "%s mode=%s", name, w->opts->mode);
+  if (a2a == NULL || !world_case_begin(w, full)) {
+    free(a2a);
+    free(p);
+    return;
+  }
+  if (run_prepare(w, a2a, &c, world_seed(w, SUITE_SENDRECV, index, 1)) == 0 &&
+      p2p_prepare(w, p, world_seed(w, SUITE_SENDRECV, index, 0)) == 0 &&
+      world_group_start(w) == 0) {
+    for (int l = 0; l < w->nlocal; l++) {
+      run_issue(w, a2a, l, w->comm[l], w->stream[l]);
+      p2p_issue(w, p, l, w->comm[l], w->stream[l]);
+    }
+    if (world_group_end(w) == 0 && world_sync(w) == 0) {
+      run_check(w, a2a);
+      p2p_check(w, p);
+    }
+  }
+  p2p_release(w, p);
+  run_release(w, a2a);
+  free(a2a);
+  world_case_end(w);
+}
+
 static struct p2p_run* p2p_new(void) {
   struct p2p_run* p = calloc(1, sizeof *p);
   if (p == NULL) {
@@ -413,6 +447,10 @@ void suite_p2p(struct gpu_world* w) {
     p = p2p_new();
     pattern_uneven(p, w->nranks);
     p2p_case(w, "SendRecv uneven (1 MiB from even ranks, 16 KiB from odd) f32", p, index++);
+    p = p2p_new();
+    pattern_uneven(p, w->nranks);
+    p2p_case_with_alltoall(w, "SendRecv alltoall+uneven (AlltoAll f32 count=1048579 and the uneven "
+                              "pattern in one group)", p, 1048579, index++);
     p = p2p_new();
     pattern_multi_far(p, w->nranks);
     p2p_case(w, "SendRecv multi far (3 messages to rank + 2, sizes in two orders) f32", p,
