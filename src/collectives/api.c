@@ -443,7 +443,7 @@ static int api_peers_count(api_peers_t p, int n) { return p == PEERS_ALL ? n : (
 
 /* Adds the sends (is_send) or receives of one side of a p2p collective to the open group. */
 static ncclResult_t api_p2p_side(const struct api_call* c, api_peers_t peers, int is_send,
-                                 size_t bytes, int uniform) {
+                                 size_t bytes, int uniform, int skip_self) {
   ncclResult_t res = ncclSuccess;
   struct braid_op op;
   memset(&op, 0, sizeof op);
@@ -457,6 +457,7 @@ static ncclResult_t api_p2p_side(const struct api_call* c, api_peers_t peers, in
   if (is_send) op.scratch = c->stage_copy;
   for (int r = 0; r < c->comm->nranks && res == ncclSuccess; r++) {
     if (peers == PEERS_NONE || (peers == PEERS_ROOT && r != c->root)) continue;
+    if (skip_self && r == c->comm->rank) continue;
     size_t offset = peers == PEERS_ALL ? (size_t)r * bytes : 0;
     op.peer = r;
     if (is_send)
@@ -481,8 +482,12 @@ static ncclResult_t api_p2p_side(const struct api_call* c, api_peers_t peers, in
  * In-place all-to-all: block j of the buffer is sent to rank j while rank
  * j's data arrives into the same block, so the sends read from a copy taken
  * first, in stream order. The copy is a stream-ordered allocation released
- * right behind the kernel (enqueue frees `scratch` after the launch).
+ * right behind the kernel (enqueue frees `scratch` after the launch). A
+ * rank's own block is where it belongs already: it is not copied (where that
+ * takes no second copy, or the block is large: API_STAGE_SPLIT_MIN) and its
+ * self send/receive is left out (api_p2p_collective).
  */
+#define API_STAGE_SPLIT_MIN ((size_t)4 << 20)
 static ncclResult_t api_p2p_stage_in_place(const struct api_call* c, api_peers_t sends,
                                            api_peers_t recvs, size_t bytes,
                                            struct api_call* staged) {
@@ -498,7 +503,19 @@ static ncclResult_t api_p2p_stage_in_place(const struct api_call* c, api_peers_t
   BRAID_CUDA_TRY(cudaGetDevice(&saved_dev));
   BRAID_CUDA_TRY(cudaSetDevice(c->comm->cuda_dev));
   BRAID_CUDA_TRY(cudaMallocAsync(&copy, total, c->stream));
-  BRAID_CUDA_TRY(cudaMemcpyAsync(copy, c->sendbuff, total, cudaMemcpyDeviceToDevice, c->stream));
+  const size_t below = bytes * (size_t)c->comm->rank, above = total - below - bytes;
+  if (below > 0 && above > 0 && bytes < API_STAGE_SPLIT_MIN) { /* one copy, own block too */
+    BRAID_CUDA_TRY(
+        cudaMemcpyAsync(copy, c->sendbuff, total, cudaMemcpyDeviceToDevice, c->stream));
+  } else {
+    if (below > 0)
+      BRAID_CUDA_TRY(
+          cudaMemcpyAsync(copy, c->sendbuff, below, cudaMemcpyDeviceToDevice, c->stream));
+    if (above > 0)
+      BRAID_CUDA_TRY(cudaMemcpyAsync((char*)copy + below + bytes,
+                                     (const char*)c->sendbuff + below + bytes, above,
+                                     cudaMemcpyDeviceToDevice, c->stream));
+  }
   staged->sendbuff = copy;
   staged->stage_copy = copy;
   BRAID_CUDA_TRY(cudaSetDevice(saved_dev));
@@ -534,8 +551,10 @@ static ncclResult_t api_p2p_collective(const struct api_call* c, api_peers_t sen
   res = api_p2p_stage_in_place(c, sends, recvs, bytes, &staged);
   /* AlltoAll: every rank sends every rank the same bytes (p2p_work.c places them so). */
   const int uniform = sends == PEERS_ALL && recvs == PEERS_ALL;
-  if (res == ncclSuccess) res = api_p2p_side(&staged, sends, 1, bytes, uniform);
-  if (res == ncclSuccess) res = api_p2p_side(c, recvs, 0, bytes, uniform);
+  /* Staged in place: a rank's own block stays where it is, with no self send/receive. */
+  const int skip_self = staged.stage_copy != NULL;
+  if (res == ncclSuccess) res = api_p2p_side(&staged, sends, 1, bytes, uniform, skip_self);
+  if (res == ncclSuccess) res = api_p2p_side(c, recvs, 0, bytes, uniform, skip_self);
   if (res != ncclSuccess) group_fail(res);
   ncclResult_t end = group_end();
   if (res == ncclSuccess) res = end;
