@@ -505,8 +505,7 @@ static ncclResult_t api_p2p_stage_in_place(const struct api_call* c, api_peers_t
   BRAID_CUDA_TRY(cudaMallocAsync(&copy, total, c->stream));
   const size_t below = bytes * (size_t)c->comm->rank, above = total - below - bytes;
   if (below > 0 && above > 0 && bytes < API_STAGE_SPLIT_MIN) { /* one copy, own block too */
-    BRAID_CUDA_TRY(
-        cudaMemcpyAsync(copy, c->sendbuff, total, cudaMemcpyDeviceToDevice, c->stream));
+    BRAID_CUDA_TRY(cudaMemcpyAsync(copy, c->sendbuff, total, cudaMemcpyDeviceToDevice, c->stream));
   } else {
     if (below > 0)
       BRAID_CUDA_TRY(

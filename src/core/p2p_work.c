@@ -38,6 +38,12 @@
  */
 #define SR_SELF_CHANNEL_BYTES_MIN 4096
 
+/* The connection a send (is_send) to or receive from `peer` uses: channel 0's, whose transport
+   and buffers every channel's share in practice. */
+static const struct braid_connector* p2p_conn(const struct ncclComm* comm, int peer, int is_send) {
+  return (is_send ? comm->channels->p2p_send : comm->channels->p2p_recv) + peer;
+}
+
 /*
  * Channels of one send (is_send) or receive of `bytes` with `peer`. Both ends of a connection
  * have the same transport, so the sender and the receiver agree.
@@ -48,8 +54,7 @@ static int p2p_nchannels(const struct ncclComm* comm, size_t bytes, int peer, in
   if (self) {
     per = BRAID_MAX(braid_param_int(BRAID_P_P2P_SELF_CHANNEL_BYTES), SR_SELF_CHANNEL_BYTES_MIN);
   } else {
-    const struct braid_connector* conn =
-        (is_send ? comm->channels->p2p_send : comm->channels->p2p_recv) + peer;
+    const struct braid_connector* conn = p2p_conn(comm, peer, is_send);
     per = braid_param_int(BRAID_P_P2P_CHANNEL_BYTES);
     if (per <= 0)
       per = conn->transport == &braid_transport_p2p ? SR_P2P_CHANNEL_BYTES : SR_OTHER_CHANNEL_BYTES;
@@ -99,9 +104,7 @@ static int p2p_place(const struct ncclComm* comm, const struct braid_op* op, int
   const int base = (d - 1) * P / (n - 1), span = d * P / (n - 1) - base;
   const size_t slot = transport_p2p_slot_bytes();
   size_t per = BRAID_MIN((size_t)SR_SPLIT_CH_BYTES, slot * BRAID_STEPS);
-  const struct braid_connector* conn =
-      (op->is_send ? comm->channels->p2p_send : comm->channels->p2p_recv) + op->peer;
-  if (op->uniform && conn->transport == &braid_transport_p2p &&
+  if (op->uniform && p2p_conn(comm, op->peer, op->is_send)->transport == &braid_transport_p2p &&
       !tune_proto_named(comm, BRAID_COLL_SENDRECV))
     per = BRAID_MAX(per, slot * (BRAID_STEPS - 1));
   if (bytes > (size_t)BRAID_MIN(nch, span) * per) return nch; /* per channel it will use */
@@ -119,8 +122,7 @@ static ncclResult_t p2p_ll(struct ncclComm* comm, int peer, int is_send, size_t 
                            int placed, int* ll) {
   ncclResult_t res = ncclSuccess;
   struct braid_tune_choice choice;
-  const struct braid_connector* conn =
-      (is_send ? comm->channels->p2p_send : comm->channels->p2p_recv) + peer;
+  const struct braid_connector* conn = p2p_conn(comm, peer, is_send);
   *ll = 0;
   const size_t max = conn->transport == &braid_transport_p2p
                          ? (size_t)braid_param_int(BRAID_P_P2P_LL_MAX)
@@ -147,8 +149,8 @@ static ncclResult_t p2p_msg_of(struct ncclComm* comm, const struct braid_op* op,
                                struct p2p_msg* m) {
   int placed = 0;
   m->bytes = op->count * redop_type_size(op->dtype);
-  m->nch = p2p_place(comm, op, d, m->bytes,
-                     p2p_nchannels(comm, m->bytes, op->peer, op->is_send), &m->lo, &placed);
+  m->nch = p2p_place(comm, op, d, m->bytes, p2p_nchannels(comm, m->bytes, op->peer, op->is_send),
+                     &m->lo, &placed);
   return p2p_ll(comm, op->peer, op->is_send, m->bytes, m->nch, placed, &m->ll);
 }
 
