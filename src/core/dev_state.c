@@ -201,27 +201,31 @@ fail:
 }
 
 /* One launch of `fn` on `grid` blocks, with the driver's attribute call when there are any. */
-static CUresult dev_launch_with(const struct braid_dev_state* d, CUfunction fn, int grid,
-                                cudaStream_t stream, void** extra, CUlaunchAttribute* attrs,
-                                unsigned nattrs) {
+static CUresult dev_launch_with(CUfunction fn, int grid, int nthreads, cudaStream_t stream,
+                                void** extra, CUlaunchAttribute* attrs, unsigned nattrs) {
   if (nattrs == 0)
-    return dev_drv.launch(fn, (unsigned)grid, 1, 1, (unsigned)d->nthreads, 1, 1, 0,
-                          (CUstream)stream, NULL, extra);
+    return dev_drv.launch(fn, (unsigned)grid, 1, 1, (unsigned)nthreads, 1, 1, 0, (CUstream)stream,
+                          NULL, extra);
   CUlaunchConfig cfg = {.gridDimX = (unsigned)grid, .gridDimY = 1, .gridDimZ = 1,
-                        .blockDimX = (unsigned)d->nthreads, .blockDimY = 1, .blockDimZ = 1,
+                        .blockDimX = (unsigned)nthreads, .blockDimY = 1, .blockDimZ = 1,
                         .sharedMemBytes = 0, .hStream = (CUstream)stream, .attrs = attrs,
                         .numAttrs = nattrs};
   return dev_drv.launch_ex(&cfg, fn, NULL, extra);
 }
 
 ncclResult_t dev_state_launch(struct ncclComm* comm, int family, int dtype, int devop, int grid,
-                              struct braid_kernel_args* args, cudaStream_t stream) {
+                              int small, struct braid_kernel_args* args, cudaStream_t stream) {
   struct braid_dev_state* d = comm->dev;
   args->borrows = d->borrows; /* as of now: every connection the works use is uploaded */
   args->borrows_per = d->borrows_per_channel;
+  /* A borrowing block takes one borrowed pair a thread (kernel.h: borrows_in). */
+  const int borrows_fit =
+      d->borrows == NULL || d->borrows_per_channel <= (uint32_t)d->small_nthreads;
+  const int nthreads = small && d->small_nthreads > 0 && borrows_fit ? d->small_nthreads
+                                                                     : d->nthreads;
   if (dev_drv.launch == NULL) { /* no driver entry point: the runtime copies the whole struct */
     void* params[] = {args};
-    dim3 g = {(unsigned)grid, 1, 1}, b = {(unsigned)d->nthreads, 1, 1};
+    dim3 g = {(unsigned)grid, 1, 1}, b = {(unsigned)nthreads, 1, 1};
     cudaError_t err = cudaLaunchKernel(dev_tables[family][dtype][devop], g, b, params, 0, stream);
     if (err == cudaSuccess) return ncclSuccess;
     (void)cudaGetLastError();
@@ -236,7 +240,7 @@ ncclResult_t dev_state_launch(struct ncclComm* comm, int family, int dtype, int 
   CUfunction fn = d->kernels[family][dtype][devop];
   CUlaunchAttribute attrs[4];
   unsigned nattrs = dev_launch_attrs(d, grid, args, attrs);
-  CUresult err = dev_launch_with(d, fn, grid, stream, extra, attrs, nattrs);
+  CUresult err = dev_launch_with(fn, grid, nthreads, stream, extra, attrs, nattrs);
   if ((err == CUDA_ERROR_INVALID_CLUSTER_SIZE || err == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES) &&
       nattrs >= 2 && attrs[0].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
     /* Clusters are placement only (a peer may launch without them): where this device cannot
@@ -246,7 +250,7 @@ ncclResult_t dev_state_launch(struct ncclComm* comm, int family, int dtype, int 
          attrs[0].value.clusterDim.x, (int)err);
     d->cluster = 0;
     d->cluster_rs = 0;
-    err = dev_launch_with(d, fn, grid, stream, extra, attrs + 2, nattrs - 2);
+    err = dev_launch_with(fn, grid, nthreads, stream, extra, attrs + 2, nattrs - 2);
   }
   if (err == CUDA_SUCCESS) return ncclSuccess;
   char what[48];
@@ -261,6 +265,14 @@ static int dev_nthreads(void) {
   if (n < 64) n = 64;
   if (n > BRAID_MAX_NTHREADS) n = BRAID_MAX_NTHREADS;
   return (int)n;
+}
+
+/* BRAID_SMALL_NTHREADS as a launch takes it: 0 (off) or 64 up to the full block, by 64. */
+static int dev_small_nthreads(int nthreads) {
+  int64_t n = braid_param_int(BRAID_P_SMALL_NTHREADS);
+  if (n <= 0) return 0;
+  n = BRAID_ALIGN_UP(n, 64);
+  return n >= nthreads ? 0 : (int)n;
 }
 
 static ncclResult_t dev_upload(struct ncclComm* comm, void* dst, const void* src, size_t bytes) {
@@ -305,6 +317,7 @@ ncclResult_t dev_state_create(struct ncclComm* comm) {
   BRAID_TRY(BRAID_CALLOC(&d, 1, "device state"));
   comm->dev = d;
   d->nthreads = dev_nthreads();
+  d->small_nthreads = dev_small_nthreads(d->nthreads);
   BRAID_TRY(dev_kernels_load(d));
   BRAID_TRY(dev_launch_setup(comm));
   BRAID_CUDA_TRY(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));

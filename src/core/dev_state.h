@@ -61,6 +61,7 @@ struct braid_dev_state {
   CUfunction kernels[BRAID_KERNEL_FAMILIES][ncclNumTypes][BRAID_DEVOP_COUNT];
   struct braid_launch_order* order;  /* the family's (comm->share) */
   int nthreads;                      /* threads per block */
+  int small_nthreads;                /* of a launch of small LL works alone (0: nthreads) */
   /* Launch attributes (Hopper on, dev_state.c): blocks per cluster (0: none), the remote
      memory sync domain, NVLink-centric scheduling. */
   unsigned cluster;
@@ -84,10 +85,11 @@ ncclResult_t dev_state_stream_capturing(cudaStream_t stream, enum cudaStreamCapt
 /*
  * Launches family/dtype/devop's kernel on `grid` blocks with the works of
  * `args`, passing only the bytes of the works in use (a launch costs more
- * the more argument bytes it copies).
+ * the more argument bytes it copies). `small`: every work fits
+ * small_nthreads threads (enqueue.c), which the blocks then have.
  */
 ncclResult_t dev_state_launch(struct ncclComm* comm, int family, int dtype, int devop, int grid,
-                              struct braid_kernel_args* args, cudaStream_t stream);
+                              int small, struct braid_kernel_args* args, cudaStream_t stream);
 /* Uploads one newly connected send/recv connection. */
 ncclResult_t dev_state_upload_p2p(struct ncclComm* comm, int channel, int peer, int is_send,
                                   const struct braid_dev_conn* conn);

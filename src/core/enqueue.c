@@ -44,6 +44,7 @@ struct launch_plan {
   int dtype, devop;
   int grid;
   int family; /* the kernels its works need (enq_family); a launch holds one family */
+  int small;  /* every work so far fits a block of BRAID_SMALL_NTHREADS (enq_work_small) */
   int ce_ran; /* a copy-engine exchange ran in this group */
   int launched; /* something of this group went to the GPU (a failure then puts the comm out
                    of step with its peers) */
@@ -61,7 +62,7 @@ static ncclResult_t enq_plan_take(struct ncclComm* comm, struct launch_plan** ou
   if (d->plan == NULL) BRAID_TRY(BRAID_CALLOC(&d->plan, 1, "launch plan"));
   struct launch_plan* p = d->plan;
   memset(&p->args, 0, offsetof(struct braid_kernel_args, work));
-  p->reduces = p->dtype = p->devop = p->grid = p->ce_ran = p->launched = 0;
+  p->reduces = p->dtype = p->devop = p->grid = p->ce_ran = p->launched = p->small = 0;
   p->family = BRAID_KERNELS_RING;
   *out = p;
   return ncclSuccess;
@@ -74,6 +75,27 @@ static int enq_family(const struct braid_work* w) {
   if (w->proto == BRAID_PROTO_LL128) return BRAID_KERNELS_LL128;
   return w->algo == BRAID_ALGO_TREE || w->algo == BRAID_ALGO_DIRECT ? BRAID_KERNELS_TREE
                                                                     : BRAID_KERNELS_RING;
+}
+
+/*
+ * Whether a work runs as well on a block of BRAID_SMALL_NTHREADS threads: an LL ring
+ * collective (two ranks' pair exchange included) of at most one 8-byte line a thread of that
+ * block on each channel, where a full block's extra threads would have had no line at all. A
+ * smaller block starts sooner and meets at each step's barrier with fewer warps (8 B all-reduce
+ * of two H100s in a CUDA graph: 3.72-3.81 us an operation with 512 threads, 3.33-3.39 with 64;
+ * eager calls, paced by the host, unchanged; perf/NOTES.md). Both ends of a connection may run
+ * different block sizes: an LL step's lines are by index, whichever thread writes them.
+ */
+static int enq_work_small(const struct ncclComm* comm, const struct braid_work* w) {
+  const int n = comm->dev->small_nthreads;
+  if (n == 0 || w->coll == BRAID_COLL_SENDRECV || w->algo != BRAID_ALGO_RING ||
+      w->proto != BRAID_PROTO_LL || w->nchannels == 0)
+    return 0;
+  size_t esize = redop_type_size(w->dtype);
+  size_t count = w->count;
+  /* Reduce-scatter's count is a rank's share; its ring moves every share, one a step. */
+  size_t per_channel = (count * esize + w->nchannels - 1) / w->nchannels;
+  return per_channel <= (size_t)n * 8;
 }
 
 static size_t enq_op_bytes(const struct braid_op* op) {
@@ -590,13 +612,14 @@ static ncclResult_t enq_launch(struct ncclComm* comm, struct launch_plan* plan, 
   if (plan->args.nwork == 0) return ncclSuccess;
   BRAID_TRY(enq_order_wait(comm, stream, capture != cudaStreamCaptureStatusNone, &o));
   BRAID_TRY(dev_state_launch(comm, plan->family, plan->reduces ? plan->dtype : ncclUint8,
-                             plan->reduces ? plan->devop : BRAID_DEVOP_SUM, plan->grid, &plan->args,
-                             stream));
+                             plan->reduces ? plan->devop : BRAID_DEVOP_SUM, plan->grid, plan->small,
+                             &plan->args, stream));
   plan->launched = 1;
   BRAID_TRY(enq_order_record(comm, stream, &o));
   plan->args.nwork = 0;
   plan->reduces = 0;
   plan->grid = 0;
+  plan->small = 0;
   plan->family = BRAID_KERNELS_RING;
   return ncclSuccess;
 fail:
@@ -620,6 +643,7 @@ static ncclResult_t enq_add_work(struct ncclComm* comm, struct launch_plan* plan
     plan->devop = w->devop;
   }
   plan->family = family;
+  plan->small = (plan->args.nwork == 0 || plan->small) && enq_work_small(comm, w);
   plan->args.work[plan->args.nwork++] = *w;
   plan->grid = BRAID_MAX(plan->grid, w->channel_lo + w->nchannels);
   return ncclSuccess;
