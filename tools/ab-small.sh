@@ -4,12 +4,10 @@
 # works keep the full block), two processes as perf/compare runs them. Output on stdout.
 set -u
 cd "$(dirname "$0")/.."
-export NCCL_NVLS_ENABLE=0
-B=${BUILD_DIR:-.device/build}
-[ -f .device/packed.tar.xz ] && tar -C "$B" -xJf .device/packed.tar.xz
+. tools/device-libs.sh
 for r in 1 2 3; do
   for v in 0 64 nccl; do
-    d=$PWD/$B/src; [ $v = nccl ] && d=${NCCL_LIB_DIR:-/usr/lib/x86_64-linux-gnu}
+    d=$PWD/$B/src; [ $v = nccl ] && d=$NCCL_DIR
     for c in "alltoall -b 8M -e 8M" "sendrecv -b 32 -e 512 -f 4"; do
       set -- $c
       t=$(BRAID_SMALL_NTHREADS=${v/nccl/0} LD_LIBRARY_PATH=$d timeout 40 mpirun --allow-run-as-root \

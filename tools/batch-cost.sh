@@ -7,12 +7,8 @@
 #   BATCH_ROUNDS (2) rounds; BATCH_NS ("1 2 5 20 100 1000").
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export NCCL_NVLS_ENABLE=0
-B=${BUILD_DIR:-.device/build}
-[ -f .device/packed.tar.xz ] && tar -C "$B" -xJf .device/packed.tar.xz
-libs=
-[ -f .device/floor/libnccl.so.2 ] && libs="floor=$PWD/.device/floor"
-libs="$libs braid=$PWD/$B/src nccl=${NCCL_LIB_DIR:-/usr/lib/x86_64-linux-gnu}"
+. tools/device-libs.sh
+libs=$LIBS
 for r in $(seq 1 "${BATCH_ROUNDS:-2}"); do
   echo "== round $r"
   for l in $libs; do

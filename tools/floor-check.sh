@@ -13,16 +13,8 @@
 #    in place; with FLOOR_LOGS=DIR each compare-flags run's whole output there too.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export NCCL_NVLS_ENABLE=0
-B=${BUILD_DIR:-.device/build}
-[ -f .device/packed.tar.xz ] && tar -C "$B" -xJf .device/packed.tar.xz
-libs=
-[ -f .device/floor/libnccl.so.2 ] && libs="floor=$PWD/.device/floor"
-libs="$libs new=$PWD/$B/src"
-if [ -f .device/old-packed.tar.xz ]; then
-  mkdir -p .device/old && tar -C .device/old -xJf .device/old-packed.tar.xz && libs="$libs old=$PWD/.device/old/src"
-fi
-libs="$libs nccl=${NCCL_LIB_DIR:-/usr/lib/x86_64-linux-gnu}"
+BRAID_NAME=new DEVICE_LIBS_OLD=1 . tools/device-libs.sh
+libs=$LIBS
 LONG="-b 8 -e 8 -w 200 -n 5000"
 SHORT="-b 8 -e 2G -f 4 -w 5 -n 20"
 # procs TAG FLAGS: all_reduce_perf's 8 B row (out of place, in place) from two bound processes.

@@ -5,10 +5,7 @@
 #   PACE_ROUNDS (2) rounds. Output: "name flags | size: us out of place, in place".
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export NCCL_NVLS_ENABLE=0
-B=${BUILD_DIR:-.device/build}
-[ -f .device/packed.tar.xz ] && tar -C "$B" -xJf .device/packed.tar.xz
-NCCL=${NCCL_LIB_DIR:-/usr/lib/x86_64-linux-gnu}
+. tools/device-libs.sh
 # one NAME LIBDIR "ENV..." FLAGS...
 one() {
   local name=$1 dir=$2 envs=$3 x= e; shift 3
@@ -23,7 +20,7 @@ for r in $(seq 1 "${PACE_ROUNDS:-2}"); do
   echo "== round $r"
   for v in "${variants[@]}" "nccl"; do
     read -r name envs <<< "$v"
-    dir=$PWD/$B/src; [ "$name" = nccl ] && dir=$NCCL
+    dir=$PWD/$B/src; [ "$name" = nccl ] && dir=$NCCL_DIR
     one "$name" "$dir" "${envs:-}" -b 8 -e 512 -f 8 -w 5 -n 1000
     one "$name" "$dir" "${envs:-}" -b 8 -e 512 -f 8 -w 5 -n 20 -G 50
   done
