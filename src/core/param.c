@@ -156,11 +156,12 @@ static const struct param_row rows[BRAID_P_COUNT] = {
   ROW(MIN_NCHANNELS, "NCCL_MIN_NCHANNELS", INT, "0", "Lower bound on channels (CTAs) per collective; 0 = automatic."),
   ROW(MAX_NCHANNELS, "NCCL_MAX_NCHANNELS", INT, "0", "Upper bound on channels (CTAs) per collective; 0 = automatic."),
   ROW(NTHREADS, "NCCL_NTHREADS", INT, "0",
-      "Threads per CTA (a multiple of 32 from 64 to 1024); 0 = automatic."),
+      "Threads per CTA, rounded up to a multiple of 64 and held to 64-512; 0 = automatic (512)."),
   ROW(SMALL_NTHREADS, NULL, INT, "64",
       "Threads per CTA of a launch whose every work is an LL ring collective of at most that "
-      "many 8-byte lines a channel (a multiple of 64, at most the CTA's; 0 = every launch takes "
-      "the full CTA): fewer warps to start and to hold at each barrier."),
+      "many 8-byte lines a channel: fewer warps to start and to hold at each barrier. Rounded "
+      "up to a multiple of 64; 0, or at least the CTA's threads: every launch takes the full "
+      "CTA."),
   ROW(BUFFSIZE, "NCCL_BUFFSIZE", INT, "4194304",
       "Bytes of receive buffer per connection for collectives (split into 8 steps)."),
   ROW(P2P_BUFFSIZE, NULL, INT, "1048576",
