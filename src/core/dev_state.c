@@ -270,7 +270,7 @@ static int dev_nthreads(void) {
 /* BRAID_SMALL_NTHREADS as a launch takes it: 0 (off) or 64 up to the full block, by 64. */
 static int dev_small_nthreads(int nthreads) {
   int64_t n = braid_param_int(BRAID_P_SMALL_NTHREADS);
-  if (n <= 0) return 0;
+  if (n <= 0 || n >= nthreads) return 0; /* before the rounding: no overflow */
   n = BRAID_ALIGN_UP(n, 64);
   return n >= nthreads ? 0 : (int)n;
 }

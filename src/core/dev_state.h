@@ -86,7 +86,8 @@ ncclResult_t dev_state_stream_capturing(cudaStream_t stream, enum cudaStreamCapt
  * Launches family/dtype/devop's kernel on `grid` blocks with the works of
  * `args`, passing only the bytes of the works in use (a launch costs more
  * the more argument bytes it copies). `small`: every work fits
- * small_nthreads threads (enqueue.c), which the blocks then have.
+ * small_nthreads threads (enqueue.c), which the blocks then have unless a
+ * borrowing block needs more (one borrowed pair a thread).
  */
 ncclResult_t dev_state_launch(struct ncclComm* comm, int family, int dtype, int devop, int grid,
                               int small, struct braid_kernel_args* args, cudaStream_t stream);
