@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/param.h"
+#include "base/param.h"
 #include "graph/graph.h"
 #include "nccl.h"
 

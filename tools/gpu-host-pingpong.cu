@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "collectives/device/prims_common.h" /* ld_acquire_sys, st_release_sys: the kernels' own */
+#include "device/prims_common.h" /* ld_acquire_sys, st_release_sys: the kernels' own */
 #include "cuda_check.h"
 
 struct shared_mem {

@@ -4,9 +4,10 @@
  * given size should use. Everything here is deterministic: every rank
  * computes the same answer from the same (exchanged) input.
  *
- * Ownership: the graph module owns comm->topo; topo_comm_init creates it,
- * topo_comm_free releases it. The structs returned by the accessors stay
- * valid until then.
+ * The graph knows nothing of communicators: the runtime (runtime/topo_comm.h)
+ * gathers the hosts' descriptions and calls topo_build, and owns the
+ * struct braid_topo it returns; topo_free releases it. The structs returned
+ * by the accessors stay valid until then.
  */
 #ifndef BRAID_GRAPH_GRAPH_H
 #define BRAID_GRAPH_GRAPH_H
@@ -14,10 +15,10 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "collectives/coll.h"
+#include "abi/coll.h"
 #include "nccl.h"
 
-struct ncclComm;
+struct braid_topo;
 
 /* How two ranks are connected, best first. Values match NCCL's PATH_* order. */
 typedef enum {
@@ -36,7 +37,7 @@ typedef enum {
  * The rings: `nchannels` permutations of the ranks; order[c * nranks + i] is
  * the i-th rank of ring c. The ranks of a host are contiguous in every ring
  * (hosts in order of their first rank); across hosts the ring goes through
- * the NIC topo_comm_channel_net names.
+ * the NIC topo_channel_net names.
  */
 struct braid_rings {
   int nchannels;
@@ -74,76 +75,50 @@ struct braid_tune_choice {
   float time_us; /* predicted */
 };
 
-/*
- * Detects (or loads from BRAID_TOPO_FILE) this rank's node, exchanges it with
- * the other ranks through comm->bootstrap, merges the graphs per host,
- * computes paths and searches rings and trees. Collective over the comm;
- * needs comm->peers (bus_id, host_hash, hostname) and comm->config filled.
- * Honors BRAID_MIN/MAX_NCHANNELS, config.minCTAs/maxCTAs, BRAID_P2P_DISABLE,
- * BRAID_ALGO/PROTO, BRAID_NTHREADS; rank 0 writes BRAID_TOPO_DUMP_FILE and
- * BRAID_GRAPH_DUMP_FILE. Fails (ncclInvalidUsage) if ranks disagree on the
- * result, which only differing environments can cause.
- */
-ncclResult_t topo_comm_init(struct ncclComm* comm);
-void topo_comm_free(struct ncclComm* comm);
-
-const struct braid_rings* topo_comm_rings(const struct ncclComm* comm);
-const struct braid_trees* topo_comm_trees(const struct ncclComm* comm);
-/* Path type and bottleneck bandwidth (GB/s) between two ranks. */
-braid_path_type_t topo_comm_path(const struct ncclComm* comm, int rank_a, int rank_b, float* bw);
-
-/*
- * Chooses algorithm, protocol, channels and threads for `coll` moving `bytes`
- * (the per-rank message size as nccl-tests counts it). Honors BRAID_ALGO /
- * BRAID_PROTO. `available` masks (1 << algo) and (1 << proto) that the
- * caller can run.
- */
-ncclResult_t tune_choose(const struct ncclComm* comm, braid_coll_t coll, size_t bytes,
-                         unsigned algo_mask, unsigned proto_mask,
-                         struct braid_tune_choice* out);
-
-/* Whether BRAID_PROTO names the protocols of `coll` (a force, not the model's choice). */
-int tune_proto_named(const struct ncclComm* comm, braid_coll_t coll);
-
 /* The previous and next rank of `rank` in ring `channel`. */
 void topo_ring_neighbors(const struct braid_rings* rings, int channel, int rank, int* prev,
                          int* next);
-/*
- * The network device this rank's host uses on `channel` (the ring arrives
- * there and leaves from there): its index as the topology numbers network
- * ports, and its name ("mlx5_0", "eth0") in *name. -1 (and *name NULL) when
- * the channel stays on this host or the host has no known NIC.
- */
-int topo_comm_channel_net(const struct ncclComm* comm, int channel, const char** name);
-/*
- * Path from this rank's GPU to the network port called `name` ("mlx5_0"):
- * PIX/PXB mean the NIC shares the GPU's PCIe switch (GPUDirect RDMA is
- * worthwhile), PHB/SYS that traffic crosses the CPU. DIS when the host has
- * no such port.
- */
-braid_path_type_t topo_comm_net_path(const struct ncclComm* comm, const char* name, float* bw);
 /* "NVL", "PIX", ... */
 const char* topo_path_type_name(braid_path_type_t type);
 
 /*
- * Without a communicator (unit tests, braid-info): the same topology, built
- * from NCCL topology XML files, one per host. Host h runs ranks_per_host[h]
- * ranks, numbered host after host; the ranks of a host take its GPUs in
- * `dev` order. Honors the same parameters as topo_comm_init
- * (BRAID_MIN/MAX_NCHANNELS, BRAID_ALGO/PROTO, BRAID_NTHREADS) as they are
- * when it is called. No GPU, bootstrap or socket is used.
+ * A topology built from NCCL topology XML files, one per host (unit tests,
+ * braid-info). Host h runs ranks_per_host[h] ranks, numbered host after
+ * host; the ranks of a host take its GPUs in `dev` order. Honors the same
+ * parameters as a communicator's (BRAID_MIN/MAX_NCHANNELS, BRAID_ALGO/PROTO,
+ * BRAID_NTHREADS) as they are when it is called. No GPU, bootstrap or
+ * socket is used.
  */
-struct braid_topo;
 ncclResult_t topo_build_from_files(const char* const* files, int nhosts, const int* ranks_per_host,
                                    struct braid_topo** out);
 void topo_free(struct braid_topo* topo);
 const struct braid_rings* topo_rings(const struct braid_topo* topo);
 const struct braid_trees* topo_trees(const struct braid_topo* topo);
+/* Path type and bottleneck bandwidth (GB/s) between two ranks. */
 braid_path_type_t topo_path(const struct braid_topo* topo, int rank_a, int rank_b, float* bw);
+/*
+ * The network device `rank`'s host uses on `channel` (the ring arrives
+ * there and leaves from there): its index as the topology numbers network
+ * ports, and its name ("mlx5_0", "eth0") in *name. -1 (and *name NULL) when
+ * the channel stays on that host or the host has no known NIC.
+ */
 int topo_channel_net(const struct braid_topo* topo, int channel, int rank, const char** name);
+/*
+ * Path from `rank`'s GPU to the network port called `name` ("mlx5_0"):
+ * PIX/PXB mean the NIC shares the GPU's PCIe switch (GPUDirect RDMA is
+ * worthwhile), PHB/SYS that traffic crosses the CPU. DIS when the host has
+ * no such port.
+ */
 braid_path_type_t topo_net_path(const struct braid_topo* topo, int rank, const char* name,
                                 float* bw);
+/* Whether BRAID_PROTO names the protocols of `coll` (a force, not the model's choice). */
 int tune_proto_named_topo(const struct braid_topo* topo, braid_coll_t coll);
+/*
+ * Chooses algorithm, protocol, channels and threads for `coll` moving `bytes`
+ * (the per-rank message size as nccl-tests counts it). Honors BRAID_ALGO /
+ * BRAID_PROTO. The masks hold (1 << algo) and (1 << proto) that the caller
+ * can run.
+ */
 ncclResult_t tune_choose_topo(const struct braid_topo* topo, braid_coll_t coll, size_t bytes,
                               unsigned algo_mask, unsigned proto_mask,
                               struct braid_tune_choice* out);

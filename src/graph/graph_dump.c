@@ -14,7 +14,7 @@
  */
 #include <string.h>
 
-#include "core/error.h"
+#include "base/error.h"
 #include "graph/topo.h"
 
 enum { GRAPH_PATTERN_BALANCED_TREE = 1, GRAPH_PATTERN_RING = 4 }; /* NCCL's numbering */

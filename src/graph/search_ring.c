@@ -23,9 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/debug.h"
-#include "core/error.h"
-#include "core/utils.h"
+#include "base/debug.h"
+#include "base/error.h"
+#include "base/utils.h"
 #include "graph/topo.h"
 
 #define RING_EPS 1e-4f

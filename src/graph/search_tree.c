@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
-#include "core/utils.h"
+#include "base/error.h"
+#include "base/utils.h"
 #include "graph/topo.h"
 
 void search_btree(int n, int pos, int* up, int* down0, int* down1) {

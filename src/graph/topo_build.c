@@ -2,17 +2,17 @@
  * From one topology document per host to a complete struct braid_topo:
  * node graphs and their paths, which GPU each rank drives, the rank-to-rank
  * path matrix, rings, trees and the tuning model. This is where the
- * communicator path (topo_comm.c, after the exchange) and the file path
+ * communicator path (runtime/topo_comm.c, after the exchange) and the file path
  * (unit tests, braid-info) meet; nothing here talks to other ranks, so the
  * unit tests need neither GPUs nor sockets.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/debug.h"
-#include "core/error.h"
-#include "core/param.h"
-#include "core/utils.h"
+#include "base/debug.h"
+#include "base/error.h"
+#include "base/param.h"
+#include "base/utils.h"
 #include "graph/topo.h"
 
 void topo_free(struct braid_topo* topo) {

@@ -14,8 +14,8 @@
 #include <stdarg.h>
 #include <string.h>
 
-#include "core/error.h"
-#include "core/utils.h"
+#include "base/error.h"
+#include "base/utils.h"
 #include "graph/topo.h"
 
 struct compare_state {

@@ -10,8 +10,8 @@
 #include <cuda_runtime.h>
 #include <string.h>
 
-#include "core/debug.h"
-#include "core/error.h"
+#include "base/debug.h"
+#include "base/error.h"
 #include "graph/topo.h"
 #include "graph/topo_detect.h"
 

@@ -13,8 +13,8 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "core/debug.h"
-#include "core/error.h"
+#include "base/debug.h"
+#include "base/error.h"
 #include "graph/topo_detect.h"
 
 typedef int nvml_return_t;

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "core/utils.h"
+#include "base/utils.h"
 #include "graph/topo.h"
 
 const struct braid_rings* topo_rings(const struct braid_topo* topo) {

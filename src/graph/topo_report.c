@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
-#include "core/param.h"
-#include "core/utils.h"
+#include "base/error.h"
+#include "base/param.h"
+#include "base/utils.h"
 #include "graph/topo.h"
 
 static void report_node_line(FILE* out, const struct topo_system* sys, int n, int depth) {

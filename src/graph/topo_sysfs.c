@@ -28,9 +28,9 @@
 #include <string.h>
 #include <sys/utsname.h>
 
-#include "core/debug.h"
-#include "core/error.h"
-#include "core/utils.h"
+#include "base/debug.h"
+#include "base/error.h"
+#include "base/utils.h"
 #include "graph/topo.h"
 #include "graph/topo_detect.h"
 

@@ -13,7 +13,7 @@
  */
 #include <string.h>
 
-#include "core/utils.h"
+#include "base/utils.h"
 #include "graph/topo.h"
 
 /* Folds one value into a running FNV-style hash. */

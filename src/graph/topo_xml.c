@@ -28,8 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
-#include "core/utils.h"
+#include "base/error.h"
+#include "base/utils.h"
 #include "graph/topo.h"
 
 #define TOPO_NVS_ID 0

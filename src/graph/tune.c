@@ -15,10 +15,10 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/debug.h"
-#include "core/error.h"
-#include "core/param.h"
-#include "core/utils.h"
+#include "base/debug.h"
+#include "base/error.h"
+#include "base/param.h"
+#include "base/utils.h"
 #include "graph/topo.h"
 #include "graph/tune_override.h"
 

@@ -6,10 +6,10 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/debug.h"
-#include "core/error.h"
-#include "core/param.h"
-#include "core/utils.h"
+#include "base/debug.h"
+#include "base/error.h"
+#include "base/param.h"
+#include "base/utils.h"
 #include "graph/tune_override.h"
 
 struct override_names {

@@ -6,7 +6,7 @@
 #ifndef BRAID_GRAPH_TUNE_TABLE_H
 #define BRAID_GRAPH_TUNE_TABLE_H
 
-#include "collectives/coll.h"
+#include "abi/coll.h"
 
 /* Link classes the latency and efficiency tables are indexed by. */
 typedef enum {

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
-#include "core/utils.h"
+#include "base/error.h"
+#include "base/utils.h"
 
 struct xml_parser {
   const char* buf;

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/error.h"
-#include "core/utils.h"
+#include "base/error.h"
+#include "base/utils.h"
 #include "graph/xml.h"
 
 ncclResult_t xml_doc_create(const char* source, struct xml_doc** out) {

@@ -31,12 +31,12 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include "core/bootstrap.h"
-#include "core/comm.h"
-#include "core/debug.h"
-#include "core/param.h"
-#include "core/proxy.h"
-#include "core/utils.h"
+#include "bootstrap/bootstrap.h"
+#include "base/debug.h"
+#include "base/error.h"
+#include "base/param.h"
+#include "transport/proxy.h"
+#include "base/utils.h"
 #include "graph/graph.h"
 #include "transport/net.h"
 #include "transport/transport.h"
@@ -58,7 +58,7 @@ struct net_info {
 _Static_assert(sizeof(struct net_info) <= BRAID_CONN_INFO_BYTES, "net info must fit");
 
 struct net_state {
-  struct ncclComm* comm;
+  const struct braid_transport_comm* comm;
   const struct braid_net_ops* net;
   int dev;
   int gdr;                       /* slots in GPU memory */
@@ -100,16 +100,16 @@ static int net_dmabuf_export(void* ptr, size_t bytes) {
 
 /* ----------------------------------------------------------- choices */
 
-static ncclResult_t net_can_connect(struct ncclComm* comm, const struct braid_peer_info* me,
+static ncclResult_t net_can_connect(const struct braid_transport_comm* comm, const struct braid_peer_info* me,
                                     const struct braid_peer_info* peer, int* ok) {
   *ok = me->host_hash != peer->host_hash;
   return ncclSuccess;
 }
 
 /* The backend device for `channel`: the NIC the topology routes it through, else round robin. */
-static int net_pick_dev(struct ncclComm* comm, const struct braid_net_ops* net, int ndev, int channel) {
+static int net_pick_dev(const struct braid_transport_comm* comm, const struct braid_net_ops* net, int ndev, int channel) {
   const char* want = NULL;
-  if (topo_comm_channel_net(comm, channel, &want) >= 0 && want) {
+  if (topo_channel_net(comm->topo, channel, comm->rank, &want) >= 0 && want) {
     for (int d = 0; d < ndev; d++) {
       struct braid_net_props props;
       char name[sizeof props.name];
@@ -130,7 +130,7 @@ static braid_path_type_t net_gdr_level(void) {
 }
 
 /* Whether the slots go to GPU memory; logged once per GPU/NIC pair with the reason. */
-static int net_gdr_decide(struct ncclComm* comm, struct net_state* st) {
+static int net_gdr_decide(const struct braid_transport_comm* comm, struct net_state* st) {
   static unsigned char logged[64][BRAID_NET_MAX_DEVS];
   struct braid_net_props props;
   char why[192];
@@ -143,7 +143,7 @@ static int net_gdr_decide(struct ncclComm* comm, struct net_state* st) {
     snprintf(why, sizeof why, "NET/%s cannot reach GPU memory", st->net->name);
   } else {
     float bw = 0;
-    braid_path_type_t path = topo_comm_net_path(comm, props.name, &bw);
+    braid_path_type_t path = topo_net_path(comm->topo, comm->rank, props.name, &bw);
     braid_path_type_t level = net_gdr_level();
     use = path <= level;
     snprintf(why, sizeof why, "path %s, BRAID_NET_GDR_LEVEL %s", topo_path_type_name(path),
@@ -160,7 +160,7 @@ static int net_gdr_decide(struct ncclComm* comm, struct net_state* st) {
 
 /* ------------------------------------------------------------ setup */
 
-static ncclResult_t net_state_new(struct ncclComm* comm, struct braid_connector* conn,
+static ncclResult_t net_state_new(const struct braid_transport_comm* comm, struct braid_connector* conn,
                                   struct net_state** out) {
   ncclResult_t res = ncclSuccess;
   struct net_state* st = NULL;
@@ -227,7 +227,7 @@ static void net_info_fill(struct net_info* ni, const struct net_state* st,
   snprintf(ni->backend, sizeof ni->backend, "%s", st->net->name);
 }
 
-static ncclResult_t net_send_setup(struct ncclComm* comm, struct braid_connector* conn,
+static ncclResult_t net_send_setup(const struct braid_transport_comm* comm, struct braid_connector* conn,
                                    struct braid_conn_info* info) {
   ncclResult_t res = ncclSuccess;
   struct net_state* st = NULL;
@@ -240,7 +240,7 @@ fail:
   return res;
 }
 
-static ncclResult_t net_recv_setup(struct ncclComm* comm, struct braid_connector* conn,
+static ncclResult_t net_recv_setup(const struct braid_transport_comm* comm, struct braid_connector* conn,
                                    struct braid_conn_info* info) {
   ncclResult_t res = ncclSuccess;
   struct net_info* ni = (struct net_info*)info->data;
@@ -259,12 +259,11 @@ fail:
 
 /* The proxy's report of a failed connection: the comm fails and its kernels stop waiting. */
 static void net_on_error(void* arg, ncclResult_t res) {
-  struct ncclComm* comm = arg;
-  comm_fail_async(comm, res); /* the proxy's message, for ncclGetLastError(comm) */
-  comm_stop(comm, "stopped by a failed network connection");
+  const struct braid_transport_comm* comm = arg;
+  comm->fail(comm->owner, res); /* the proxy's message, for ncclGetLastError(comm) */
 }
 
-static ncclResult_t net_info_check(struct ncclComm* comm, const struct braid_connector* conn,
+static ncclResult_t net_info_check(const struct braid_transport_comm* comm, const struct braid_connector* conn,
                                    const struct net_info* ni, const struct net_state* st) {
   ncclResult_t res = ncclSuccess;
   BRAID_CHECK(ni->magic == NET_INFO_MAGIC, ncclInternalError,
@@ -283,7 +282,7 @@ fail:
 }
 
 /* Hands the connection to the proxy of this GPU, which connects (send) or accepts (receive). */
-static ncclResult_t net_proxy_start(struct ncclComm* comm, struct braid_connector* conn,
+static ncclResult_t net_proxy_start(const struct braid_transport_comm* comm, struct braid_connector* conn,
                                     struct net_state* st, const struct net_info* ni) {
   ncclResult_t res = ncclSuccess;
   struct braid_proxy_conn_desc d;
@@ -307,7 +306,7 @@ static ncclResult_t net_proxy_start(struct ncclComm* comm, struct braid_connecto
   snprintf(d.peer, sizeof d.peer, "rank %d (%s) channel %d", conn->peer,
            comm->peers[conn->peer].hostname, conn->channel);
   d.on_error = net_on_error;
-  d.error_arg = comm;
+  d.error_arg = (void*)comm;
   d.abort_flag = comm->abort_flag;
   BRAID_TRY(proxy_acquire(comm->cuda_dev, comm->peers[comm->rank].dev_bus_id, &st->proxy));
   d.listen_comm = st->listen_comm;
@@ -322,7 +321,7 @@ fail:
  * Both ends connect the same way: check the peer's info, then hand the
  * connection to the proxy, which connects (send) or accepts (receive).
  */
-static ncclResult_t net_connect(struct ncclComm* comm, struct braid_connector* conn,
+static ncclResult_t net_connect(const struct braid_transport_comm* comm, struct braid_connector* conn,
                                 const struct braid_conn_info* peer_info) {
   ncclResult_t res = ncclSuccess;
   const struct net_info* ni = (const struct net_info*)peer_info->data;

@@ -34,7 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/socket.h"
+#include "base/socket.h"
 #include "nccl.h"
 
 /* Listen handles: opaque bytes, in buffers aligned to 8 (a backend may keep a struct there). */

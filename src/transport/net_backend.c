@@ -10,10 +10,10 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/debug.h"
-#include "core/error.h"
-#include "core/param.h"
-#include "core/utils.h"
+#include "base/debug.h"
+#include "base/error.h"
+#include "base/param.h"
+#include "base/utils.h"
 #include "transport/net.h"
 
 /* Preference order of the default choice; OFI is listed but only taken when asked for. */

@@ -54,10 +54,10 @@ static ncclResult_t ib_close(void* c) { return ncclSuccess; }
 #include <string.h>
 #include <unistd.h>
 
-#include "core/debug.h"
-#include "core/error.h"
-#include "core/param.h"
-#include "core/utils.h"
+#include "base/debug.h"
+#include "base/error.h"
+#include "base/param.h"
+#include "base/utils.h"
 #include "transport/net_ib_verbs.h"
 
 #define IB_HELLO_SEC 5.0

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/debug.h"
-#include "core/error.h"
-#include "core/utils.h"
+#include "base/debug.h"
+#include "base/error.h"
+#include "base/utils.h"
 #include "transport/net_ib_verbs.h"
 
 #define IB_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)

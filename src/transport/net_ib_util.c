@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "core/utils.h"
+#include "base/utils.h"
 
 struct ib_port_name {
   const char* name;

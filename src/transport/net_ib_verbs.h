@@ -12,7 +12,7 @@
 #include <infiniband/verbs.h>
 #include <pthread.h>
 
-#include "core/socket.h"
+#include "base/socket.h"
 #include "transport/net.h"
 #include "transport/net_ib.h"
 

@@ -64,11 +64,11 @@ static ncclResult_t ofi_close(void* c) { return ncclSuccess; }
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
-#include "core/debug.h"
-#include "core/error.h"
-#include "core/param.h"
-#include "core/socket.h"
-#include "core/utils.h"
+#include "base/debug.h"
+#include "base/error.h"
+#include "base/param.h"
+#include "base/socket.h"
+#include "base/utils.h"
 
 #define OFI_MAGIC 0x2049464fu /* "OFI " */
 #define OFI_VERSION 2         /* 2: the answer to a connection request carries the key */

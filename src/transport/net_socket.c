@@ -20,10 +20,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/debug.h"
-#include "core/error.h"
-#include "core/param.h"
-#include "core/utils.h"
+#include "base/debug.h"
+#include "base/error.h"
+#include "base/param.h"
+#include "base/utils.h"
 #include "transport/net_socket.h"
 
 #define SOCK_MAX_PENDING 64 /* connections with their hello not yet read */

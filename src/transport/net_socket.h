@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/socket.h"
+#include "base/socket.h"
 #include "nccl.h"
 #include "transport/net.h"
 

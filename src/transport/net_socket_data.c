@@ -21,10 +21,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core/debug.h"
-#include "core/error.h"
-#include "core/param.h"
-#include "core/utils.h"
+#include "base/debug.h"
+#include "base/error.h"
+#include "base/param.h"
+#include "base/utils.h"
 #include "transport/net_socket.h"
 
 void net_socket_share(size_t size, int nstreams, uint64_t seq, int stream, size_t* off,

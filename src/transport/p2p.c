@@ -15,10 +15,10 @@
 
 #include <cuda_runtime.h>
 
-#include "core/comm.h"
-#include "core/debug.h"
-#include "core/param.h"
-#include "core/utils.h"
+#include "base/debug.h"
+#include "base/error.h"
+#include "base/param.h"
+#include "base/utils.h"
 #include "transport/transport.h"
 
 struct p2p_info {
@@ -49,7 +49,7 @@ static int p2p_local_device(const struct braid_peer_info* peer) {
   return dev;
 }
 
-static ncclResult_t p2p_can_connect(struct ncclComm* comm, const struct braid_peer_info* me,
+static ncclResult_t p2p_can_connect(const struct braid_transport_comm* comm, const struct braid_peer_info* me,
                                     const struct braid_peer_info* peer, int* ok) {
   *ok = 0;
   if (braid_param_int(BRAID_P_P2P_DISABLE)) return ncclSuccess;
@@ -74,12 +74,12 @@ static ncclResult_t p2p_state_new(struct braid_connector* conn) {
   return BRAID_CALLOC((struct p2p_state**)&conn->state, 1, "p2p connection");
 }
 
-static ncclResult_t p2p_send_setup(struct ncclComm* comm, struct braid_connector* conn,
+static ncclResult_t p2p_send_setup(const struct braid_transport_comm* comm, struct braid_connector* conn,
                                    struct braid_conn_info* info) {
   return p2p_state_new(conn);
 }
 
-static ncclResult_t p2p_recv_setup(struct ncclComm* comm, struct braid_connector* conn,
+static ncclResult_t p2p_recv_setup(const struct braid_transport_comm* comm, struct braid_connector* conn,
                                    struct braid_conn_info* info) {
   ncclResult_t res = ncclSuccess;
   struct p2p_info* pi = (struct p2p_info*)info->data;
@@ -140,7 +140,7 @@ fail:
   return res;
 }
 
-static ncclResult_t p2p_send_connect(struct ncclComm* comm, struct braid_connector* conn,
+static ncclResult_t p2p_send_connect(const struct braid_transport_comm* comm, struct braid_connector* conn,
                                      const struct braid_conn_info* peer_info) {
   ncclResult_t res = ncclSuccess;
   const struct p2p_info* pi = (const struct p2p_info*)peer_info->data;
@@ -174,7 +174,7 @@ fail:
   return res;
 }
 
-static ncclResult_t p2p_recv_connect(struct ncclComm* comm, struct braid_connector* conn,
+static ncclResult_t p2p_recv_connect(const struct braid_transport_comm* comm, struct braid_connector* conn,
                                      const struct braid_conn_info* peer_info) {
   struct p2p_state* st = conn->state;
   transport_fifo_fill_dev(conn, st->owned, 1);

@@ -22,10 +22,10 @@
 
 #include <cuda_runtime.h>
 
-#include "core/comm.h"
-#include "core/debug.h"
-#include "core/param.h"
-#include "core/utils.h"
+#include "base/debug.h"
+#include "base/error.h"
+#include "base/param.h"
+#include "base/utils.h"
 #include "transport/transport.h"
 
 struct shm_info {
@@ -42,7 +42,7 @@ struct shm_state {
   int owner;        /* receiver: unlinks the file */
 };
 
-static ncclResult_t shm_can_connect(struct ncclComm* comm, const struct braid_peer_info* me,
+static ncclResult_t shm_can_connect(const struct braid_transport_comm* comm, const struct braid_peer_info* me,
                                     const struct braid_peer_info* peer, int* ok) {
   *ok = !braid_param_int(BRAID_P_SHM_DISABLE) && me->host_hash == peer->host_hash &&
         me->shm_dev == peer->shm_dev;
@@ -109,12 +109,12 @@ fail:
   return res;
 }
 
-static ncclResult_t shm_send_setup(struct ncclComm* comm, struct braid_connector* conn,
+static ncclResult_t shm_send_setup(const struct braid_transport_comm* comm, struct braid_connector* conn,
                                    struct braid_conn_info* info) {
   return BRAID_CALLOC((struct shm_state**)&conn->state, 1, "shm connection");
 }
 
-static ncclResult_t shm_recv_setup(struct ncclComm* comm, struct braid_connector* conn,
+static ncclResult_t shm_recv_setup(const struct braid_transport_comm* comm, struct braid_connector* conn,
                                    struct braid_conn_info* info) {
   ncclResult_t res = ncclSuccess;
   struct shm_info* si = (struct shm_info*)info->data;
@@ -134,7 +134,7 @@ fail:
   return res;
 }
 
-static ncclResult_t shm_send_connect(struct ncclComm* comm, struct braid_connector* conn,
+static ncclResult_t shm_send_connect(const struct braid_transport_comm* comm, struct braid_connector* conn,
                                      const struct braid_conn_info* peer_info) {
   ncclResult_t res = ncclSuccess;
   const struct shm_info* si = (const struct shm_info*)peer_info->data;
@@ -152,7 +152,7 @@ fail:
   return res;
 }
 
-static ncclResult_t shm_recv_connect(struct ncclComm* comm, struct braid_connector* conn,
+static ncclResult_t shm_recv_connect(const struct braid_transport_comm* comm, struct braid_connector* conn,
                                      const struct braid_conn_info* peer_info) {
   return shm_fill_dev(conn);
 }

@@ -13,8 +13,11 @@
  * receiver; the sender only maps it. So p2p and shm do their allocation in
  * recv_setup and their mapping in send_connect.
  *
- * The channels module owns every connector; a transport owns what it hangs
- * on `connector->state` and releases it in its free slot.
+ * The runtime's channels module (runtime/channels.c) owns every connector
+ * and runs the exchange; a transport owns what it hangs on
+ * `connector->state` and releases it in its free slot. A transport sees the
+ * communicator only through struct braid_transport_comm, which the runtime
+ * fills once the peers and the topology are known.
  */
 #ifndef BRAID_TRANSPORT_TRANSPORT_H
 #define BRAID_TRANSPORT_TRANSPORT_H
@@ -22,11 +25,51 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "collectives/device/dev_comm.h"
+#include "abi/dev_comm.h"
+#include "base/param.h"
 #include "nccl.h"
 
-struct ncclComm;
-struct braid_peer_info;
+struct bootstrap;
+struct braid_topo;
+
+/* What each rank tells every other at init (exchanged by bootstrap_allgather). */
+struct braid_peer_info {
+  int rank;
+  int cuda_dev;
+  int64_t bus_id;        /* PCI domain:bus:device.function of the GPU in the topology */
+  int64_t dev_bus_id;    /* ... of the device itself (differs only under BRAID_TOPO_BUSID) */
+  uint64_t host_hash;    /* same host <=> same value (BRAID_HOSTID overrides) */
+  uint64_t pid_hash;     /* same process <=> same value */
+  int pid;
+  int cuda_arch;         /* major*100 + minor*10, e.g. 900 */
+  uint64_t shm_dev;      /* st_dev of /dev/shm: equal means shared memory is shared */
+  uint64_t pid_ns;       /* inode of /proc/self/ns/pid: equal means pids compare */
+  uint8_t gpu_uuid[16];
+  char hostname[64];
+  int64_t agreed[BRAID_PARAMS_AGREED]; /* braid_params_agreed's values on this rank */
+};
+
+/*
+ * What a transport sees of the communicator it connects, filled by the runtime
+ * (comm.c) before the first connection and unchanged afterwards. Everything
+ * it points to lives as long as the communicator.
+ */
+struct braid_transport_comm {
+  int rank;
+  int nranks;
+  int cuda_dev;
+  const struct braid_peer_info* peers; /* [nranks] */
+  struct bootstrap* bootstrap;         /* the job's secret keys the network connections */
+  const struct braid_topo* topo;       /* the NICs near this GPU, and the paths to them */
+  volatile uint32_t* abort_flag;       /* raised when the communicator stops */
+  /*
+   * Fails the communicator from another thread (a proxy found its connection broken): its
+   * async error becomes `res`, the calling thread's last error the reason, and its kernels
+   * stop waiting. Called with `owner`.
+   */
+  void (*fail)(void* owner, ncclResult_t res);
+  void* owner;
+};
 
 /* What one end tells the other, opaque to everyone but the transport. */
 #define BRAID_CONN_INFO_BYTES 256
@@ -59,19 +102,19 @@ struct braid_transport_ops {
   size_t size;      /* sizeof(struct braid_transport_ops): tables only grow by appending */
   const char* name; /* "P2P", "SHM", "NET" */
   /* Sets *ok when this transport can connect `me` and `peer` (both ends must agree). */
-  ncclResult_t (*can_connect)(struct ncclComm* comm, const struct braid_peer_info* me,
+  ncclResult_t (*can_connect)(const struct braid_transport_comm* comm, const struct braid_peer_info* me,
                               const struct braid_peer_info* peer, int* ok);
   /* Sender side: prepare; write what the receiver needs into *info. */
-  ncclResult_t (*send_setup)(struct ncclComm* comm, struct braid_connector* conn,
+  ncclResult_t (*send_setup)(const struct braid_transport_comm* comm, struct braid_connector* conn,
                              struct braid_conn_info* info);
   /* Receiver side: allocate the FIFO; write what the sender needs to map it into *info. */
-  ncclResult_t (*recv_setup)(struct ncclComm* comm, struct braid_connector* conn,
+  ncclResult_t (*recv_setup)(const struct braid_transport_comm* comm, struct braid_connector* conn,
                              struct braid_conn_info* info);
   /* Sender side: map the receiver's FIFO from its info; fill conn->dev. */
-  ncclResult_t (*send_connect)(struct ncclComm* comm, struct braid_connector* conn,
+  ncclResult_t (*send_connect)(const struct braid_transport_comm* comm, struct braid_connector* conn,
                                const struct braid_conn_info* peer_info);
   /* Receiver side: finish with the sender's info; fill conn->dev. */
-  ncclResult_t (*recv_connect)(struct ncclComm* comm, struct braid_connector* conn,
+  ncclResult_t (*recv_connect)(const struct braid_transport_comm* comm, struct braid_connector* conn,
                                const struct braid_conn_info* peer_info);
   /* Releases conn->state and everything the end allocated or mapped; safe after a failed setup. */
   ncclResult_t (*free)(struct braid_connector* conn);
@@ -102,46 +145,12 @@ extern const struct braid_transport_ops braid_transport_p2p;
 extern const struct braid_transport_ops braid_transport_shm;
 extern const struct braid_transport_ops braid_transport_net; /* between hosts (net.c) */
 
-/*
- * The channels of a communicator: rings and their connections, plus lazily
- * made send/recv connections per peer. Owned by the comm (comm->channels).
- */
-struct braid_channels {
-  int nchannels;     /* ring channels */
-  int p2p_nchannels; /* channels send/recv may spread over */
-  int ll_ok;         /* every ring connection has LL slots */
-  int ll128_ok;      /* every ring connection has LL128 slots (P2P) */
-  int p2p_marked;    /* send/recv connections marked and not yet connected */
-  struct braid_connector ring_send[BRAID_MAX_CHANNELS];
-  struct braid_connector ring_recv[BRAID_MAX_CHANNELS];
-  struct braid_connector* p2p_send; /* [BRAID_MAX_CHANNELS * nranks] */
-  struct braid_connector* p2p_recv;
-  int* ring_ranks_host;             /* [nchannels * nranks], ring order starting at this rank */
-};
-
-/* Builds the ring connections of every channel; collective over the comm. */
-ncclResult_t transport_rings_connect(struct ncclComm* comm);
-
-/* Marks the send/recv connections a group needs. Connected later by transport_p2p_connect. */
-void transport_p2p_need(struct ncclComm* comm, int peer, int is_send, int nchannels);
-/* The same for one channel `c` only (tree edges differ from channel to channel). */
-void transport_p2p_need_channel(struct ncclComm* comm, int peer, int is_send, int c);
+/* The transport that connects this rank and `peer`, in order of preference (P2P, SHM, NET). */
+ncclResult_t transport_select(const struct braid_transport_comm* comm, int peer,
+                              const struct braid_transport_ops** out);
+/* FIFO bytes (all BRAID_STEPS slots) for a parameter's size: at least 4 KiB a slot, whole lines. */
+size_t transport_buff_bytes(braid_param_id_t id);
 /* Bytes per slot of every send/recv connection (BRAID_P2P_BUFFSIZE / BRAID_STEPS). */
 uint32_t transport_p2p_slot_bytes(void);
-/* Whether connections are marked and not yet connected (nothing to do otherwise). */
-int transport_p2p_pending(const struct ncclComm* comm);
-/* Phase 1 of connecting what was marked: set up local ends and send infos to peers. */
-ncclResult_t transport_p2p_setup(struct ncclComm* comm);
-/* Phase 2: read the peers' answers (core/share.h: offers to borrow a parent's connection). */
-ncclResult_t transport_p2p_answer(struct ncclComm* comm);
-/* Phase 3: connect, or borrow, and upload. */
-ncclResult_t transport_p2p_connect(struct ncclComm* comm);
-
-/* Frees every connection and the channels struct. */
-void transport_channels_free(struct ncclComm* comm);
-/* The same for a channels struct of `nranks` ranks that no comm holds (core/share.c). */
-void transport_channels_release(struct braid_channels* ch, int nranks);
-/* Frees the connections no other comm can borrow (all but P2P and SHM); keeps the rest. */
-void transport_channels_keep_lendable(struct braid_channels* ch, int nranks);
 
 #endif

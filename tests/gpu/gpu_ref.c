@@ -42,7 +42,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/fpconv.h"
+#include "base/fpconv.h"
 #include "gpu_test.h"
 
 const ncclDataType_t gpu_all_types[ncclNumTypes] = {

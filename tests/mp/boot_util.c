@@ -11,9 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/param.h"
-#include "core/socket.h"
-#include "core/utils.h"
+#include "base/param.h"
+#include "base/socket.h"
+#include "base/utils.h"
 #include "mp_runner.h"
 
 void boot_env(const char* name, const char* value) {

@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 
-#include "core/bootstrap.h"
+#include "bootstrap/bootstrap.h"
 #include "nccl.h"
 
 /* The id, in shared memory: rank 0 makes it, the others wait for it. */

@@ -23,10 +23,10 @@
 #include <unistd.h>
 
 #include "boot_util.h"
-#include "core/bootstrap.h"
-#include "core/bootstrap_internal.h"
-#include "core/error.h"
-#include "core/socket.h"
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/bootstrap_internal.h"
+#include "base/error.h"
+#include "base/socket.h"
 #include "mp_runner.h"
 #include "test.h"
 

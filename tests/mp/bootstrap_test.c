@@ -14,11 +14,11 @@
 #include <unistd.h>
 
 #include "boot_util.h"
-#include "core/bootstrap.h"
-#include "core/bootstrap_internal.h"
-#include "core/error.h"
-#include "core/socket.h"
-#include "core/utils.h"
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/bootstrap_internal.h"
+#include "base/error.h"
+#include "base/socket.h"
+#include "base/utils.h"
 #include "mp_runner.h"
 #include "test.h"
 

@@ -29,9 +29,9 @@
 #include <unistd.h>
 
 #include "boot_util.h"
-#include "core/socket.h"
-#include "core/utils.h"
-#include "core/error.h"
+#include "base/socket.h"
+#include "base/utils.h"
+#include "base/error.h"
 #include "mp_runner.h"
 #include "net_util.h"
 #include "test.h"

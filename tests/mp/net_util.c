@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "boot_util.h"
-#include "core/param.h"
+#include "base/param.h"
 #include "mp_runner.h"
 
 #define NET_SKIP 77

@@ -36,8 +36,8 @@
 #include <unistd.h>
 
 #include "boot_util.h"
-#include "core/proxy.h"
-#include "core/utils.h"
+#include "transport/proxy.h"
+#include "base/utils.h"
 #include "mp_runner.h"
 #include "net_util.h"
 #include "test.h"

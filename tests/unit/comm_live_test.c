@@ -13,8 +13,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/comm.h"
-#include "core/config.h"
+#include "runtime/comm.h"
+#include "runtime/config.h"
 #include "nccl.h"
 #include "test.h"
 

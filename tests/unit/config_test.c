@@ -8,8 +8,8 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "core/config.h"
-#include "core/error.h"
+#include "runtime/config.h"
+#include "base/error.h"
 #include "nccl.h"
 #include "test.h"
 

@@ -5,7 +5,7 @@
  */
 #include <math.h>
 
-#include "core/fpconv.h"
+#include "base/fpconv.h"
 #include "test.h"
 
 static void test_half(void) {

@@ -2,8 +2,7 @@
  * libFuzzer harness for the bootstrap's message parser (BRAID_FUZZ=ON, clang
  * only): the bytes a listener receives from one connection (a hello, then
  * header/payload pairs) go through the very reader a rank runs
- * (bootstrap_in_read, included from bootstrap_conn.c for its static
- * functions). The first input byte chooses whether a valid hello (the job's
+ * (bootstrap_in_read, through bootstrap_internal.h). The first input byte chooses whether a valid hello (the job's
  * secret) comes first, so the fuzzer reaches the headers and payloads as well
  * as the hello check. Any crash, leak or sanitizer report is a bug; a
  * rejected connection is the expected answer.
@@ -12,9 +11,12 @@
  *   cmake --build build-fuzz --target fuzz_bootstrap
  *   build-fuzz/tests/unit/fuzz_bootstrap -max_len=65536 -max_total_time=600
  */
-#include "../../src/core/bootstrap_conn.c"
-
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
+
+#include "bootstrap/bootstrap_internal.h"
 
 int LLVMFuzzerInitialize(int* argc, char*** argv);
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/param.h"
-#include "core/utils.h"
+#include "base/param.h"
+#include "base/utils.h"
 #include "graph/topo.h"
 #include "test.h"
 

@@ -10,9 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/error.h"
-#include "core/param.h"
-#include "core/utils.h"
+#include "base/error.h"
+#include "base/param.h"
+#include "base/utils.h"
 #include "graph/topo.h"
 #include "test.h"
 

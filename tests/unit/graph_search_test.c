@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/param.h"
+#include "base/param.h"
 #include "graph/topo.h"
 #include "graph/tune_table.h"
 #include "test.h"

@@ -12,9 +12,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/error.h"
-#include "core/param.h"
-#include "core/utils.h"
+#include "base/error.h"
+#include "base/param.h"
+#include "base/utils.h"
 #include "test.h"
 #include "transport/net.h"
 #include "transport/net_ib.h"

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/param.h"
+#include "base/param.h"
 #include "test.h"
 
 static void test_table_complete(void) {

@@ -12,9 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/error.h"
-#include "core/socket.h"
-#include "core/utils.h"
+#include "base/error.h"
+#include "base/socket.h"
+#include "base/utils.h"
 #include "test.h"
 
 static void test_ifname_match(void) {

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/param.h"
+#include "base/param.h"
 #include "graph/topo.h"
 #include "test.h"
 

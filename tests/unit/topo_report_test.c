@@ -12,8 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/error.h"
-#include "core/param.h"
+#include "base/error.h"
+#include "base/param.h"
 #include "graph/graph.h"
 #include "test.h"
 

@@ -7,9 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/debug.h"
-#include "core/error.h"
-#include "core/param.h"
+#include "base/debug.h"
+#include "base/error.h"
+#include "base/param.h"
 #include "graph/topo.h"
 #include "test.h"
 

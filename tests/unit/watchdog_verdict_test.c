@@ -6,8 +6,8 @@
  */
 #include <string.h>
 
-#include "collectives/coll.h"
-#include "core/watchdog.h"
+#include "abi/coll.h"
+#include "runtime/watchdog.h"
 #include "test.h"
 
 static struct braid_ledger_op op(uint64_t seq, int coll, uint64_t count) {

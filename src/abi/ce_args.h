@@ -1,0 +1,96 @@
+/*
+ * What the host hands the copy-engine exchange's kernel (core/ce.c says how
+ * the exchange goes). Plain C, shared by the host and the kernel.
+ */
+#ifndef BRAID_DEVICE_CE_ARGS_H
+#define BRAID_DEVICE_CE_ARGS_H
+
+#include <stdint.h>
+
+#include "abi/dev_comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Threads per block of the exchange's kernel (its blocks: BRAID_CE_NBLOCKS, core/ce.c). */
+#define BRAID_CE_THREADS 512
+/* Most scratch slots a communicator may have (the flag words are sized by it). */
+#define BRAID_CE_MAX_SLOTS 16
+
+/*
+ * The words of a rank's flag page (the first BRAID_CE_FLAGS_BYTES of its
+ * scratch allocation). Sequence numbers count chunks over the communicator's
+ * life; chunk g uses slot g % nslots; a word holds the last chunk + 1.
+ */
+struct braid_ce_flags {
+  uint32_t arrived[BRAID_CE_MAX_SLOTS]; /* written by the peer's copy stream: chunk g is in slot */
+  uint32_t freed[BRAID_CE_MAX_SLOTS];   /* written by the peer's kernel: it is done with its slot */
+  uint32_t sent[2];                     /* written by this rank's copy streams: chunk g copied out
+                                           (chunk g goes on stream g % 2) */
+  uint32_t pad[14];
+  uint32_t done[BRAID_CE_MAX_SLOTS];    /* this rank's kernel: blocks through the slot's chunk */
+};
+#define BRAID_CE_FLAGS_BYTES 4096
+
+/* How the kernel treats what arrives. */
+enum braid_ce_mode {
+  BRAID_CE_REDUCE = 0, /* out = op(rank 0's value, rank 1's value), own being this rank's */
+  BRAID_CE_COPY = 1    /* out = the peer's value (and own_out = own, where given) */
+};
+
+/* When the kernel may write its output, where that overlaps what this rank sends. */
+enum braid_ce_sent {
+  BRAID_CE_SENT_NONE = 0,  /* no overlap */
+  BRAID_CE_SENT_CHUNK = 1  /* out == send, one size: chunk k once this rank's chunk k is out
+                              (other overlaps send from a copy: core/ce.c) */
+};
+
+struct braid_ce_args {
+  struct braid_dev_comm* comm;  /* the abort flag and the ledger */
+  struct braid_ce_flags* flags; /* this rank's */
+  uint32_t* peer_freed;         /* the peer's `freed` words */
+  const char* slots;            /* this rank's scratch slots */
+  const void* own;              /* REDUCE: this rank's contribution; COPY: copied to own_out */
+  void* out;                    /* `count` elements */
+  void* own_out;                /* COPY: where `own` goes, or NULL */
+  uint64_t count;               /* elements */
+  uint64_t chunk_elems;         /* elements per chunk (at most a slot) */
+  uint64_t slot_bytes;
+  uint64_t scalar;              /* PreMulSum: the scalar's bits, or a device pointer to it */
+  uint64_t ledger_seq;          /* 0: no ledger report */
+  uint32_t seq0;                /* the operation's first chunk received */
+  uint32_t nslots;
+  int32_t mode;                 /* braid_ce_mode */
+  int32_t mine_first;           /* REDUCE: this rank is rank 0, its value goes first */
+  int32_t wait_sent;            /* braid_ce_sent: out overlaps what this rank's copies read */
+  uint32_t sent0;               /* SENT_CHUNK: this rank's first chunk sent */
+  int32_t scalar_device;        /* `scalar` is a device pointer */
+  /*
+   * Before the ledger report: copy stream i has sent this rank's last chunk of the operation,
+   * sent[i] >= sent_last[i] (bit i of sent_wait). The operation is done only when what it sends
+   * has left too, or a peer that never frees a slot would hang it with nothing pending.
+   */
+  uint32_t sent_last[2];
+  int32_t sent_wait;
+};
+
+/*
+ * One step of a copy stream, between two of its copies: publish the copy
+ * before (the peer's arrived word and, in place, this rank's sent word),
+ * then wait until the slot of the copy after is free.
+ */
+struct braid_ce_step {
+  uint32_t* arrived;   /* the peer's arrived[slot] of the copy before, or NULL */
+  uint32_t* sent;      /* this rank's sent word, or NULL */
+  uint32_t value;      /* the copy before's chunk + 1 */
+  uint32_t want;       /* wait until *freed >= want */
+  const uint32_t* freed; /* this rank's freed[slot] of the copy after, or NULL */
+  volatile uint32_t* abort_flag;
+};
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

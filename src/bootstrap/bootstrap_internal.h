@@ -1,0 +1,323 @@
+/*
+ * The bootstrap's insides, shared by its three files and its tests (nothing
+ * else should include this): bootstrap.c (id, init, collectives, split),
+ * bootstrap_conn.c (connections and the message queue), bootstrap_root.c (the
+ * rendezvous root).
+ *
+ * Wire layouts first.
+ *
+ * Every layout is packed and fixed-size, in the host's byte order except for
+ * ports (network order): all ranks of a job run on little-endian hosts, and a
+ * byte-swapped peer fails the magic check instead of being misread.
+ *
+ * A connection to a root or to a rank's listener starts with one
+ * bootstrap_hello carrying the job's secret. The acceptor reads it within
+ * BOOTSTRAP_HELLO_SEC, compares the secret in constant time, and closes the
+ * connection (with a WARN naming the remote address) if anything is off.
+ */
+#ifndef BRAID_CORE_BOOTSTRAP_INTERNAL_H
+#define BRAID_CORE_BOOTSTRAP_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <poll.h>
+#include <pthread.h>
+
+#include "base/socket.h"
+#include "base/utils.h"
+#include "nccl.h"
+
+/* A wait for a peer's message that has no deadline WARNs this often while it lasts. */
+#define BOOTSTRAP_STILL_WAITING_S 60.0
+
+#define BOOTSTRAP_ID_MAGIC 0x44495242u    /* "BRID" */
+#define BOOTSTRAP_ID_VERSION 1
+#define BOOTSTRAP_WIRE_MAGIC 0x57444252u  /* "RBDW" */
+#define BOOTSTRAP_WIRE_VERSION 2 /* 2: failure notices (BOOTSTRAP_CH_FAIL) */
+#define BOOTSTRAP_SECRET_BYTES 16
+/* How long a new connection may take to present its hello before it is dropped. */
+#define BOOTSTRAP_HELLO_SEC 5.0
+/* Unauthenticated connections one listener holds at once; more are refused on arrival. */
+#define BOOTSTRAP_MAX_PENDING 64
+/* Largest message a rank accepts: a bound on what a corrupt header can make us allocate. */
+#define BOOTSTRAP_MAX_MSG ((uint64_t)1 << 30)
+/* Longest error text the root sends to a rank. */
+#define BOOTSTRAP_MAX_REPLY_TEXT 1000
+
+/* How the id was made, which decides who runs the root. */
+enum bootstrap_id_mode {
+  BOOTSTRAP_MODE_ROOT_THREAD = 1, /* ncclGetUniqueId started a root thread at `root` */
+  BOOTSTRAP_MODE_RANK0 = 2        /* BRAID_COMM_ID: rank 0 runs the root at `root` */
+};
+
+struct __attribute__((packed)) bootstrap_wire_addr {
+  uint8_t family; /* 4 or 6 */
+  uint8_t pad;
+  uint16_t port;  /* network order */
+  uint32_t scope_id;
+  uint8_t addr[16];
+};
+
+/* The 128 bytes of ncclUniqueId. */
+struct __attribute__((packed)) bootstrap_id_layout {
+  uint32_t magic;   /* BOOTSTRAP_ID_MAGIC */
+  uint16_t version; /* BOOTSTRAP_ID_VERSION */
+  uint8_t mode;     /* enum bootstrap_id_mode */
+  uint8_t reserved; /* zero */
+  struct bootstrap_wire_addr root;
+  uint8_t secret[BOOTSTRAP_SECRET_BYTES];
+  uint8_t zero[76];
+  uint32_t check;   /* low 32 bits of braid_hash() of every byte before it */
+};
+
+enum bootstrap_hello_kind {
+  BOOTSTRAP_HELLO_JOIN = 1,   /* rank -> root: here I am, this is my listener */
+  BOOTSTRAP_HELLO_PEER = 2,   /* rank -> rank: messages from `rank` follow */
+  BOOTSTRAP_HELLO_DISMISS = 3 /* rank 0 -> an extra root of ncclCommInitRankScalable: exit */
+};
+
+struct __attribute__((packed)) bootstrap_hello {
+  uint32_t magic;   /* BOOTSTRAP_WIRE_MAGIC */
+  uint16_t version; /* BOOTSTRAP_WIRE_VERSION */
+  uint8_t kind;     /* enum bootstrap_hello_kind */
+  uint8_t pad;
+  uint8_t secret[BOOTSTRAP_SECRET_BYTES];
+  int32_t rank;
+  int32_t nranks;
+  int32_t pid;
+  uint32_t reserved;
+  struct bootstrap_wire_addr listen; /* the sender's listener (JOIN) */
+  char host[64];                     /* the sender's host name, for error messages */
+};
+
+/* Root -> rank, after everyone joined (status 0) or when the rendezvous failed. */
+struct __attribute__((packed)) bootstrap_root_reply {
+  uint32_t magic;    /* BOOTSTRAP_WIRE_MAGIC */
+  int32_t status;    /* ncclResult_t */
+  uint32_t text_len; /* bytes of error text that follow, at most BOOTSTRAP_MAX_REPLY_TEXT */
+  uint32_t pad;
+  struct bootstrap_wire_addr next; /* listener of rank+1 (status 0) */
+};
+
+/* Rank -> rank, before each message's payload. */
+struct __attribute__((packed)) bootstrap_msg_header {
+  uint32_t magic;  /* BOOTSTRAP_WIRE_MAGIC */
+  uint8_t channel; /* enum bootstrap_channel */
+  uint8_t pad[3];
+  int32_t tag;
+  uint32_t pad2;
+  uint64_t size;   /* payload bytes, at most BOOTSTRAP_MAX_MSG */
+};
+
+_Static_assert(sizeof(struct bootstrap_id_layout) == NCCL_UNIQUE_ID_BYTES, "id layout is 128 bytes");
+_Static_assert(sizeof(struct bootstrap_hello) == 128, "hello is 128 bytes");
+
+static inline void bootstrap_wire_addr_pack(const union braid_sockaddr* in,
+                                            struct bootstrap_wire_addr* out) {
+  memset(out, 0, sizeof *out);
+  if (in->sa.sa_family == AF_INET) {
+    out->family = 4;
+    out->port = in->sin.sin_port;
+    memcpy(out->addr, &in->sin.sin_addr, 4);
+  } else if (in->sa.sa_family == AF_INET6) {
+    out->family = 6;
+    out->port = in->sin6.sin6_port;
+    out->scope_id = in->sin6.sin6_scope_id;
+    memcpy(out->addr, &in->sin6.sin6_addr, 16);
+  }
+}
+
+/* Returns 0, or -1 when the bytes are not an address (unknown family or port 0). */
+static inline int bootstrap_wire_addr_unpack(const struct bootstrap_wire_addr* in,
+                                             union braid_sockaddr* out) {
+  memset(out, 0, sizeof *out);
+  if (in->port == 0) return -1;
+  if (in->family == 4) {
+    out->sin.sin_family = AF_INET;
+    out->sin.sin_port = in->port;
+    memcpy(&out->sin.sin_addr, in->addr, 4);
+    return 0;
+  }
+  if (in->family == 6) {
+    out->sin6.sin6_family = AF_INET6;
+    out->sin6.sin6_port = in->port;
+    out->sin6.sin6_scope_id = in->scope_id;
+    memcpy(&out->sin6.sin6_addr, in->addr, 16);
+    return 0;
+  }
+  return -1;
+}
+
+/* Constant-time comparison, so that response timing reveals nothing about the secret. */
+static inline int bootstrap_secret_equal(const uint8_t* a, const uint8_t* b) {
+  return braid_equal_ct(a, b, BOOTSTRAP_SECRET_BYTES);
+}
+
+/* Why a hello must be refused (NULL: it is acceptable as `kind`). Terminates hello->host. */
+static inline const char* bootstrap_hello_check(struct bootstrap_hello* hello, const uint8_t* secret) {
+  hello->host[sizeof hello->host - 1] = '\0';
+  if (hello->magic != BOOTSTRAP_WIRE_MAGIC) return "not a Braid bootstrap hello (bad magic)";
+  if (hello->version != BOOTSTRAP_WIRE_VERSION) return "another Braid bootstrap version";
+  if (!bootstrap_secret_equal(hello->secret, secret))
+    return "wrong secret (a stale job, or a process of another job)";
+  if (hello->kind < BOOTSTRAP_HELLO_JOIN || hello->kind > BOOTSTRAP_HELLO_DISMISS)
+    return "unknown hello kind";
+  return NULL;
+}
+
+/* ------------------------------------------------------------------------
+ * A rank's bootstrap state (struct bootstrap) and its message engine,
+ * bootstrap_conn.c.
+ */
+
+/* Message streams that never match each other: user send/recv and each internal collective. */
+enum bootstrap_channel {
+  BOOTSTRAP_CH_P2P = 0,
+  BOOTSTRAP_CH_INFO = 1,
+  BOOTSTRAP_CH_ALLGATHER = 2,
+  BOOTSTRAP_CH_BARRIER = 3,
+  BOOTSTRAP_CH_SPLIT = 4,
+  BOOTSTRAP_CH_FAIL = 5, /* a rank's notice that its init failed (bootstrap_report_failure) */
+  BOOTSTRAP_CH_COUNT
+};
+#define BOOTSTRAP_HOST_LEN 64
+#define BOOTSTRAP_FAIL_TEXT 512
+#define BOOTSTRAP_TEXT 96
+
+struct bootstrap_msg {
+  struct bootstrap_msg* next;
+  int peer, channel, tag;
+  size_t size;
+  unsigned char data[];
+};
+
+/* An incoming connection: a hello, then messages of one rank, each a header and a payload. */
+struct bootstrap_in {
+  int fd;                    /* -1 once closed; removed by bootstrap_in_sweep */
+  int rank;                  /* -1 until its hello is accepted */
+  double hello_deadline;
+  union braid_sockaddr remote;
+  size_t got;                /* bytes of the hello, header or payload being read */
+  struct bootstrap_hello hello;
+  struct bootstrap_msg_header header;
+  struct bootstrap_msg* msg; /* payload being read; NULL while reading a header */
+};
+
+struct bootstrap_peer {
+  union braid_sockaddr addr; /* its listener */
+  int out_fd;                /* our connection to it, made on first send */
+  int closed;                /* its connection to us ended: waits on it fail */
+  int send_cut;              /* a message to it stopped part-way: sends to it fail */
+  int pid;
+  char host[BOOTSTRAP_HOST_LEN];
+};
+
+/* What ranks tell each other at init, and members at a split. */
+struct __attribute__((packed)) bootstrap_peer_wire {
+  struct bootstrap_wire_addr listen;
+  int32_t pid;
+  uint32_t pad;
+  uint8_t secret[BOOTSTRAP_SECRET_BYTES]; /* split: member 0's becomes the new group's */
+  char host[BOOTSTRAP_HOST_LEN];
+};
+
+struct bootstrap {
+  int rank, nranks;
+  uint8_t secret[BOOTSTRAP_SECRET_BYTES];
+  double timeout;                /* BRAID_BOOTSTRAP_TIMEOUT */
+  double deadline;               /* waits fail after this (init only); negative: no limit */
+  volatile uint32_t* abort_flag; /* the caller's, may be NULL */
+  uint32_t aborted;              /* set by bootstrap_abort (atomic) */
+  int listen_fd;
+  union braid_sockaddr listen_addr;
+  char root_text[BOOTSTRAP_TEXT]; /* the root's address, while joining */
+  struct bootstrap_peer* peers;   /* [nranks] */
+  struct bootstrap_in** in;
+  int nin, in_cap;
+  struct pollfd* pfds;
+  int pfd_cap;
+  struct bootstrap_msg* queue;    /* unexpected messages, oldest first */
+  struct bootstrap_msg** queue_tail;
+  uint32_t allgather_seq, barrier_seq;
+  /* The first rank whose failure notice arrived (-1: none), and its reason: waits then fail. */
+  int failed_peer;
+  char failed_why[BOOTSTRAP_FAIL_TEXT];
+  int init_done;  /* the caller's init is through: notices are neither sent nor heeded */
+  int reporting;  /* bootstrap_report_failure is sending: a notice does not stop its waits */
+  /*
+   * Held by every collective and point-to-point entry point, so that two
+   * threads (a nonblocking split running on its own thread and the user's
+   * thread connecting send/recv peers) never interleave on one connection.
+   */
+  pthread_mutex_t lock;
+};
+
+/* Whether bootstrap_abort or the caller's abort flag stopped `b`. */
+static inline int bootstrap_aborted(const struct bootstrap* b) {
+  return __atomic_load_n(&b->aborted, __ATOMIC_ACQUIRE) ||
+         (b->abort_flag && __atomic_load_n(b->abort_flag, __ATOMIC_RELAXED));
+}
+
+/* "rank 3 (pid 42 on node2, 10.0.0.3:41234)", or "the root at ..." for peer -1. */
+const char* bootstrap_peer_describe(const struct bootstrap* b, int peer, char* buf, size_t size);
+/* Checked on every turn of a wait: fails on abort and, while initializing, at the deadline. */
+ncclResult_t bootstrap_wait_check(struct bootstrap* b, int peer, const char* what);
+/* Moves all of buf over fd (to/from `peer`, -1: the root), serving incoming traffic meanwhile. */
+ncclResult_t bootstrap_fd_move(struct bootstrap* b, int fd, void* buf, size_t size, int sending, int peer);
+/*
+ * Sends a join's hello to the root (sending) or receives its answer. A connection the root
+ * resets while the hello goes out or before the answer's first byte fails quietly with
+ * *reset = 1, for the caller to join again: with BRAID_COMM_ID the port serves one rendezvous
+ * after another, and a finished root closing its listener resets the connections waiting in
+ * its backlog, which were meant for the next one.
+ */
+ncclResult_t bootstrap_root_move(struct bootstrap* b, int fd, void* buf, size_t size, int sending,
+                                 int* reset);
+/* A hello of `kind` with `secret`, from `b` (NULL: from no rank, as for DISMISS). */
+void bootstrap_hello_fill(const struct bootstrap* b, int kind, const uint8_t* secret,
+                          struct bootstrap_hello* h);
+/*
+ * Connects to the ring's next rank now, not at the first message: a failure notice goes over
+ * connections already made only (bootstrap_report_failure), and every rank must have one.
+ */
+ncclResult_t bootstrap_connect_next(struct bootstrap* b);
+/* Queues a message at `peer` (connecting on first use); never waits for the matching recv. */
+ncclResult_t bootstrap_msg_send(struct bootstrap* b, int peer, int channel, int tag, const void* data,
+                                size_t size);
+/*
+ * The next message from `peer` on `channel` with `tag`; collectives pass
+ * any_tag, take messages in arrival order and fail if the tag (their
+ * sequence number) is not `tag`. A size other than `size` fails too.
+ */
+ncclResult_t bootstrap_msg_recv(struct bootstrap* b, int peer, int channel, int tag, int any_tag,
+                                void* data, size_t size);
+/* Closes every connection of `b` and frees its queue (the listener stays). */
+void bootstrap_conn_release(struct bootstrap* b);
+
+/* ------------------------------------------------------------------------
+ * The root, bootstrap_root.c, run by a thread (ncclGetUniqueId's, detached,
+ * or rank 0's in BRAID_COMM_ID mode, joined by bootstrap_init).
+ */
+struct bootstrap_root;
+/*
+ * Listens at `addr` (port 0 picks one; the bound address is written back)
+ * and starts the thread. A detached root frees itself when it is done;
+ * otherwise `*out` must be passed to bootstrap_root_join.
+ */
+ncclResult_t bootstrap_root_start(union braid_sockaddr* addr, const uint8_t* secret,
+                                  double timeout_sec, int detached, struct bootstrap_root** out);
+/* Waits for a joinable root to finish (stop_now: tell it to stop serving first), then frees it. */
+void bootstrap_root_join(struct bootstrap_root* root, int stop_now);
+
+/*
+ * An incoming connection of the listener (bootstrap_conn.c): registered (0, or -1 when the
+ * table is full), read as far as its bytes go (hello, then header/payload pairs; a bad one is
+ * rejected and closed), closed. Used by the listener's progress and by the parser's fuzzer.
+ */
+int bootstrap_in_add(struct bootstrap* b, int fd, const union braid_sockaddr* remote);
+void bootstrap_in_read(struct bootstrap* b, struct bootstrap_in* c);
+void bootstrap_in_close(struct bootstrap_in* c);
+
+#endif

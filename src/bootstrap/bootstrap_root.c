@@ -1,0 +1,425 @@
+/*
+ * The bootstrap root: the one address every rank of a new communicator
+ * knows (from the unique id) and contacts first.
+ *
+ * One thread serves one rendezvous from a single poll() loop, so a slow or
+ * hostile connection never holds up the others: each new connection has
+ * BOOTSTRAP_HELLO_SEC to present a hello with the job's secret, or it is
+ * closed with a WARN naming its address. A valid JOIN registers the rank's
+ * listener. When all ranks are in, each gets the listener of the next rank
+ * (ranks then gather everything else over that ring, so the root sends O(N)
+ * bytes, not O(N^2)) and the thread exits.
+ *
+ * Failures are answered to every joined rank, which reports them:
+ * - two ranks claim one rank number, or disagree about nranks: at once, with
+ *   ncclInvalidArgument naming both processes; later arrivals get the same
+ *   answer until the deadline;
+ * - not everyone arrived within BRAID_BOOTSTRAP_TIMEOUT of the first arrival
+ *   (or of the start, while nobody came): ncclSystemError naming the missing
+ *   ranks. The root then exits, so a thread never outlives its rendezvous by
+ *   more than the timeout.
+ * The root logs these at INFO only: the ranks log them as their own errors.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bootstrap/bootstrap_internal.h"
+#include "base/debug.h"
+#include "base/error.h"
+#include "base/utils.h"
+
+#define ROOT_ADDR_TEXT 80
+/* Missing ranks listed by number before the list is cut short. */
+#define ROOT_MISSING_LISTED 32
+
+struct root_conn {
+  int fd;
+  int rank;        /* -1 until a valid JOIN arrived */
+  int dead;        /* closed; removed at the end of the poll round */
+  double deadline; /* a connection still without a full hello is dropped then */
+  size_t got;      /* hello bytes received */
+  struct bootstrap_hello hello;
+  union braid_sockaddr remote;
+};
+
+struct bootstrap_root {
+  int listen_fd;
+  char addr_text[ROOT_ADDR_TEXT];
+  uint8_t secret[BOOTSTRAP_SECRET_BYTES];
+  double timeout;
+  double deadline;
+  double first_join;
+  int detached;
+  pthread_t thread;
+  uint32_t stop; /* set by bootstrap_root_join (atomic) */
+  int done;
+  int nranks;                  /* 0 until the first JOIN */
+  struct root_conn first;      /* copy of the first JOIN, to name it in a nranks conflict */
+  struct root_conn** conns;
+  int nconns, cap;
+  struct root_conn** joined;   /* [nranks] */
+  int njoined;
+  ncclResult_t failure;
+  char failure_text[BOOTSTRAP_MAX_REPLY_TEXT];
+  struct pollfd* pfds;
+  int pfd_cap;
+};
+
+/* "pid 4242 on node1 (10.0.0.1:41234)": who a joined connection is. */
+static const char* root_conn_describe(const struct root_conn* c, char* buf, size_t size) {
+  char addr[ROOT_ADDR_TEXT];
+  snprintf(buf, size, "pid %d on %s at %s", (int)c->hello.pid, c->hello.host,
+           socket_addr_str(&c->remote, addr, sizeof addr));
+  return buf;
+}
+
+static void root_conn_kill(struct bootstrap_root* root, struct root_conn* c) {
+  if (c->rank >= 0 && root->joined && root->joined[c->rank] == c) {
+    root->joined[c->rank] = NULL;
+    root->njoined--;
+  }
+  socket_close(&c->fd);
+  c->dead = 1;
+}
+
+/* Refuses a connection: WARN with its address (it may be a scanner or another job), then close. */
+static void root_conn_reject(struct bootstrap_root* root, struct root_conn* c, const char* why) {
+  char addr[ROOT_ADDR_TEXT];
+  WARN("bootstrap root %s: rejected connection from %s: %s", root->addr_text,
+       socket_addr_str(&c->remote, addr, sizeof addr), why);
+  root_conn_kill(root, c);
+}
+
+static void root_reply(struct bootstrap_root* root, struct root_conn* c, ncclResult_t status,
+                       const char* text, const struct bootstrap_wire_addr* next) {
+  struct bootstrap_root_reply reply;
+  memset(&reply, 0, sizeof reply);
+  reply.magic = BOOTSTRAP_WIRE_MAGIC;
+  reply.status = (int32_t)status;
+  if (next) reply.next = *next;
+  size_t len = text ? BRAID_MIN(strlen(text), (size_t)BOOTSTRAP_MAX_REPLY_TEXT) : 0;
+  reply.text_len = (uint32_t)len;
+  /* The rank is waiting for exactly this, so a short timeout only guards against a dead one. */
+  if (socket_send_all(c->fd, &reply, sizeof reply, BOOTSTRAP_HELLO_SEC, &root->stop) == ncclSuccess &&
+      len > 0)
+    socket_send_all(c->fd, text, len, BOOTSTRAP_HELLO_SEC, &root->stop);
+  root_conn_kill(root, c);
+}
+
+/*
+ * Ends the rendezvous with an error that every joined rank, `also` (a
+ * connection not yet joined, may be NULL) and every later arrival receive.
+ * Ranks of our own process are answered last: once answered they may exit,
+ * and this thread with them.
+ */
+static void root_fail(struct bootstrap_root* root, ncclResult_t status, const char* text,
+                      struct root_conn* also) {
+  INFO(BRAID_LOG_BOOTSTRAP, "bootstrap root %s: rendezvous failed: %s", root->addr_text, text);
+  root->failure = status;
+  snprintf(root->failure_text, sizeof root->failure_text, "%s", text);
+  int self = (int)getpid();
+  for (int ours = 0; ours <= 1; ours++) {
+    for (int r = 0; r < root->nranks; r++) {
+      struct root_conn* c = root->joined[r];
+      if (c && (c->hello.pid == self) == ours) root_reply(root, c, status, text, NULL);
+    }
+    if (also && (also->hello.pid == self) == ours) root_reply(root, also, status, text, NULL);
+  }
+}
+
+static void root_finish(struct bootstrap_root* root) {
+  INFO(BRAID_LOG_BOOTSTRAP, "bootstrap root %s: all %d ranks joined in %.3f s", root->addr_text,
+       root->nranks, braid_time_sec() - root->first_join);
+  /* Each reply closes its connection and clears joined[r]: keep rank 0's listener for the last rank. */
+  struct bootstrap_wire_addr rank0 = root->joined[0]->hello.listen;
+  for (int r = 0; r < root->nranks; r++) {
+    struct bootstrap_wire_addr next = r + 1 < root->nranks ? root->joined[r + 1]->hello.listen : rank0;
+    root_reply(root, root->joined[r], ncclSuccess, NULL, &next);
+  }
+  root->done = 1;
+}
+
+/* The first JOIN fixes nranks and restarts the clock: the timeout counts from the first arrival. */
+static int root_first_join(struct bootstrap_root* root, struct root_conn* c) {
+  root->joined = calloc((size_t)c->hello.nranks, sizeof *root->joined);
+  if (root->joined == NULL) {
+    root_reply(root, c, ncclSystemError, "bootstrap: the root is out of memory", NULL);
+    return -1;
+  }
+  root->nranks = c->hello.nranks;
+  root->first = *c;
+  root->first_join = braid_time_sec();
+  root->deadline = root->first_join + root->timeout;
+  return 0;
+}
+
+/* Checks a JOIN against the ones before it; on a conflict fails the whole rendezvous. */
+static void root_handle_join(struct bootstrap_root* root, struct root_conn* c) {
+  const struct bootstrap_hello* h = &c->hello;
+  char text[BOOTSTRAP_MAX_REPLY_TEXT], who[160], other[160];
+  union braid_sockaddr listen;
+  if (root->failure != ncclSuccess) {
+    root_reply(root, c, root->failure, root->failure_text, NULL);
+    return;
+  }
+  if (h->nranks < 1 || h->rank < 0 || h->rank >= h->nranks ||
+      bootstrap_wire_addr_unpack(&h->listen, &listen) != 0) {
+    snprintf(text, sizeof text, "bootstrap: %s sent an invalid join (rank %d of %d)",
+             root_conn_describe(c, who, sizeof who), (int)h->rank, (int)h->nranks);
+    root_reply(root, c, ncclInvalidArgument, text, NULL);
+    return;
+  }
+  if (root->nranks == 0 && root_first_join(root, c) != 0) return;
+  if (h->nranks != root->nranks) {
+    snprintf(text, sizeof text,
+             "bootstrap: ranks disagree about the number of ranks: rank %d (%s) says %d, "
+             "rank %d (%s) says %d; every rank must pass the same nranks",
+             (int)h->rank, root_conn_describe(c, who, sizeof who), (int)h->nranks,
+             (int)root->first.hello.rank, root_conn_describe(&root->first, other, sizeof other),
+             root->nranks);
+  } else if (root->joined[h->rank] != NULL) {
+    snprintf(text, sizeof text,
+             "bootstrap: rank %d of %d claimed twice: by %s and by %s; every process needs its "
+             "own rank", (int)h->rank, root->nranks,
+             root_conn_describe(root->joined[h->rank], other, sizeof other),
+             root_conn_describe(c, who, sizeof who));
+  } else {
+    c->rank = h->rank;
+    root->joined[c->rank] = c;
+    root->njoined++;
+    if (root->njoined == root->nranks) root_finish(root);
+    return;
+  }
+  root_fail(root, ncclInvalidArgument, text, c);
+}
+
+static void root_handle_hello(struct bootstrap_root* root, struct root_conn* c) {
+  const char* why = bootstrap_hello_check(&c->hello, root->secret);
+  if (why == NULL && c->hello.kind == BOOTSTRAP_HELLO_PEER) why = "a rank-to-rank hello sent to the root";
+  if (why != NULL) {
+    root_conn_reject(root, c, why);
+    return;
+  }
+  if (c->hello.kind == BOOTSTRAP_HELLO_DISMISS) {
+    INFO(BRAID_LOG_BOOTSTRAP, "bootstrap root %s: dismissed by rank 0", root->addr_text);
+    root_conn_kill(root, c);
+    root->done = 1;
+    return;
+  }
+  root_handle_join(root, c);
+}
+
+static void root_conn_read(struct bootstrap_root* root, struct root_conn* c) {
+  char addr[ROOT_ADDR_TEXT], why[128];
+  size_t got = 0;
+  if (c->rank >= 0) {
+    /* A joined rank only waits for our answer: input here means it left (or misbehaves). */
+    char byte;
+    if (socket_recv_some(c->fd, &byte, 1, &got) == ncclSuccess && got == 0) return;
+    INFO(BRAID_LOG_BOOTSTRAP, "bootstrap root %s: rank %d (%s) left before everyone joined",
+         root->addr_text, c->rank, socket_addr_str(&c->remote, addr, sizeof addr));
+    root_conn_kill(root, c);
+    return;
+  }
+  ncclResult_t r = socket_recv_some(c->fd, (char*)&c->hello + c->got, sizeof c->hello - c->got, &got);
+  if (r != ncclSuccess) {
+    snprintf(why, sizeof why, "it closed after %zu of the %zu bytes of a hello", c->got,
+             sizeof c->hello);
+    root_conn_reject(root, c, why);
+    return;
+  }
+  c->got += got;
+  if (c->got == sizeof c->hello) root_handle_hello(root, c);
+}
+
+static int root_pending_count(const struct bootstrap_root* root) {
+  int n = 0;
+  for (int i = 0; i < root->nconns; i++) n += !root->conns[i]->dead && root->conns[i]->rank < 0;
+  return n;
+}
+
+/* Appends a new connection in its hello phase; -1 when out of memory. */
+static int root_conn_add(struct bootstrap_root* root, int fd, const union braid_sockaddr* remote) {
+  if (root->nconns == root->cap) {
+    int cap = root->cap ? 2 * root->cap : 16;
+    struct root_conn** grown = realloc(root->conns, (size_t)cap * sizeof *grown);
+    if (grown == NULL) return -1;
+    root->conns = grown;
+    root->cap = cap;
+  }
+  struct root_conn* c = calloc(1, sizeof *c);
+  if (c == NULL) return -1;
+  c->fd = fd;
+  c->rank = -1;
+  c->remote = *remote;
+  c->deadline = braid_time_sec() + BOOTSTRAP_HELLO_SEC;
+  root->conns[root->nconns++] = c;
+  return 0;
+}
+
+/* Takes every connection waiting on the listener; refuses them past BOOTSTRAP_MAX_PENDING. */
+static void root_accept(struct bootstrap_root* root) {
+  char addr[ROOT_ADDR_TEXT];
+  for (;;) {
+    int fd = -1;
+    union braid_sockaddr remote;
+    if (socket_accept_some(root->listen_fd, &fd, &remote) != ncclSuccess) {
+      char who[ROOT_ADDR_TEXT + 32];
+      snprintf(who, sizeof who, "bootstrap root %s", root->addr_text);
+      socket_accept_failed(who);
+      return;
+    }
+    if (fd < 0) return;
+    const char* why = NULL;
+    if (root_pending_count(root) >= BOOTSTRAP_MAX_PENDING)
+      why = "too many connections already wait to present a hello";
+    else if (root_conn_add(root, fd, &remote) != 0)
+      why = "out of memory";
+    if (why == NULL) continue;
+    WARN("bootstrap root %s: refused connection from %s: %s", root->addr_text,
+         socket_addr_str(&remote, addr, sizeof addr), why);
+    close(fd);
+  }
+}
+
+/* One poll round over the listener and every connection. */
+static void root_poll(struct bootstrap_root* root) {
+  int n = root->nconns;
+  if (n + 1 > root->pfd_cap) {
+    struct pollfd* grown = realloc(root->pfds, (size_t)(n + 1) * sizeof *grown);
+    if (grown == NULL) {
+      root_fail(root, ncclSystemError, "bootstrap: the root is out of memory", NULL);
+      root->done = 1;
+      return;
+    }
+    root->pfds = grown;
+    root->pfd_cap = n + 1;
+  }
+  root->pfds[0] = (struct pollfd){.fd = root->listen_fd, .events = POLLIN};
+  for (int i = 0; i < n; i++) root->pfds[1 + i] = (struct pollfd){.fd = root->conns[i]->fd, .events = POLLIN};
+  if (poll(root->pfds, (nfds_t)(n + 1), 100) <= 0) return;
+  /* Connections are only appended during this round, so index i still names pfds[1 + i]. */
+  for (int i = 0; i < n && !root->done; i++)
+    if (root->pfds[1 + i].revents && !root->conns[i]->dead) root_conn_read(root, root->conns[i]);
+  if (root->pfds[0].revents && !root->done) root_accept(root);
+}
+
+/* Drops hello-less connections past their deadline and ends the rendezvous at the timeout. */
+static void root_expire(struct bootstrap_root* root) {
+  char text[BOOTSTRAP_MAX_REPLY_TEXT], why[96];
+  double now = braid_time_sec();
+  for (int i = 0; i < root->nconns; i++) {
+    struct root_conn* c = root->conns[i];
+    if (c->dead || c->rank >= 0 || now < c->deadline) continue;
+    snprintf(why, sizeof why, "no hello within %.0f s (%zu of %zu bytes)", BOOTSTRAP_HELLO_SEC,
+             c->got, sizeof c->hello);
+    root_conn_reject(root, c, why);
+  }
+  if (root->done || now < root->deadline) return;
+  root->done = 1;
+  if (root->failure != ncclSuccess) return;
+  if (root->nranks == 0) {
+    INFO(BRAID_LOG_BOOTSTRAP, "bootstrap root %s: no rank arrived within %.0f s; closing",
+         root->addr_text, root->timeout);
+    return;
+  }
+  int missing = root->nranks - root->njoined, listed = 0;
+  size_t used = (size_t)snprintf(text, sizeof text, "bootstrap: rank%s ", missing > 1 ? "s" : "");
+  for (int r = 0; r < root->nranks && listed < ROOT_MISSING_LISTED; r++) {
+    if (root->joined[r]) continue;
+    used += (size_t)snprintf(text + used, sizeof text - used, "%s%d", listed ? ", " : "", r);
+    listed++;
+  }
+  if (listed < missing)
+    used += (size_t)snprintf(text + used, sizeof text - used, " and %d more", missing - listed);
+  snprintf(text + used, sizeof text - used, " of %d never joined within %.0f s (root %s)",
+           root->nranks, root->timeout, root->addr_text);
+  root_fail(root, ncclSystemError, text, NULL);
+}
+
+/* Frees connections closed during the round. */
+static void root_sweep(struct bootstrap_root* root) {
+  int kept = 0;
+  for (int i = 0; i < root->nconns; i++) {
+    if (root->conns[i]->dead)
+      free(root->conns[i]);
+    else
+      root->conns[kept++] = root->conns[i];
+  }
+  root->nconns = kept;
+}
+
+static void root_free(struct bootstrap_root* root) {
+  for (int i = 0; i < root->nconns; i++) {
+    socket_close(&root->conns[i]->fd);
+    free(root->conns[i]);
+  }
+  socket_close(&root->listen_fd);
+  free(root->conns);
+  free(root->joined);
+  free(root->pfds);
+  free(root);
+}
+
+static void* root_thread_main(void* arg) {
+  struct bootstrap_root* root = arg;
+  pthread_setname_np(pthread_self(), "braid-bootroot");
+  while (!root->done && !__atomic_load_n(&root->stop, __ATOMIC_ACQUIRE)) {
+    root_poll(root);
+    root_expire(root);
+    root_sweep(root);
+  }
+  /* Close the listener now: a joinable root is freed later, but its port must not linger. */
+  for (int i = 0; i < root->nconns; i++) {
+    if (root->conns[i]->rank < 0 && !root->conns[i]->dead)
+      root_conn_reject(root, root->conns[i], "the rendezvous ended before it presented a hello");
+    socket_close(&root->conns[i]->fd);
+  }
+  socket_close(&root->listen_fd);
+  if (root->detached) root_free(root);
+  return NULL;
+}
+
+ncclResult_t bootstrap_root_start(union braid_sockaddr* addr, const uint8_t* secret,
+                                  double timeout_sec, int detached, struct bootstrap_root** out) {
+  ncclResult_t res = ncclSuccess;
+  struct bootstrap_root* root = NULL;
+  pthread_attr_t attr;
+  int attr_ok = 0;
+  if (out) *out = NULL;
+  BRAID_TRY(BRAID_CALLOC(&root, 1, "the bootstrap root"));
+  root->listen_fd = -1;
+  root->detached = detached;
+  root->timeout = timeout_sec;
+  root->deadline = braid_time_sec() + timeout_sec;
+  memcpy(root->secret, secret, BOOTSTRAP_SECRET_BYTES);
+  BRAID_TRY(socket_listen(addr, &root->listen_fd));
+  socket_addr_str(addr, root->addr_text, sizeof root->addr_text);
+  BRAID_CHECK(pthread_attr_init(&attr) == 0, ncclSystemError, "bootstrap: pthread_attr_init failed");
+  attr_ok = 1;
+  if (detached) pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int err = pthread_create(&root->thread, &attr, root_thread_main, root);
+  BRAID_CHECK(err == 0, ncclSystemError, "bootstrap: cannot start the root thread: %s", strerror(err));
+  pthread_attr_destroy(&attr);
+  /* A detached root now belongs to its thread, which frees it: do not touch it past this point. */
+  if (out && !detached) *out = root;
+  char text[ROOT_ADDR_TEXT];
+  INFO(BRAID_LOG_BOOTSTRAP, "bootstrap root listening on %s", socket_addr_str(addr, text, sizeof text));
+  return ncclSuccess;
+fail:
+  if (attr_ok) pthread_attr_destroy(&attr);
+  if (root) root_free(root);
+  return res;
+}
+
+void bootstrap_root_join(struct bootstrap_root* root, int stop_now) {
+  if (root == NULL) return;
+  if (stop_now) __atomic_store_n(&root->stop, 1, __ATOMIC_RELEASE);
+  pthread_join(root->thread, NULL);
+  root_free(root);
+}

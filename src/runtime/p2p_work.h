@@ -1,0 +1,23 @@
+/*
+ * The works of send/recv: how many channels a message spreads over, where they start, and
+ * whether it goes with LL; every choice from what both ends of the message share, so the
+ * sender's and the receiver's kernels agree.
+ */
+#ifndef BRAID_CORE_P2P_WORK_H
+#define BRAID_CORE_P2P_WORK_H
+
+#include "abi/dev_comm.h"
+#include "runtime/group.h"
+#include "nccl.h"
+
+struct ncclComm;
+
+/*
+ * The works of the send s to rank + d and the receive r from rank - d (either may be NULL;
+ * d == 0: a rank's exchange with itself): *nw of them in w, in the order the kernel must run
+ * them; none for empty messages only.
+ */
+ncclResult_t p2p_work_pair(struct ncclComm* comm, const struct braid_op* s,
+                           const struct braid_op* r, int d, struct braid_work w[2], int* nw);
+
+#endif

@@ -1,0 +1,144 @@
+/*
+ * ncclCommRegister / ncclCommDeregister and ncclCommWindowRegister /
+ * ncclCommWindowDeregister (register.h says what they do today).
+ */
+#include "runtime/register.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cuda_runtime.h>
+
+#include "runtime/comm.h"
+#include "base/debug.h"
+#include "base/utils.h"
+
+#define NCCL_API __attribute__((visibility("default")))
+#define NCCL_ALIAS(ret, name, params) NCCL_API ret p##name params __attribute__((alias(#name)));
+
+#define REG_MAGIC 0x4252474dU /* "BRGM" */
+
+struct braid_reg {
+  uint32_t magic;
+  void* buff;
+  size_t size;
+  struct braid_reg* next;
+};
+
+/* The buffer must be device (or managed) memory that the comm's GPU can address. */
+static ncclResult_t reg_check_buffer(const struct ncclComm* comm, const void* buff, size_t size,
+                                     const char* api) {
+  struct cudaPointerAttributes attr;
+  cudaError_t err = cudaPointerGetAttributes(&attr, buff);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return braid_err(ncclInvalidArgument, "%s: buffer %p (%zu bytes) is not CUDA memory: %s", api,
+                     buff, size, cudaGetErrorString(err));
+  }
+  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
+    return braid_err(ncclInvalidArgument,
+                     "%s: buffer %p (%zu bytes) is host memory; only device memory can be "
+                     "registered",
+                     api, buff, size);
+  if (attr.type == cudaMemoryTypeDevice && attr.device != comm->cuda_dev)
+    return braid_err(ncclInvalidArgument,
+                     "%s: buffer %p lives on device %d but rank %d's communicator uses device %d",
+                     api, buff, attr.device, comm->rank, comm->cuda_dev);
+  return ncclSuccess;
+}
+
+NCCL_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_reg* reg = NULL;
+  braid_err_clear();
+  BRAID_TRY(comm_check_ready(comm, "ncclCommRegister"));
+  BRAID_CHECK(handle != NULL, ncclInvalidArgument, "ncclCommRegister: handle is NULL");
+  *handle = NULL;
+  BRAID_CHECK(buff != NULL && size > 0, ncclInvalidArgument,
+              "ncclCommRegister: invalid buffer (%p, %zu bytes)", buff, size);
+  BRAID_TRY(reg_check_buffer(comm, buff, size, "ncclCommRegister"));
+  BRAID_TRY(BRAID_CALLOC(&reg, 1, "a buffer registration"));
+  reg->magic = REG_MAGIC;
+  reg->buff = buff;
+  reg->size = size;
+  pthread_mutex_lock(&comm->lock);
+  reg->next = comm->regs;
+  comm->regs = reg;
+  pthread_mutex_unlock(&comm->lock);
+  INFO(BRAID_LOG_REG, "rank %d registered %p (%zu bytes); it is copied through the FIFOs like any "
+       "buffer (no in-place algorithm yet)", comm->rank, buff, size);
+  *handle = reg;
+  return ncclSuccess;
+fail:
+  return res;
+}
+NCCL_ALIAS(ncclResult_t, ncclCommRegister, (const ncclComm_t comm, void* buff, size_t size, void** handle))
+
+NCCL_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_reg** link;
+  braid_err_clear();
+  BRAID_TRY(comm_check(comm, "ncclCommDeregister"));
+  BRAID_CHECK(handle != NULL, ncclInvalidArgument, "ncclCommDeregister: handle is NULL");
+  pthread_mutex_lock(&comm->lock);
+  for (link = &comm->regs; *link && *link != handle; link = &(*link)->next) {
+  }
+  struct braid_reg* reg = *link;
+  if (reg) *link = reg->next;
+  pthread_mutex_unlock(&comm->lock);
+  BRAID_CHECK(reg != NULL, ncclInvalidArgument,
+              "ncclCommDeregister: handle %p is not a registration of rank %d's communicator "
+              "(already deregistered, or made by another communicator)",
+              handle, comm->rank);
+  reg->magic = 0;
+  free(reg);
+  return ncclSuccess;
+fail:
+  return res;
+}
+NCCL_ALIAS(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void* handle))
+
+void register_free_all(struct ncclComm* comm) {
+  while (comm->regs) {
+    struct braid_reg* next = comm->regs->next;
+    comm->regs->magic = 0;
+    free(comm->regs);
+    comm->regs = next;
+  }
+}
+
+NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
+                                             ncclWindow_t* win, int winFlags) {
+  ncclResult_t res = ncclSuccess;
+  braid_err_clear();
+  BRAID_TRY(comm_check_ready(comm, "ncclCommWindowRegister"));
+  BRAID_CHECK(win != NULL, ncclInvalidArgument, "ncclCommWindowRegister: win is NULL");
+  *win = NULL;
+  BRAID_CHECK(buff != NULL && size > 0, ncclInvalidArgument,
+              "ncclCommWindowRegister: invalid buffer (%p, %zu bytes)", buff, size);
+  BRAID_CHECK(winFlags == NCCL_WIN_DEFAULT || winFlags == NCCL_WIN_COLL_SYMMETRIC,
+              ncclInvalidArgument, "ncclCommWindowRegister: winFlags = 0x%x is not a known flag",
+              (unsigned)winFlags);
+  BRAID_TRY(reg_check_buffer(comm, buff, size, "ncclCommWindowRegister"));
+  INFO(BRAID_LOG_REG,
+       "rank %d: ncclCommWindowRegister(%p, %zu bytes) gives a NULL window: this communicator has "
+       "no symmetric-memory support (Braid has no symmetric kernels), as NCCL answers without it",
+       comm->rank, buff, size);
+  return ncclSuccess;
+fail:
+  return res;
+}
+NCCL_ALIAS(ncclResult_t, ncclCommWindowRegister, (ncclComm_t comm, void* buff, size_t size,
+           ncclWindow_t* win, int winFlags))
+
+NCCL_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  braid_err_clear();
+  ncclResult_t res = comm_check(comm, "ncclCommWindowDeregister");
+  if (res != ncclSuccess) return res;
+  if (win == NULL) return ncclSuccess; /* what ncclCommWindowRegister gave back */
+  return braid_err(ncclInvalidArgument,
+                   "ncclCommWindowDeregister: window %p was not made by Braid (it only makes NULL "
+                   "windows)",
+                   (void*)win);
+}
+NCCL_ALIAS(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win))
