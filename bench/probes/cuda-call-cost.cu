@@ -1,14 +1,12 @@
-/*
- * cuda-call-cost: host time of the CUDA runtime calls a collective's enqueue
- * path makes, each in a loop of N calls, so the enqueue path can be budgeted
- * call by call (a small all-reduce is host-bound: the GPU waits for the host).
- * Then the same for the library's own calls on a one-rank communicator:
- * ncclAllReduce of 0 elements (the enqueue path without a launch) and of 2.
- * "with the GPU": the loop's time up to the stream's end, per call (the
- * launch rate where the GPU keeps up).
- *   nvcc -O2 -Iinclude -o /tmp/cost tools/cuda-call-cost.cu -Lbuild/src -lnccl -lcuda && /tmp/cost
- * (LD_LIBRARY_PATH picks which libnccl.so.2 is measured.)
- */
+// cuda-call-cost: host time of each CUDA call a collective's enqueue path makes, and of a call.
+//
+// Each CUDA runtime call the enqueue path makes runs in a loop of N calls, so that the path can
+// be budgeted call by call (a small all-reduce is host-bound: the GPU waits for the host).
+// Then the same for the library's own calls on a one-rank communicator: ncclAllReduce of 0
+// elements (the enqueue path without a launch) and of 2. "with the GPU": the loop's time up to
+// the stream's end, per call (the launch rate where the GPU keeps up).
+//   cuda-call-cost
+// It links libnccl.so.2 with a RUNPATH: LD_LIBRARY_PATH=/path/to/nccl/lib measures NVIDIA's.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include "nccl.h"

@@ -1,10 +1,10 @@
-/*
- * CALL_TIMER: the hand-built cost tools' loop. Runs the statements after its fourth argument
- * n times (i_ counts from 0), the stream drained before; host_us gets the loop's time per
- * call on the host, all_us the time per call up to the stream's end.
- */
-#ifndef BRAID_TOOLS_CALL_TIMER_H
-#define BRAID_TOOLS_CALL_TIMER_H
+// call_timer.h: CALL_TIMER, the probes' loop timing a call on the host and to the stream's end.
+//
+// CALL_TIMER(stream, n, host_us, all_us, statements...) runs the statements n times (i_ counts
+// from 0), the stream drained before; host_us gets the loop's time per call on the host, all_us
+// the time per call up to the stream's end.
+#ifndef BRAID_PROBES_CALL_TIMER_H
+#define BRAID_PROBES_CALL_TIMER_H
 
 #include <cuda.h>
 #include <time.h>

@@ -1,20 +1,19 @@
-/*
- * The floor of a launch per call, as a library: a libnccl.so.2 that perf's benchmarks load in
- * place of Braid's or NCCL's, whose ncclAllReduce does nothing but launch one minimal kernel on
- * the caller's stream: each thread stores two floats with their call's flag into the peer's
- * memory (16-byte LL lines), waits for the peer's line and adds. No argument check, no event,
- * no state but a call counter. What perf/compare measures with it at 8 B is what any library
- * with one launch per call can at best take on that machine, measured the same way.
- *
- * Not part of Braid and not built by CMake (a measuring instrument, like resident-probe.cu):
- *   nvcc -O2 -arch=sm_90 -shared -Xcompiler -fPIC -Iinclude -o .device/floor/libnccl.so.2 \
- *     tools/floor-nccl.cu
- * Two processes of one GPU each (mpirun -np 2), float32 sum; anything else is refused with
- * ncclInvalidUsage. A call of more than FLOOR_CHUNK_BYTES launches once per chunk (so that
- * perf/compare's whole range of sizes runs; only the small sizes mean anything). The ranks meet through two files in
- * /dev/shm named by the unique id. A peer that dies leaves the kernel spinning: run it under
- * `timeout`.
- */
+// floor-nccl: the least time a library with one kernel launch per all-reduce can take.
+//
+// A libnccl.so.2 that the perf benchmarks load in place of Braid's or NCCL's, whose
+// ncclAllReduce does nothing but launch one minimal kernel on the caller's stream: each thread
+// stores two floats with their call's flag into the peer's memory (16-byte LL lines), waits for
+// the peer's line and adds. No argument check, no event, no state but a call counter. What the
+// benchmark measures with it at 8 B is what any library with one launch per call can at best
+// take on that machine, measured the same way.
+//
+// Not part of Braid: built as bench/probes/floor/libnccl.so.2 in the build tree and loaded
+// instead of the real library:
+//   LD_LIBRARY_PATH=build/bench/probes/floor mpirun -np 2 build/perf/all_reduce_perf -b 8 -e 8 -g 1
+// Two processes of one GPU each, float32 sum; anything else is refused with ncclInvalidUsage. A
+// call of more than FLOOR_CHUNK_BYTES launches once per chunk (so that a whole range of sizes
+// runs; only the small sizes mean anything). The ranks meet through two files in /dev/shm named
+// by the unique id. A peer that dies leaves the kernel spinning: run it under `timeout`.
 #include <cuda_runtime.h>
 #include <errno.h>
 #include <stdint.h>

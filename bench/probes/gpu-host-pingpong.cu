@@ -1,22 +1,17 @@
-/*
- * gpu-host-pingpong: what the GPU side of a network hop costs, with no
- * network. A kernel (one thread) and a host thread pass a counter back and
- * forth through pinned, device-mapped host memory, the way a kernel and the
- * proxy meet in a net FIFO:
- *
- *   GPU: write 8 bytes of "data" to host memory, then publish the counter
- *        (st.release.sys, as prims_simple's tail); wait for the host's
- *        answer with ld.acquire.sys polls (as the receiver waits on tail);
- *        read the host's 8 bytes of data back.
- *   CPU: spin on the counter, answer with data then counter (release).
- *
- * Half a round trip is what one crossing GPU -> host (or host -> GPU) costs
- * when both sides spin; the hop through sockets adds the proxy and TCP on top.
- * Also printed: the time of one st.release.sys and one ld.acquire.sys to host
- * memory, each in a loop on the GPU (globaltimer).
- *   nvcc -O2 -arch=sm_90 -Iinclude -Isrc -o /tmp/ghp tools/gpu-host-pingpong.cu -lpthread &&
- * /tmp/ghp [iters]
- */
+// gpu-host-pingpong: the time of one GPU <-> host crossing through mapped host memory.
+//
+// What the GPU side of a network hop costs, with no network. A kernel (one thread) and a host
+// thread pass a counter back and forth through pinned, device-mapped host memory, the way a
+// kernel and the proxy meet in a network FIFO:
+//   GPU: write 8 bytes of "data" to host memory, then publish the counter (st.release.sys, as
+//        the Simple protocol publishes its tail); wait for the host's answer with
+//        ld.acquire.sys polls (as the receiver waits on the tail); read the host's 8 bytes back.
+//   CPU: spin on the counter, answer with data then counter (release).
+// Half a round trip is what one crossing GPU -> host (or host -> GPU) costs when both sides
+// spin; the hop through sockets adds the proxy and TCP on top. Also printed: the time of one
+// st.release.sys and one ld.acquire.sys to host memory, each in a loop on the GPU
+// (globaltimer).
+//   gpu-host-pingpong [iters]
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,7 +1,6 @@
-/* CHECK(cuda call), CHECK_CU(driver call): the hand-built CUDA tools' way to stop at the
- * first failed call. */
-#ifndef BRAID_TOOLS_CUDA_CHECK_H
-#define BRAID_TOOLS_CUDA_CHECK_H
+// cuda_check.h: CHECK (runtime call) and CHECK_CU (driver call) stop a probe at a failed call.
+#ifndef BRAID_PROBES_CUDA_CHECK_H
+#define BRAID_PROBES_CUDA_CHECK_H
 
 #include <cuda.h>
 #include <cuda_runtime.h>

@@ -1,14 +1,15 @@
-// What two GPUs joined by NVLink move when each works on the other's memory in
-// place (zero copy), against the copy engines: the ceilings a direct two-rank
-// all-reduce, reduce-scatter and all-gather could reach without FIFOs. One
-// process, both GPUs (peer access), both directions at once, float32.
-//   nvcc -O3 -arch=sm_90 -o zc-probe tools/zc-probe.cu -lcuda && ./zc-probe [MB per half]
-// Prints, per test and grid, the best of 5 runs: time and GB/s per direction
-// (for "ar" tests: the all-reduce busbw of a 2 x half all-reduce).
-//   ./zc-probe MB chunks: the copy-engine exchange's shape (core/ce.c): 16 / 64 MB copies on
-//     one or two streams, a one-thread kernel before each, with or without a local-copy
+// zc-probe: bandwidth between two GPUs, kernels on the peer's memory against the copy engines.
+//
+// What two GPUs joined by NVLink move when each works on the other's memory in place (zero
+// copy), against the copy engines: the ceilings a direct two-rank all-reduce, reduce-scatter
+// and all-gather could reach without FIFOs. One process, both GPUs (peer access), both
+// directions at once, float32. Prints, per test and grid, the best of 5 runs: time and GB/s per
+// direction (for "ar" tests: the all-reduce busbw of a 2 x half all-reduce).
+//   zc-probe [MB per half]
+//   zc-probe MB chunks: the copy-engine exchange's shape (src/runtime/ce.c): 16 / 64 MB copies
+//     on one or two streams, a one-thread kernel before each, with or without a local-copy
 //     kernel beside them.
-//   ./zc-probe MB ipc: two processes, one GPU each, copies into the other's IPC mapping.
+//   zc-probe MB ipc: two processes, one GPU each, copies into the other's IPC mapping.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -137,7 +138,7 @@ static double run(int t, int grid, int threads) {
   return best * 1e3;  // us
 }
 
-// The copy-engine exchange's shape (core/ce.c): chunks copied to the peer on `nstreams` streams
+// The copy-engine exchange's shape (src/runtime/ce.c): chunks copied to the peer on `nstreams` streams
 // in turn, a one-thread kernel before each copy (when `steps`), and when `load` a kernel of
 // `load` blocks copying locally meanwhile (as the receiving kernel's pass).
 __global__ void step_kernel(volatile uint32_t* word, uint32_t v) { *word = v; }
@@ -219,7 +220,7 @@ __global__ void fill(float4* p, size_t n, float base) {
 }
 
 // Two processes, one GPU each (as the library's ranks): each opens the other's buffer by
-// cudaIpcOpenMemHandle and copies `half` to it in chunks, cuMemcpyDtoDAsync (as core/ce.c)
+// cudaIpcOpenMemHandle and copies `half` to it in chunks, cuMemcpyDtoDAsync (as src/runtime/ce.c)
 // or cudaMemcpyAsync, both processes at once.
 static void ipc_child(int r, int wr, int rd, size_t chunk, int driver) {
   CHECK(cudaSetDevice(r));

@@ -1,17 +1,16 @@
-/*
- * ll128-pass-bench: what one block can move with LL128's passes, no peer
- * involved, to find what bounds Braid's LL128 at ~6.6 GB/s a channel
- * (perf/NOTES.md). Each block walks its own region of a buffer the way
- * prims_ll128.h's step does (a warp takes 4 groups of 4 lines per pass,
- * lane l the 16-byte piece l % 8 of line l / 8) in one of these modes:
- *   send      user words (8-byte loads) -> lines (st.volatile.v2.u64 with flag)
- *   send_weak the same with weak stores (st.global.v2.u64)
- *   recv      lines (ld.volatile.v2.u64, flags all valid: no waiting) -> user words
- *   recv_red  lines + user words -> sum -> user words (the reduce-copy step)
- *   copy16    plain 16-byte loads and stores of the same bytes (Simple's floor)
- * and prints GB/s of user data per block for 1, 8 and 32 blocks.
- *   nvcc -O3 -std=c++17 -arch=sm_90 -Itools -o /tmp/llb tools/ll128-pass-bench.cu && /tmp/llb
- */
+// ll128-pass-bench: the bandwidth one block reaches with LL128's loads and stores, no peer.
+//
+// The ceiling of one channel of the LL128 protocol on this GPU, apart from the link. Each block
+// walks its own region of a buffer the way a step of src/device/prims_ll128.h does (a warp
+// takes 4 groups of 4 lines per pass, lane l the 16-byte piece l % 8 of line l / 8) in one of
+// these modes:
+//   send      user words (8-byte loads) -> lines (st.volatile.v2.u64 with flag)
+//   send_weak the same with weak stores (st.global.v2.u64)
+//   recv      lines (ld.volatile.v2.u64, flags all valid: no waiting) -> user words
+//   recv_red  lines + user words -> sum -> user words (the reduce-copy step)
+//   copy16    plain 16-byte loads and stores of the same bytes (Simple's floor)
+// and prints GB/s of user data per block for 1, 8 and 32 blocks.
+//   ll128-pass-bench
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -1,17 +1,16 @@
-/*
- * launch-cost: what makes a kernel launch dearer on the host. Braid's launch of its own
- * kernel costs ~1 us more than cuda-call-cost's launch of an empty one, and a second launch
- * of the same kernel right after the first costs as much (perf/NOTES.md, eleventh session):
- * so something about the kernel or the process, not cold caches. Each line is one property
- * changed against the first: the parameter space declared, a stack frame (local memory),
- * clusters, a kernel the GPU is still running when the next launch comes, peer access to the
- * other GPU, a large allocation. Run one copy per GPU at once to see the other process's
- * effect:  launch-cost 0 & launch-cost 1; wait.  `launch-cost 0 stack`: stack frames of 0-2 KB
- * against 112 B or 4 KB of parameters passed, each changed alone.  `launch-cost 0 order`: an
- * eager launch's bookkeeping calls next to a bare launch, and whether a stream wait on a
- * programmatic event (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT) orders a kernel after another.
- *   nvcc -O2 -arch=sm_90 -o /tmp/launch-cost tools/launch-cost.cu -lcuda
- */
+// launch-cost: host time of one kernel launch, and what each kernel or process property adds.
+//
+// A launch of a kernel like Braid's can cost more on the host than cuda-call-cost's launch of an
+// empty one, and a second launch right after the first costs as much: something about the
+// kernel or the process, not cold caches. Each line is one property changed against the first:
+// the parameter space declared, a stack frame (local memory), clusters, a kernel the GPU is
+// still running when the next launch comes, peer access to the other GPUs, a large allocation.
+//   launch-cost [GPU [stack|order]]
+// Run one copy per GPU at once to see the other process's effect: launch-cost 0 & launch-cost 1.
+// "stack": stack frames of 0-2 KB against 112 B or 4 KB of parameters passed, each changed
+// alone. "order": an eager launch's bookkeeping calls next to a bare launch, and whether a
+// stream wait on a programmatic event (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT) orders a kernel
+// after another.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdio.h>

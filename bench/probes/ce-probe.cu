@@ -1,12 +1,13 @@
-// What a copy-engine step costs on one GPU, one process: a device-to-device
-// cudaMemcpyAsync on one stream, alone or while a kernel on another stream
-// spins on a flag that a one-thread kernel after the copy sets (the shape of
-// core/ce.c's exchange). Prints microseconds per round.
-//   nvcc -O3 -arch=sm_90 -o ce-probe tools/ce-probe.cu && ./ce-probe [MB [ipc]]
+// ce-probe: the time of one step of the copy-engine exchange, on one GPU.
+//
+// A device-to-device cudaMemcpyAsync on one stream, alone or while a kernel on another stream
+// spins on a flag that a one-thread kernel after the copy sets (the shape of the exchange in
+// src/runtime/ce.c). Prints microseconds per round.
+//   ce-probe [MB [ipc|two]]
 // With "ipc": the destination is another process's allocation, opened with
-// cudaIpcOpenMemHandle (as the exchange's peer slots are); the parent process
-// holds it and waits. With "two": two processes run the rounds at once, each
-// on its own buffers (two clients of one GPU, as under MPS in tools/sharegpu-round.sh).
+// cudaIpcOpenMemHandle (as the exchange's peer slots are); the parent process holds it and
+// waits. With "two": two processes run the rounds at once, each on its own buffers (two
+// clients of one GPU, as under CUDA MPS).
 #include <cuda_runtime.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -102,7 +103,7 @@ int main(int argc, char** argv) {
         t0 = now_us();
       }
       // 4: as 2, the copy stream forked from and joined back into the kernel's stream by events
-      // (core/ce.c's shape); 5: as 4 with a one-thread kernel before the copy too
+      // (src/runtime/ce.c's shape); 5: as 4 with a one-thread kernel before the copy too
       int nchunks = mode == 3 ? 4 : 1;
       if (mode >= 4) {
         CHECK(cudaEventRecord(fork, s0));
