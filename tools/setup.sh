@@ -5,7 +5,8 @@
 #   bash tools/setup.sh            # everything
 #   bash tools/setup.sh --no-run   # install and build only (CI)
 # BUILD_DIR (default build) and JOBS (default: all cores) can be overridden; CUDA_ARCHS
-# sets CMAKE_CUDA_ARCHITECTURES (default 90; CI uses 90-virtual: PTX only, no GPU there).
+# sets CMAKE_CUDA_ARCHITECTURES (unset: CMakeLists.txt's default; `native` builds for this
+# machine's GPUs only, CI uses 90-virtual: PTX only, no GPU there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}

@@ -5,7 +5,7 @@
 # "libnccl.so.2", and the dynamic linker takes the preloaded object of that SONAME instead of
 # the one its RPATH points at (LD_LIBRARY_PATH does not win over an RPATH). With fewer GPUs
 # than ranks every rank poses as its own host (torch_check.py --hosts); start the CUDA MPS
-# daemon first (tools/gpu-hosts.sh does) or the ranks time-slice the GPU.
+# daemon first (nvidia-cuda-mps-control -d) or the ranks time-slice the GPU.
 # Exit 77 (CTest's skip) without PyTorch or a GPU. Results under $TORCH_OUT (default: a
 # temporary directory).
 set -uo pipefail
