@@ -39,8 +39,8 @@ struct op_pre_both {
  * Spins between two reads of the abort flag, as the ring's waits
  * (prims_common.h). The flag lives in host memory: read on every spin by the
  * waiting threads, it flooded the GPU's link to the host, which also carries
- * the command fetches of launches and copies, and every chunk took ~200 us
- * on one H100 whatever its size (perf/NOTES.md).
+ * the command fetches of launches and copies, and every chunk took hundreds
+ * of microseconds whatever its size (docs/tuning.md, Copy-engine waits).
  */
 #define BRAID_CE_ABORT_CHECK_SPINS 1024
 

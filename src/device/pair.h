@@ -21,7 +21,8 @@
  * its send and receive halves overlapping as send/recv's do (BRAID_P2P_PAIR_MIN
  * and _MAX say from which size). The halves touch disjoint memory, in place
  * too: no progress counter between them. (Reduce-scatter split so measured
- * 5-18% slower than its ring over NVLink: perf/NOTES.md.)
+ * 5-18% slower than its ring over NVLink: docs/tuning.md, Reduce-scatter
+ * stays on the ring.)
  */
 #ifndef BRAID_DEVICE_PAIR_H
 #define BRAID_DEVICE_PAIR_H

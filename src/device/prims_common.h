@@ -18,10 +18,10 @@ namespace braid {
 /*
  * The FIFO waits below poll a word in the peer's or the host's memory, ~0.5-2 us a read: 1024
  * of them before each look at the abort flag held every queued kernel of an aborted comm for
- * ~1 ms (200 queued 64 MB all-reduces over sockets: ncclCommAbort waited 0.39-0.45 s for them
- * to leave, perf/NOTES.md, twelfth session). A wait that long is a stalled peer anyway. (A
- * look by SM clock instead, clock64() on every poll, cost the kernels 10-37% of their
- * bandwidth from 16 MB, for a reason not found: ptxas showed no more spills for it.)
+ * ~1 ms, so an abort behind many queued kernels took a large part of a second. A wait of 64
+ * polls is a stalled peer anyway. (A look by SM clock instead, clock64() on every poll, cost
+ * the kernels 10-37% of their bandwidth from 16 MB, for a reason not found: ptxas showed no
+ * more spills for it.) See docs/tuning.md, Abort check interval.
  */
 #define BRAID_FIFO_ABORT_CHECK_SPINS 64
 

@@ -121,11 +121,12 @@ __device__ void pair_allreduce_ll(prims_ll<T, Op>& p, const struct braid_work& w
  * received. In a ring of two each step waits for lines the peer writes in
  * its step before, at the same moment, line group by line group; here a
  * receive waits only on a send the peer made a whole step earlier. From
- * 32 KB to 512 KB that is a fifth less time, at 2 MB the same (perf/NOTES.md);
- * from 8 MB it streams slower than the ring (each rank reads its data
- * twice), hence the host's BRAID_LL128_PAIR_MAX. Both ranks combine in rank order (MINE_FIRST on
- * the lower). In place is safe: chunk k is written after chunk k + 1 was
- * read for sending, and each thread rereads only the words it then writes.
+ * 32 KB to 512 KB that is a fifth less time, at 2 MB the same; from 8 MB it
+ * streams slower than the ring (each rank reads its data twice), hence the
+ * host's BRAID_LL128_PAIR_MAX (docs/tuning.md, BRAID_LL128_PAIR_MAX). Both
+ * ranks combine in rank order (MINE_FIRST on the lower). In place is safe:
+ * chunk k is written after chunk k + 1 was read for sending, and each thread
+ * rereads only the words it then writes.
  */
 template <typename T, bool MINE_FIRST, typename P>
 __device__ void pair_allreduce_ll128(P& p, const struct braid_work& w, int ch) {

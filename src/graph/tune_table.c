@@ -1,10 +1,10 @@
 /*
  * Every constant of the topology and tuning model, with where it comes from.
- * "Measured" means the 2x H200 NV18 machine of ../shared/PERF_BASELINE.md
- * (driver 580, CUDA 13.0); "NCCL" means the value NCCL 2.28 uses for the same
- * quantity (src/graph/topo.h, tuning.cc), kept where we have no measurement
- * yet. All of them are to be re-measured on the GPU machines: change them
- * here and nowhere else.
+ * "Measured" means on two H200 SXM joined by NVLink (NV18 through NVSwitch;
+ * driver 580, CUDA 13.0) unless said; "NCCL" means the value NCCL 2.28 uses
+ * for the same quantity (src/graph/topo.h, tuning.cc), kept where we have no
+ * measurement yet. The measurements are in docs/tuning.md, Tuning model
+ * constants. Change them here and nowhere else.
  */
 #include "graph/tune_table.h"
 
@@ -29,7 +29,8 @@ const struct tune_table tune_table = {
    * A channel through the network moves what one proxy connection and one
    * CTA polling host memory move: ~3.5 GB/s each with the socket backend
    * (all-reduce busbw over loopback between two emulated hosts: 2 channels
-   * 7 GB/s, 4 channels 9-10, 8 channels 15-16; perf/NOTES.md). A NIC's
+   * 7 GB/s, 4 channels 9-10, 8 channels 15-16; docs/tuning.md, Network
+   * rings: at least 8 channels). A NIC's
    * speed says nothing about that, and an unknown one (virtual NICs report
    * none) would get the minimum, so rings across hosts get at least this many.
    */
@@ -62,9 +63,9 @@ const struct tune_table tune_table = {
    * Per pipeline step over one hop. NVLink LL: half of the 1.25 µs flag
    * ping-pong round trip (measured). Simple waits for a fence and a tail
    * update (~3x, NCCL's ratio). PCIe: NCCL's figures. Network: four
-   * processes posing as hosts on one GPU, socket backend (2026-11-24): an
-   * 8-byte all-reduce took 107-122 µs as a ring (6 steps) and 81-92 µs as a
-   * tree (4 steps), ~18 µs a step; InfiniBand should be lower: measure it.
+   * processes posing as hosts on one GPU, socket backend: an 8-byte
+   * all-reduce took 107-122 µs as a ring (6 steps) and 81-92 µs as a tree
+   * (4 steps), ~18 µs a step; InfiniBand should be lower: measure it.
    */
   .hop_lat = {
     /* Simple  LL     LL128 */
@@ -100,16 +101,16 @@ const struct tune_table tune_table = {
    * The two-rank pair exchange over P2P (pair.h) takes chunks of the size per
    * channel / pair_chunks, between pair_chunk_min and a FIFO slot (512 KB): its
    * last chunk's reduce does not overlap a transfer, so a channel wants many.
-   * Measured on 2x H100 (perf/NOTES.md, sixth session), fixed chunks of 128,
-   * 256 and 512 KB from 2 MB to 2 GB: for all-reduce and all-gather this rule
-   * was within 3% of the best of them from 8 MB up and within 0.6 us below;
-   * any one fixed size lost up to 17% somewhere.
+   * Measured on 2x H100 NV18, fixed chunks of 128, 256 and 512 KB from 2 MB
+   * to 2 GB: for all-reduce and all-gather this rule was within 3% of the
+   * best of them from 8 MB up and within 0.6 us below; any one fixed size
+   * lost up to 17% somewhere (docs/tuning.md, Pair exchange chunk size).
    */
   .pair_chunks = 16,
   .pair_chunk_min = 131072,
   /*
-   * The copy-engine exchange of two ranks against the kernels (2x H100 NV18, one call,
-   * 64 MB slots, perf/NOTES.md seventh session), busbw GB/s at 512 MB / 2 GiB: all-reduce
+   * The copy-engine exchange of two ranks against the kernels (2x H100 NV18, one run,
+   * 64 MB slots; docs/tuning.md, BRAID_CE_MIN_BYTES), busbw GB/s at 512 MB / 2 GiB: all-reduce
    * 349 / 373 against 333 / 348, reduce-scatter 328-337 / 364 against 318 / 328, all-gather
    * 336-346 / 370 against 340 / 357, all-to-all 344 / 368 against 350 / 353, send/recv
    * 358 / 375 against 362 / 366; broadcast 304 / 308 against 366 / 371 (its root's own copy);
@@ -133,7 +134,7 @@ const struct tune_table tune_table = {
   .thread_bytes = {64, 8, 8},
   /*
    * LL128's numbers above are NCCL's LL128 on the H200 pair, not Braid's.
-   * Braid's, measured there (perf/NOTES.md, 2026-11-24): 199 GB/s at 512 MB
+   * Braid's, measured there (docs/tuning.md, BRAID_PROTO): 199 GB/s at 512 MB
    * against NCCL's 299, and slower than Braid's own default choice at every
    * size from 8 KB up. The model leaves it out until it is faster;
    * BRAID_PROTO (NCCL_PROTO) naming it runs it.

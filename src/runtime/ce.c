@@ -2,8 +2,8 @@
  * The copy-engine exchange of two ranks within a host.
  *
  * An SM kernel writing to a peer over NVLink tops out below the copy
- * engines (on the 2x H200: 368 against 392 GB/s each way, both ways at
- * once; ../shared/PERF_BASELINE.md), and every byte a kernel moves costs SM
+ * engines (on 2x H100 NV18: 364 against 392 GB/s each way, both ways at
+ * once; docs/tuning.md, BRAID_CE_MIN_BYTES), and every byte a kernel moves costs SM
  * time. For large operations of a two-rank communicator joined by P2P, each
  * rank here hands its data to the copy engines, chunk by chunk, into scratch
  * slots in the peer's memory, and runs one small kernel that takes the
@@ -64,8 +64,8 @@
 
 /*
  * The slots begin 2 MB into the allocation, after the flag page and a gap: the copy engines
- * wrote slots 4 KB in at ~245 GB/s, 64 KB or 2 MB in at ~335 (2x H100, 16 MB chunks,
- * perf/NOTES.md).
+ * wrote slots 4 KB in at ~245 GB/s, 64 KB or 2 MB in at ~335 (2x H100, 16 MB chunks;
+ * docs/tuning.md, Copy-engine slot offset).
  */
 #define CE_SLOTS_OFFSET ((size_t)2 << 20)
 

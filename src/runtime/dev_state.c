@@ -179,13 +179,14 @@ static ncclResult_t dev_launch_setup(struct ncclComm* comm) {
   BRAID_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, comm->cuda_dev));
   BRAID_CUDA_TRY(cudaDriverGetVersion(&driver));
   if (major < 9 || dev_drv.launch_ex == NULL) return ncclSuccess; /* none before Hopper */
-  /* Unset, as NCCL on Hopper: 4. Measured (perf/NOTES.md, fifth session): all-reduce at 1 GiB
-     5-7% faster, broadcast 6-16%, send/recv 17-20%; NCCL without its clusters 11-30% slower. */
+  /* Unset, as NCCL on Hopper: 4. On 2x H100 NV18 all-reduce at 1 GiB 5-7% faster, broadcast
+     6-16%, send/recv 17-20%; NCCL without its clusters 11-30% slower (docs/tuning.md,
+     BRAID_CGA_CLUSTER_SIZE). */
   int cga = comm->config.cga_cluster_size < 0 ? BRAID_DEFAULT_CGA_CLUSTER : comm->config.cga_cluster_size;
   d->cluster = cga > 1 ? (unsigned)cga : 0;
-  /* Reduce-scatter alone, unset: 8 (perf/NOTES.md, sixth session, 2x H100: its ring 11-17%
-     faster at 64-512 MB than with 4, 4-13% at 1-2 GB, level below; all-reduce and all-gather
-     slower with 8 from 256 MB). A size that is set holds for every launch. */
+  /* Reduce-scatter alone, unset: 8 (2x H100 NV18: its ring 11-17% faster at 64-512 MB than
+     with 4, 4-13% at 1-2 GB, level below; all-reduce and all-gather slower with 8 from 256 MB;
+     docs/tuning.md, BRAID_CGA_CLUSTER_SIZE). A size that is set holds for every launch. */
   d->cluster_rs = comm->config.cga_cluster_size < 0 ? BRAID_DEFAULT_CGA_CLUSTER_RS : d->cluster;
   d->sync_domain_remote = braid_param_int(BRAID_P_MEM_SYNC_DOMAIN) == 1;
   d->nvlink_centric = CUDA_VERSION >= 13000 && driver >= 13000 && comm->config.nvlink_centric_sched == 1;

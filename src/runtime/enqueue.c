@@ -53,7 +53,7 @@ struct launch_plan {
 /*
  * The comm's plan, made once and reused by every group end (one at a time: the group's
  * thread, under the family's launch lock): a calloc of its 3.5 KB and the free took ~0.1 us
- * of an 8-byte call's ~6 on the host (perf/NOTES.md, eighth session). Fresh but for the
+ * of an 8-byte call's ~6 on the host (docs/tuning.md, Host cost of a call). Fresh but for the
  * works past nwork, which no launch passes.
  */
 static ncclResult_t enq_plan_take(struct ncclComm* comm, struct launch_plan** out) {
@@ -83,8 +83,9 @@ static int enq_family(const struct braid_work* w) {
  * block on each channel, where a full block's extra threads would have had no line at all. A
  * smaller block starts sooner and meets at each step's barrier with fewer warps (8 B all-reduce
  * of two H100s in a CUDA graph: 3.72-3.81 us an operation with 512 threads, 3.33-3.39 with 64;
- * eager calls, paced by the host, unchanged; perf/NOTES.md). Both ends of a connection may run
- * different block sizes: an LL step's lines are by index, whichever thread writes them.
+ * eager calls, paced by the host, unchanged; docs/tuning.md, BRAID_SMALL_NTHREADS). Both ends
+ * of a connection may run different block sizes: an LL step's lines are by index, whichever
+ * thread writes them.
  */
 static int enq_work_small(const struct ncclComm* comm, const struct braid_work* w) {
   const int n = comm->dev->small_nthreads;
@@ -131,9 +132,10 @@ static unsigned enq_ring_protos(const struct ncclComm* comm) {
  * (pair.h) up to BRAID_NET_PAIR_MAX bytes (default: all): the ring's second hop
  * costs a whole network round trip per chunk, and with each host on its own GPU
  * the exchange streams faster at every size too (20 against 14 GB/s at 512 MB;
- * only two "hosts" sharing one GPU favoured the ring; perf/NOTES.md). Over
- * NVLink/PCIe, all-reduce and all-gather with Simple take the exchange from
- * BRAID_P2P_PAIR_MIN to BRAID_P2P_PAIR_MAX bytes (default: all): its send and
+ * only two "hosts" sharing one GPU favoured the ring; docs/tuning.md,
+ * BRAID_NET_PAIR_MAX). Over NVLink/PCIe, all-reduce and all-gather with
+ * Simple take the exchange from BRAID_P2P_PAIR_MIN to BRAID_P2P_PAIR_MAX
+ * bytes (default: all; docs/tuning.md, BRAID_P2P_PAIR_MIN): its send and
  * receive halves overlap where the ring's block waits on the peer between them
  * (2x H100, clusters of 4 blocks: within 3% at 8-32 MB, 4-19% faster elsewhere;
  * reduce-scatter so split was slower than its ring). With LL128 all-reduce
@@ -261,8 +263,8 @@ static int enq_is_reduction(int coll) {
  *    (every element adds up in ring order from rank 0: in rank order when
  *    the ring is 0, 1, 2, ...) and a broadcast from that rank.
  * Reduce-scatter and reduce then add in an order set by the ring and the
- * element's output rank (or the root) alone. The cost is measured in
- * perf/NOTES.md.
+ * element's output rank (or the root) alone. The cost: docs/tuning.md,
+ * BRAID_DETERMINISTIC.
  */
 static int enq_deterministic(const struct ncclComm* comm) {
   return comm->nranks >= 3 && braid_param_int(BRAID_P_DETERMINISTIC) == 1;

@@ -297,7 +297,7 @@ void group_comm_free(struct ncclComm* comm) {
 /*
  * The caller's current context, asked of the driver: a thread-local read, where the runtime's
  * cudaGetDevice costs ~0.1-0.15 us next to a launch and a group end asked it three times
- * (perf/NOTES.md, thirteenth session). Without the entry points, the runtime's device calls.
+ * (docs/tuning.md, Host cost of a call). Without the entry points, the runtime's device calls.
  */
 typedef CUresult (*group_ctx_get_fn)(CUcontext* ctx);
 typedef CUresult (*group_ctx_set_fn)(CUcontext ctx);

@@ -19,8 +19,8 @@
  * rings' channels. Over P2P 2 KB by default: at 32-128 KB (one LL step per
  * channel, its lines spread over more threads) send/recv and all-to-all took
  * 6.9-7.8 us against 9.0-10.0 with 16 KB, the CUDA graph's GPU time 4.9-5.7
- * against 7.0-7.4 (2x H100, NVLink, perf/NOTES.md, ninth session); from 512 KB
- * both run every channel.
+ * against 7.0-7.4 (2x H100, NVLink; docs/tuning.md, BRAID_P2P_CHANNEL_BYTES);
+ * from 512 KB both run every channel.
  * Other transports 16 KB (not measured there; at 512 KB per channel a 2 MB
  * message took 40 us against NCCL's 21). Over P2P a message may go with LL up
  * to BRAID_P2P_LL_MAX bytes (the model chooses); other transports keep LL to
@@ -33,8 +33,8 @@
 /*
  * A rank's copy to itself runs on blocks of its own, beside the ones that talk to peers: one
  * per BRAID_P2P_SELF_CHANNEL_BYTES (64 KB by default: a two-rank all-to-all at 512 KB took
- * 8.9-9.0 us against 10.3-10.5 with 512 KB, at 2 MB 14.8-15.0 against 16.0-16.1; 2x H100,
- * perf/NOTES.md, ninth session), at least SR_SELF_CHANNEL_BYTES_MIN.
+ * 8.9-9.0 us against 10.3-10.5 with 512 KB, at 2 MB 14.8-15.0 against 16.0-16.1; 2x H100;
+ * docs/tuning.md, BRAID_P2P_SELF_CHANNEL_BYTES), at least SR_SELF_CHANNEL_BYTES_MIN.
  */
 #define SR_SELF_CHANNEL_BYTES_MIN 4096
 
@@ -90,8 +90,8 @@ static int p2p_nchannels(const struct ncclComm* comm, size_t bytes, int peer, in
  * A message placed on its distance's channels goes with Simple above this many bytes a
  * channel, whatever the model says for its size (BRAID_PROTO still forces): on 4x H100 a
  * 512 KB send/recv on 10 channels (52 KB each) took 14.7-14.8 us with Simple against
- * 16.7-16.9 with LL, a 2 MB all-to-all 17.4-17.7 against 18.3-18.5 (perf/NOTES.md, eleventh
- * session, k7).
+ * 16.7-16.9 with LL, a 2 MB all-to-all 17.4-17.7 against 18.3-18.5 (docs/tuning.md,
+ * BRAID_P2P_PEER_SPLIT).
  */
 #define SR_SPLIT_LL_CH_BYTES (32 << 10)
 

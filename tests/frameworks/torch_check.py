@@ -25,7 +25,8 @@ def parse():
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--hosts", action="store_true", help="each rank poses as its own host")
     p.add_argument("--optim", choices=("adam", "sgd"), default="adam",
-                   help="adam (default: moves the loss visibly) or sgd (PERF_BASELINE's run)")
+                   help="adam (default: moves the loss visibly) or sgd (lr 1e-2: the loss barely "
+                        "moves through this deep a stack)")
     p.add_argument("--profile-steps", type=int, default=0,
                    help="then profile this many DDP steps (torch.profiler): GPU time per kernel, "
                         "written to profile_rankN.txt in --out-dir")
