@@ -2,9 +2,12 @@
  * The kernel: one block per channel walks the launch's work list in order
  * and runs the works that include its channel. Reductions are compiled per
  * (type, operator); the collectives that only move bytes (AllGather,
- * Broadcast, send/recv) are compiled once per translation unit, as
- * non-inlined functions every kernel of the unit calls, so any kernel can
- * carry them and a group mixing them with one reduction needs one launch.
+ * Broadcast, send/recv) are compiled once, in copy kernels of their own
+ * (copy.h: one per family that runs them, rings and LL128). A launch holds
+ * reductions or copies, never both (runtime/enqueue.c): a group mixing them
+ * takes one launch more, and the byte movers are not compiled again with
+ * every reduction kernel, which took a third of the build (docs/tuning.md,
+ * Copy kernels of their own).
  *
  * The work list lives in the kernel's parameter space (__grid_constant__),
  * so a launch needs no host-to-device copy and is captured by CUDA graphs
@@ -19,36 +22,6 @@
 #include "device/tree.h"
 
 namespace braid {
-
-/* A byte-moving collective over the channel's ring, with protocol P. */
-template <typename P>
-__device__ __forceinline__ void copy_coll_ring(P& p, const struct braid_work& w,
-                                               struct braid_dev_comm* comm,
-                                               struct braid_dev_channel* chan, int ch) {
-  if (w.coll == BRAID_COLL_ALLGATHER)
-    ring_allgather<uint8_t>(p, w, comm->nranks, chan->ring_ranks, ch);
-  else
-    ring_broadcast<uint8_t>(p, w, comm->nranks, chan->ring_ranks, ch);
-  p.save();
-}
-
-static __device__ __noinline__ void copy_coll_run(const struct braid_work& w, struct braid_dev_comm* comm,
-                                                  struct braid_dev_channel* chan, int ch,
-                                                  volatile int* aborted) {
-  typedef uint8_t T;
-  typedef op_copy<T> Op;
-  if (w.proto == BRAID_PROTO_LL) {
-    prims_ll<T, Op> p(threadIdx.x, blockDim.x, BRAID_BARRIER_BLOCK, Op(), &chan->ring_recv,
-                      &chan->ring_send, comm->abort_flag, aborted);
-    copy_coll_ring(p, w, comm, chan, ch);
-  } else if (w.flags & BRAID_WORK_PAIR) {
-    pair_allgather_simple(w, comm, chan, ch, aborted);
-  } else {
-    prims_simple<T, Op> p(threadIdx.x, blockDim.x, BRAID_BARRIER_BLOCK, Op(), &chan->ring_recv,
-                          &chan->ring_send, comm->abort_flag, aborted);
-    copy_coll_ring(p, w, comm, chan, ch);
-  }
-}
 
 /* A reduction over the channel's ring, with protocol P. */
 template <typename T, typename P>
@@ -97,22 +70,12 @@ __device__ void reduce_coll_run(const struct braid_work& w, struct braid_dev_com
   }
 }
 
+/* A reduction (the host never puts another work in a reduction kernel's launch). */
 template <typename T, typename Op>
 __device__ __forceinline__ void work_run(const struct braid_work& w, struct braid_dev_comm* comm,
                                          volatile int* aborted) {
   const int ch = blockIdx.x - w.channel_lo;
-  /* Blocks past the channels (a rank's copy to itself) have no connections. */
-  struct braid_dev_channel* chan =
-      blockIdx.x < BRAID_MAX_CHANNELS ? &comm->channels[blockIdx.x] : nullptr;
-  switch (w.coll) {
-    case BRAID_COLL_ALLREDUCE:
-    case BRAID_COLL_REDUCESCATTER:
-    case BRAID_COLL_REDUCE: reduce_coll_run<T, Op>(w, comm, chan, ch, aborted); break;
-    case BRAID_COLL_ALLGATHER:
-    case BRAID_COLL_BROADCAST: copy_coll_run(w, comm, chan, ch, aborted); break;
-    case BRAID_COLL_SENDRECV: sendrecv_run(w, comm, chan, ch, aborted); break;
-    default: break;
-  }
+  reduce_coll_run<T, Op>(w, comm, &comm->channels[blockIdx.x], ch, aborted);
 }
 
 /*
@@ -123,7 +86,7 @@ __device__ __forceinline__ void work_run(const struct braid_work& w, struct brai
  * Diagnostics only (hang verdicts), so nothing here may make the launch end
  * later: no fence, no atomic, nothing in host memory. The report it replaces
  * (a counting atomic per block, then a store to host-mapped memory) made
- * every launch 2-3.5 µs longer (perf/NOTES.md).
+ * every launch 2-3.5 µs longer (docs/tuning.md, Ledger report).
  */
 __device__ __forceinline__ void ledger_report(struct braid_dev_comm* comm, uint64_t seq) {
   if (threadIdx.x == 0) *(volatile uint64_t*)&comm->ledger_done[blockIdx.x] = seq;
@@ -161,7 +124,8 @@ __device__ __forceinline__ void graph_end(struct braid_dev_comm* comm, uint32_t 
  * second. The first BRAID_BORROWS_HELD pairs stay in shared memory for the way back, so that
  * costs one more (the own words the works saved). One pair per thread, no loop (the host keeps
  * per_channel within the block: share_join): with a loop here, ptxas spilled more in the LL128
- * and tree kernels of every comm (perf/NOTES.md). Every other comm's kernel passes over both
+ * and tree kernels of every comm (docs/tuning.md, Borrowed connections: step copy without a
+ * loop). Every other comm's kernel passes over both
  * with one untaken branch.
  */
 #define BRAID_BORROWS_HELD 32
@@ -265,16 +229,6 @@ __global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
   kernel_works<tree_work_run<T, Op>>(args);
 }
 
-static __device__ __noinline__ void copy_coll_ll128(const struct braid_work& w,
-                                                    struct braid_dev_comm* comm,
-                                                    struct braid_dev_channel* chan, int ch,
-                                                    volatile int* aborted) {
-  prims_ll128<uint8_t, op_copy<uint8_t>> p(threadIdx.x, blockDim.x, BRAID_BARRIER_BLOCK,
-                                           op_copy<uint8_t>(), &chan->ring_recv, &chan->ring_send,
-                                           comm->abort_flag, aborted);
-  copy_coll_ring(p, w, comm, chan, ch);
-}
-
 /*
  * The tree with LL128 (only ever forced: within a host the model keeps to
  * rings). Out of line: inlined, its six connections' state made the ring
@@ -305,16 +259,12 @@ __device__ __noinline__ void pair_ll128(const Op& op, const struct braid_work& w
   p.save();
 }
 
-/* Every LL128 work: ring collectives, the two-rank exchange and the tree's all-reduce. */
+/* Every LL128 reduction: ring collectives, the two-rank exchange and the tree's all-reduce. */
 template <typename T, typename Op>
 __device__ __forceinline__ void ll128_work_run(const struct braid_work& w,
                                                struct braid_dev_comm* comm, volatile int* aborted) {
   struct braid_dev_channel* chan = &comm->channels[blockIdx.x];
   const int ch = blockIdx.x - w.channel_lo;
-  if (w.coll == BRAID_COLL_ALLGATHER || w.coll == BRAID_COLL_BROADCAST) {
-    copy_coll_ll128(w, comm, chan, ch, aborted);
-    return;
-  }
   Op op = work_op<T, Op>(w, comm);
   if (w.algo == BRAID_ALGO_TREE) {
     tree_ll128<T, Op>(op, w, comm, chan, ch, aborted);
@@ -334,7 +284,7 @@ __device__ __forceinline__ void ll128_work_run(const struct braid_work& w,
  * keeps more live values than the others' (a warp's lines in flight, the
  * user's words loaded ahead); inside braid_kernel, next to every other
  * protocol at 128 registers per thread, it spilled ~1.5 KB per thread to
- * local memory. On its own it spills nothing (perf/NOTES.md).
+ * local memory. On its own it spills nothing (docs/tuning.md, LL128 kernels split out).
  */
 template <typename T, typename Op>
 __global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
@@ -352,12 +302,23 @@ __global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
    (const void*)braid::K<T, braid::op_min<T>>,                    \
    (const void*)braid::K<T, braid::op_premulsum<T>>,              \
    (const void*)braid::K<T, braid::op_sumpostdiv<T>>}
-#define BRAID_DEFINE_KERNELS(NAME, T)                                                      \
-  extern "C" const void* const braid_kernels_##NAME[BRAID_DEVOP_COUNT] =                   \
-      BRAID_KERNEL_ROW(braid_kernel, T);                                                   \
-  extern "C" const void* const braid_tree_kernels_##NAME[BRAID_DEVOP_COUNT] =              \
-      BRAID_KERNEL_ROW(braid_tree_kernel, T);                                              \
-  extern "C" const void* const braid_ll128_kernels_##NAME[BRAID_DEVOP_COUNT] =             \
-      BRAID_KERNEL_ROW(braid_ll128_kernel, T);
+/*
+ * The same for a floating type, without SumPostDiv: ncclAvg on floating types is a PreMulSum
+ * by 1/nranks (runtime/redop.c), so no floating SumPostDiv kernel is ever launched.
+ */
+#define BRAID_KERNEL_ROW_FLOATING(K, T)                           \
+  {(const void*)braid::K<T, braid::op_sum<T>>,                    \
+   (const void*)braid::K<T, braid::op_prod<T>>,                   \
+   (const void*)braid::K<T, braid::op_max<T>>,                    \
+   (const void*)braid::K<T, braid::op_min<T>>,                    \
+   (const void*)braid::K<T, braid::op_premulsum<T>>,              \
+   nullptr}
+/*
+ * One kernel table row: TABLE_NAME[devop] for element type T, of kernel K (ROW: the row
+ * macro above that fits the type). Each row is a translation unit of its own
+ * (src/device/CMakeLists.txt), so a build spreads over its cores.
+ */
+#define BRAID_DEFINE_KERNEL_ROW(TABLE_NAME, ROW, K, T) \
+  extern "C" const void* const TABLE_NAME[BRAID_DEVOP_COUNT] = ROW(K, T);
 
 #endif

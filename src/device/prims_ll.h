@@ -140,8 +140,26 @@ struct prims_ll : prims_base<T, Op>, prims_named<prims_ll<T, Op>, T, Op> {
    * with [pre(src line)], then post() if POST, to dst and/or the send slot.
    */
   template <bool RECV, bool SEND, bool SRC, bool DST, bool PRE, bool POST>
-  __device__ bool step(const T* src, T* dst, int64_t nelem) {
+  __device__ __forceinline__ bool step(const T* src, T* dst, int64_t nelem) {
+    if constexpr (steps_inline<T, Op>::value)
+      return step_body<RECV, SEND, SRC, DST, PRE, POST>(src, dst, nelem);
+    else
+      return step_outline<RECV, SEND, SRC, DST, PRE, POST>(src, dst, nelem);
+  }
+
+  /* The step of the operators whose steps are out of line (reduce_ops.h, steps_inline). */
+  template <bool RECV, bool SEND, bool SRC, bool DST, bool PRE, bool POST>
+  __device__ __noinline__ bool step_outline(const T* src, T* dst, int64_t nelem) {
+    return step_body<RECV, SEND, SRC, DST, PRE, POST>(src, dst, nelem);
+  }
+
+  /* The members the loop reads are copied to locals first (prims_simple.h says why). */
+  template <bool RECV, bool SEND, bool SRC, bool DST, bool PRE, bool POST>
+  __device__ __forceinline__ bool step_body(const T* src, T* dst, int64_t nelem) {
     if (SEND && !begin_send()) return false;
+    const Op op = this->op;
+    const int tid = this->tid, nthreads = this->nthreads;
+    volatile uint32_t* const abort_flag = this->abort_flag;
     const int64_t nbytes = nelem * (int64_t)sizeof(T);
     const int64_t nlines = (nbytes + 7) / 8;
     const char* rslot = RECV ? ll_slot(recv) : nullptr;

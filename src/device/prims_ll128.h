@@ -52,9 +52,10 @@ struct prims_ll128 : prims_base<T, Op>, prims_named<prims_ll128<T, Op>, T, Op> {
    * communicator aborted.
    */
   __device__ __forceinline__ bool recv_pieces(const char* slot, int first, int nlines,
-                                              uint64_t flag, uint64_t (&a)[BRAID_LL128_UNROLL],
+                                              uint64_t flag, int lane,
+                                              volatile uint32_t* abort,
+                                              uint64_t (&a)[BRAID_LL128_UNROLL],
                                               uint64_t (&b)[BRAID_LL128_UNROLL]) {
-    const int lane = tid % 32;
     const bool flag_thread = lane % 8 == 7;
     int spins = 0;
     for (;;) {
@@ -70,7 +71,7 @@ struct prims_ll128 : prims_base<T, Op>, prims_named<prims_ll128<T, Op>, T, Op> {
       if (!__any_sync(0xffffffffu, stale)) return true;
       if (++spins == BRAID_ABORT_CHECK_SPINS) {
         spins = 0;
-        if (*abort_flag) return false;
+        if (*abort) return false;
       }
     }
   }
@@ -82,10 +83,19 @@ struct prims_ll128 : prims_base<T, Op>, prims_named<prims_ll128<T, Op>, T, Op> {
    * kernels have. A receiving step combines op(received, mine), or with
    * MINE_FIRST op(mine, received): the pair exchange (ring.h) uses that on
    * the lower rank, so both ranks compute op(rank 0's, rank 1's), the same bits.
+   *
+   * Out of line: each instantiation is compiled once per kernel instead of at
+   * every call site in the algorithms, which cuts the LL128 kernels' compile
+   * time by 3.5x (docs/tuning.md, LL128 steps out of line). The members the
+   * loop needs are copied to locals first, so that no store through `dst` or
+   * the slot makes the compiler read them again from the primitives' object.
    */
   template <bool RECV, bool SEND, bool SRC, bool DST, bool PRE, bool POST, bool MINE_FIRST = false>
-  __device__ bool step(const T* src, T* dst, int64_t nelem) {
+  __device__ __noinline__ bool step(const T* src, T* dst, int64_t nelem) {
     if (SEND && !begin_send()) return false;
+    const Op op = this->op;
+    const int tid = this->tid, nthreads = this->nthreads;
+    volatile uint32_t* const abort = abort_flag;
     const int nbytes = (int)(nelem * (int64_t)sizeof(T));
     const int nlines = ((nbytes + 7) / 8 + BRAID_LL128_LINE_WORDS - 1) / BRAID_LL128_LINE_WORDS;
     const char* rslot = RECV ? ll128_slot(recv) : nullptr;
@@ -110,7 +120,7 @@ struct prims_ll128 : prims_base<T, Op>, prims_named<prims_ll128<T, Op>, T, Op> {
         }
       }
       uint64_t a[BRAID_LL128_UNROLL] = {}, b[BRAID_LL128_UNROLL] = {};
-      if (RECV && !recv_pieces(rslot, first, nlines, rflag, a, b)) {
+      if (RECV && !recv_pieces(rslot, first, nlines, rflag, lane, abort, a, b)) {
         ok = false;
         break;
       }

@@ -56,7 +56,27 @@ struct prims_simple : prims_base<T, Op>, prims_named<prims_simple<T, Op>, T, Op>
    * Returns false when the communicator aborted.
    */
   template <bool RECV, bool SEND, bool SRC, bool DST, bool PRE, bool POST>
-  __device__ bool step(const T* src, T* dst, int64_t nelem) {
+  __device__ __forceinline__ bool step(const T* src, T* dst, int64_t nelem) {
+    if constexpr (steps_inline<T, Op>::value)
+      return step_body<RECV, SEND, SRC, DST, PRE, POST>(src, dst, nelem);
+    else
+      return step_outline<RECV, SEND, SRC, DST, PRE, POST>(src, dst, nelem);
+  }
+
+  /* The step of the operators whose steps are out of line (reduce_ops.h, steps_inline). */
+  template <bool RECV, bool SEND, bool SRC, bool DST, bool PRE, bool POST>
+  __device__ __noinline__ bool step_outline(const T* src, T* dst, int64_t nelem) {
+    return step_body<RECV, SEND, SRC, DST, PRE, POST>(src, dst, nelem);
+  }
+
+  /*
+   * The members the copy loop reads are copied to locals first: out of line, a store through
+   * `dst` or the send slot could otherwise make the compiler read them again from the object.
+   */
+  template <bool RECV, bool SEND, bool SRC, bool DST, bool PRE, bool POST>
+  __device__ __forceinline__ bool step_body(const T* src, T* dst, int64_t nelem) {
+    const Op op = this->op;
+    const int tid = this->tid, nthreads = this->nthreads;
     const bool post_warp = split();
     const int nworkers = post_warp ? nthreads - 32 : nthreads;
     if (tid == 0) {

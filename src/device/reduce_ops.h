@@ -184,6 +184,33 @@ struct op_copy {
   __device__ __forceinline__ T post(T x) const { return x; }
 };
 
+/*
+ * Whether the protocols' pipeline steps are compiled inline for this operator. Inline, a step
+ * keeps the primitives' state in registers, which saves a few tens of nanoseconds a step; out
+ * of line, each step is compiled once per kernel instead of at every call site of the
+ * algorithms, which halves the compile time of a kernel (docs/tuning.md, Steps out of line).
+ * Inline for the operators frameworks run on their hot paths: sum, PreMulSum on floating types
+ * (ncclAvg), and the copies of the byte-moving collectives; out of line for prod, max, min and
+ * the integer averages and PreMulSums.
+ */
+template <typename T>
+struct is_floating {
+  static constexpr bool value = std::is_floating_point<T>::value;
+};
+template <> struct is_floating<__half> { static constexpr bool value = true; };
+template <> struct is_floating<__nv_bfloat16> { static constexpr bool value = true; };
+template <> struct is_floating<__nv_fp8_e4m3> { static constexpr bool value = true; };
+template <> struct is_floating<__nv_fp8_e5m2> { static constexpr bool value = true; };
+
+template <typename T, typename Op>
+struct steps_inline { static constexpr bool value = false; };
+template <typename T>
+struct steps_inline<T, op_sum<T>> { static constexpr bool value = true; };
+template <typename T>
+struct steps_inline<T, op_copy<T>> { static constexpr bool value = true; };
+template <typename T>
+struct steps_inline<T, op_premulsum<T>> { static constexpr bool value = is_floating<T>::value; };
+
 /* ---- 16-byte packs -------------------------------------------------------------------------- */
 
 template <typename T>

@@ -113,7 +113,28 @@ ncclResult_t dev_state_stream_capturing(cudaStream_t stream, enum cudaStreamCapt
  * kernel spinning on a peer that is itself waiting for this launch, the job
  * deadlocks. Loading up front removes the wait.
  */
-static ncclResult_t dev_kernels_load(struct braid_dev_state* d) {
+/*
+ * The library holds no kernel image this GPU can run (built for other architectures): say
+ * which GPU, which architectures the library has, and how to add the GPU's.
+ */
+static ncclResult_t dev_kernels_no_image(int cuda_dev, cudaError_t err) {
+  (void)cudaGetLastError();
+  struct cudaDeviceProp prop;
+  memset(&prop, 0, sizeof prop);
+  snprintf(prop.name, sizeof prop.name, "?");
+  (void)cudaGetDeviceProperties(&prop, cuda_dev);
+  const char* name = prop.name;
+  const int major = prop.major, minor = prop.minor;
+  return braid_err(ncclInvalidUsage,
+                   "GPU %d (%s, compute capability %d.%d, sm_%d%d) cannot run Braid's kernels "
+                   "(%s): this library was built for CUDA architectures %s; rebuild with "
+                   "-DCMAKE_CUDA_ARCHITECTURES=%d%d (or =native on this machine), or add %d%d "
+                   "to the list",
+                   cuda_dev, name, major, minor, major, minor, cudaGetErrorName(err),
+                   BRAID_CUDA_ARCHS, major, minor, major, minor);
+}
+
+static ncclResult_t dev_kernels_load(struct braid_dev_state* d, int cuda_dev) {
   ncclResult_t res = ncclSuccess;
   BRAID_CHECK(braid_kernel_table[ncclUint8] != NULL, ncclInvalidUsage,
               "this Braid was built without its kernels (cmake -DBRAID_KERNELS=OFF, a host-only "
@@ -122,10 +143,17 @@ static ncclResult_t dev_kernels_load(struct braid_dev_state* d) {
     for (int t = 0; t < ncclNumTypes; t++) {
       for (int op = 0; op < BRAID_DEVOP_COUNT; op++) {
         struct cudaFuncAttributes attr;
-        BRAID_CUDA_TRY(cudaFuncGetAttributes(&attr, dev_tables[f][t][op]));
+        if (dev_tables[f][t][op] == NULL) continue; /* never launched (kernel.h: floating types) */
+        cudaError_t err = cudaFuncGetAttributes(&attr, dev_tables[f][t][op]);
+        if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction ||
+            err == cudaErrorUnsupportedPtxVersion || err == cudaErrorInvalidPtx)
+          return dev_kernels_no_image(cuda_dev, err);
+        BRAID_CUDA_TRY(err);
         BRAID_CUDA_TRY(cudaGetFuncBySymbol(&d->kernels[f][t][op], dev_tables[f][t][op]));
       }
     }
+    if (braid_copy_kernel_table[f] != NULL)
+      BRAID_CUDA_TRY(cudaGetFuncBySymbol(&d->copy_kernels[f], braid_copy_kernel_table[f]));
   }
   pthread_once(&dev_drv.once, dev_drv_load);
   return ncclSuccess;
@@ -217,6 +245,11 @@ static CUresult dev_launch_with(CUfunction fn, int grid, int nthreads, cudaStrea
 ncclResult_t dev_state_launch(struct ncclComm* comm, int family, int dtype, int devop, int grid,
                               int small, struct braid_kernel_args* args, cudaStream_t stream) {
   struct braid_dev_state* d = comm->dev;
+  const void* kernel =
+      dtype == DEV_COPY_KERNEL ? braid_copy_kernel_table[family] : dev_tables[family][dtype][devop];
+  if (kernel == NULL) /* kernel.h: floating types have no SumPostDiv, trees no copy kernel */
+    return braid_err(ncclInternalError, "no kernel of family %d for type %d, operator %d",
+                     family, dtype, devop);
   args->borrows = d->borrows; /* as of now: every connection the works use is uploaded */
   args->borrows_per = d->borrows_per_channel;
   /* A borrowing block takes one borrowed pair a thread (kernel.h: borrows_in). */
@@ -227,7 +260,7 @@ ncclResult_t dev_state_launch(struct ncclComm* comm, int family, int dtype, int 
   if (dev_drv.launch == NULL) { /* no driver entry point: the runtime copies the whole struct */
     void* params[] = {args};
     dim3 g = {(unsigned)grid, 1, 1}, b = {(unsigned)nthreads, 1, 1};
-    cudaError_t err = cudaLaunchKernel(dev_tables[family][dtype][devop], g, b, params, 0, stream);
+    cudaError_t err = cudaLaunchKernel(kernel, g, b, params, 0, stream);
     if (err == cudaSuccess) return ncclSuccess;
     (void)cudaGetLastError();
     return braid_err(ncclUnhandledCudaError, "kernel launch on %d blocks failed: %s", grid,
@@ -238,7 +271,8 @@ ncclResult_t dev_state_launch(struct ncclComm* comm, int family, int dtype, int 
       offsetof(struct braid_kernel_args, work) + (size_t)args->nwork * sizeof args->work[0];
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, args, CU_LAUNCH_PARAM_BUFFER_SIZE, &bytes,
                    CU_LAUNCH_PARAM_END};
-  CUfunction fn = d->kernels[family][dtype][devop];
+  CUfunction fn =
+      dtype == DEV_COPY_KERNEL ? d->copy_kernels[family] : d->kernels[family][dtype][devop];
   CUlaunchAttribute attrs[4];
   unsigned nattrs = dev_launch_attrs(d, grid, args, attrs);
   CUresult err = dev_launch_with(fn, grid, nthreads, stream, extra, attrs, nattrs);
@@ -319,7 +353,7 @@ ncclResult_t dev_state_create(struct ncclComm* comm) {
   comm->dev = d;
   d->nthreads = dev_nthreads();
   d->small_nthreads = dev_small_nthreads(d->nthreads);
-  BRAID_TRY(dev_kernels_load(d));
+  BRAID_TRY(dev_kernels_load(d, comm->cuda_dev));
   BRAID_TRY(dev_launch_setup(comm));
   BRAID_CUDA_TRY(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
   if (comm->share == NULL) BRAID_TRY(share_create(comm));

@@ -59,6 +59,7 @@ struct braid_dev_state {
   cudaStream_t stream; /* internal, non-blocking: uploads only */
   /* The kernels as the driver launches them (this comm's device), by family, type, operator. */
   CUfunction kernels[BRAID_KERNEL_FAMILIES][ncclNumTypes][BRAID_DEVOP_COUNT];
+  CUfunction copy_kernels[BRAID_KERNEL_FAMILIES]; /* braid_copy_kernel_table's; NULL: none */
   struct braid_launch_order* order;  /* the family's (comm->share) */
   int nthreads;                      /* threads per block */
   int small_nthreads;                /* of a launch of small LL works alone (0: nthreads) */
@@ -83,12 +84,14 @@ ncclResult_t dev_state_stream_id(cudaStream_t stream, unsigned long long* id);
 /* cudaStreamIsCapturing, straight to the driver (the current context must be the comm's). */
 ncclResult_t dev_state_stream_capturing(cudaStream_t stream, enum cudaStreamCaptureStatus* status);
 /*
- * Launches family/dtype/devop's kernel on `grid` blocks with the works of
- * `args`, passing only the bytes of the works in use (a launch costs more
- * the more argument bytes it copies). `small`: every work fits
+ * Launches family/dtype/devop's kernel, or with dtype DEV_COPY_KERNEL the
+ * family's copy kernel (byte-moving works only), on `grid` blocks with the
+ * works of `args`, passing only the bytes of the works in use (a launch costs
+ * more the more argument bytes it copies). `small`: every work fits
  * small_nthreads threads (enqueue.c), which the blocks then have unless a
  * borrowing block needs more (one borrowed pair a thread).
  */
+#define DEV_COPY_KERNEL (-1)
 ncclResult_t dev_state_launch(struct ncclComm* comm, int family, int dtype, int devop, int grid,
                               int small, struct braid_kernel_args* args, cudaStream_t stream);
 /* Uploads one newly connected send/recv connection. */

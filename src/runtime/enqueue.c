@@ -40,7 +40,7 @@
 
 struct launch_plan {
   struct braid_kernel_args args;
-  int reduces; /* a reduction is in: the kernel is (dtype, devop)'s; else any will do */
+  int reduces; /* its works are reductions: (dtype, devop)'s kernel; else copies: the copy kernel */
   int dtype, devop;
   int grid;
   int family; /* the kernels its works need (enq_family); a launch holds one family */
@@ -613,7 +613,7 @@ static ncclResult_t enq_launch(struct ncclComm* comm, struct launch_plan* plan, 
   struct enq_order o;
   if (plan->args.nwork == 0) return ncclSuccess;
   BRAID_TRY(enq_order_wait(comm, stream, capture != cudaStreamCaptureStatusNone, &o));
-  BRAID_TRY(dev_state_launch(comm, plan->family, plan->reduces ? plan->dtype : ncclUint8,
+  BRAID_TRY(dev_state_launch(comm, plan->family, plan->reduces ? plan->dtype : DEV_COPY_KERNEL,
                              plan->reduces ? plan->devop : BRAID_DEVOP_SUM, plan->grid, plan->small,
                              &plan->args, stream));
   plan->launched = 1;
@@ -635,9 +635,10 @@ static ncclResult_t enq_add_work(struct ncclComm* comm, struct launch_plan* plan
   ncclResult_t res = ncclSuccess;
   const int family = enq_family(w);
   const int reduces = enq_is_reduction(w->coll);
+  /* A launch runs one kernel: reductions of one type and operator, or copies (kernel.h). */
   if (plan->args.nwork == BRAID_MAX_WORK ||
       (reduces && plan->reduces && (w->dtype != plan->dtype || w->devop != plan->devop)) ||
-      (plan->args.nwork > 0 && family != plan->family))
+      (plan->args.nwork > 0 && (family != plan->family || reduces != plan->reduces)))
     BRAID_TRY(enq_launch(comm, plan, stream, capture));
   if (reduces) {
     plan->reduces = 1;
