@@ -5,8 +5,9 @@
 #   bash tools/setup.sh            # everything
 #   bash tools/setup.sh --no-run   # install and build only (CI)
 # BUILD_DIR (default build) and JOBS (default: all cores) can be overridden; CUDA_ARCHS
-# sets CMAKE_CUDA_ARCHITECTURES (unset: CMakeLists.txt's default; `native` builds for this
-# machine's GPUs only, CI uses 90-virtual: PTX only, no GPU there).
+# sets CMAKE_CUDA_ARCHITECTURES. Unset, the kernels are built for this machine's GPUs
+# (`native`) where nvidia-smi lists one, else for CMakeLists.txt's default list of
+# architectures (several times longer); CI uses 90-virtual: PTX only, no GPU there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -29,6 +30,9 @@ command -v nvcc >/dev/null || { echo "setup: nvcc not found; install the CUDA to
 
 echo "== configuring and building in $BUILD_DIR with $JOBS jobs"
 start=$(date +%s)
+if [ -z "${CUDA_ARCHS:-}" ] && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  CUDA_ARCHS=native
+fi
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
   ${CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHS} >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS"
