@@ -86,9 +86,9 @@ struct prims_ll128 : prims_base<T, Op>, prims_named<prims_ll128<T, Op>, T, Op> {
    *
    * Out of line: each instantiation is compiled once per kernel instead of at
    * every call site in the algorithms, which cuts the LL128 kernels' compile
-   * time by 3.5x (docs/tuning.md, LL128 steps out of line). The members the
-   * loop needs are copied to locals first, so that no store through `dst` or
-   * the slot makes the compiler read them again from the primitives' object.
+   * time by 3.5x (docs/tuning.md, Steps out of line). The members the loop
+   * needs are copied to locals first, so that no store through `dst` or the
+   * slot makes the compiler read them again from the primitives' object.
    */
   template <bool RECV, bool SEND, bool SRC, bool DST, bool PRE, bool POST, bool MINE_FIRST = false>
   __device__ __noinline__ bool step(const T* src, T* dst, int64_t nelem) {
