@@ -40,9 +40,20 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "names. Default: any interface but loopback and docker/virtual bridges, loopback if nothing else."),
   ROW(SOCKET_FAMILY, "NCCL_SOCKET_FAMILY", STRING, NULL,
       "Restrict interface addresses to AF_INET or AF_INET6."),
+  ROW(SOCKET_KEEPALIVE_SEC, NULL, INT, "20",
+      "Seconds after which a bootstrap connection whose peer host stopped answering (host down, "
+      "network cut) fails, so that waits on that peer end with an error naming it: TCP keepalive "
+      "probes after half of it idle, and a limit on unacknowledged data (TCP_USER_TIMEOUT). A live "
+      "peer's kernel answers even when its process is busy or stopped. 0: off (wait as long as TCP "
+      "does, many minutes)."),
   ROW(COMM_ID, "NCCL_COMM_ID", STRING, NULL,
       "host:port of a rendezvous the launcher provides; rank 0 listens there and no unique id "
       "needs to be broadcast by the application."),
+  ROW(COMM_SECRET, NULL, STRING, NULL,
+      "With BRAID_COMM_ID/NCCL_COMM_ID: a secret text that every rank of the job sets to the same "
+      "value (say, a random string the launcher makes), mixed into the key a process must present "
+      "to join. Unset, the key derives from host:port alone, which anyone who can reach the port can "
+      "compute. Never printed."),
   ROW(BOOTSTRAP_TIMEOUT, NULL, INT, "120",
       "Seconds a rank waits for the others at bootstrap before failing with the list of missing ranks."),
   ROW(HOSTID, "NCCL_HOSTID", STRING, NULL,
@@ -365,6 +376,7 @@ void braid_param_print_all(FILE* out) {
   for (int i = 0; i < BRAID_P_COUNT; i++) {
     const struct param_row* row = &rows[i];
     const char* value = values[i].sval ? values[i].sval : "(unset)";
+    if (i == BRAID_P_COMM_SECRET && values[i].sval) value = "(set; not shown)"; /* a key */
     fprintf(out, "BRAID_%s=%s\n", row->name, value);
     fprintf(out, "    source: %s; type: %s; default: %s", param_source_text(i),
             row->type == BRAID_PARAM_INT ? "integer" : "string", row->def ? row->def : "(unset)");

@@ -404,7 +404,7 @@ ncclResult_t socket_listen(union braid_sockaddr* addr, int* fd) {
 }
 
 /* Whether a failed connect is worth another try: the peer may not be listening yet. */
-static int socket_connect_retryable(int err) {
+int socket_connect_retryable(int err) {
   return err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH ||
          err == ECONNRESET || err == EAGAIN || err == ECONNABORTED;
 }
@@ -648,6 +648,35 @@ ncclResult_t socket_send_all(int fd, const void* data, size_t size, double timeo
 ncclResult_t socket_recv_all(int fd, void* data, size_t size, double timeout_sec,
                              volatile uint32_t* abort) {
   return socket_move_all(fd, data, size, timeout_sec, abort, 0);
+}
+
+/* ------------------------------------------------------------ lost hosts */
+
+int socket_keepalive_sec(void) {
+  int64_t sec = braid_param_int(BRAID_P_SOCKET_KEEPALIVE_SEC);
+  return sec < 0 ? 0 : (int)BRAID_MIN(sec, (int64_t)3600);
+}
+
+int socket_keepalive(int fd, int sec) {
+  if (sec <= 0) return 0;
+  int on = 1, idle = BRAID_MAX(1, sec / 2), intvl = BRAID_MAX(1, sec / 6), cnt = 3;
+  unsigned int user_ms = (unsigned int)sec * 1000u;
+  if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt) != 0 ||
+      setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof user_ms) != 0)
+    return errno;
+  return 0;
+}
+
+int socket_keepalive_relax(int fd) {
+  struct tcp_info info;
+  socklen_t len = sizeof info;
+  unsigned int off = 0;
+  memset(&info, 0, sizeof info);
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 || info.tcpi_unacked != 0) return 0;
+  return setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &off, sizeof off) == 0;
 }
 
 void socket_close(int* fd) {

@@ -89,6 +89,8 @@ ncclResult_t socket_connect_quiet(const union braid_sockaddr* addr, double timeo
  * the socket); 0: in progress (*fd open); -1: failed, *fd closed and -1, *err the errno.
  */
 int socket_connect_step(const union braid_sockaddr* addr, int* fd, int* err);
+/* Whether a connect that failed with `err` may work when tried again (refused, unreachable, ...). */
+int socket_connect_retryable(int err);
 /* Accepts one connection, waiting at most `timeout_sec` (negative: forever, abort still honoured). */
 ncclResult_t socket_accept(int listen_fd, double timeout_sec, volatile uint32_t* abort, int* fd,
                            union braid_sockaddr* peer);
@@ -99,6 +101,29 @@ ncclResult_t socket_recv_all(int fd, void* data, size_t size, double timeout_sec
                              volatile uint32_t* abort);
 /* Closes `*fd` if open and sets it to -1. */
 void socket_close(int* fd);
+
+/*
+ * Lost hosts. A peer whose process dies is noticed at once (its kernel resets or closes the
+ * connection), but one whose host stops or whose network is cut answers nothing at all, and a
+ * plain TCP connection then waits for many minutes. socket_keepalive makes a connected socket
+ * fail with ETIMEDOUT within about `sec` seconds of the peer's host falling silent: keepalive
+ * probes start after sec/2 idle seconds and come every sec/6 seconds (at least 1), three of them
+ * unanswered end the connection, and data sent but unacknowledged for `sec` seconds ends it too
+ * (TCP_USER_TIMEOUT). A live peer's kernel answers the probes even when its process is stopped
+ * or busy, so a slow peer is never taken for a lost one, with one exception that
+ * socket_keepalive_relax covers. sec <= 0 leaves the socket as it is. Best effort: 0, or the
+ * errno of the option that could not be set (the socket still works without it).
+ */
+int socket_keepalive(int fd, int sec);
+/* BRAID_SOCKET_KEEPALIVE_SEC: what every bootstrap connection gets (and the net backends may use). */
+int socket_keepalive_sec(void);
+/*
+ * For a sender whose send has been blocked for a while: when the peer has acknowledged every byte
+ * sent (it is alive, but its application does not read, so its receive window is closed), lifts
+ * the unacknowledged-data limit, which Linux also applies to a window that stays closed, and
+ * returns 1; 0 otherwise. socket_keepalive restores the limit once the send has moved on.
+ */
+int socket_keepalive_relax(int fd);
 
 /*
  * Non-blocking steps for callers that serve many connections from one poll()

@@ -2,7 +2,8 @@
  * Unit tests of src/core/socket.c: interface-spec matching, address text in
  * and out (IPv4, IPv6, [v6]:port, malformed input), and the connection
  * helpers on loopback (whole transfers, time limits, abort, peer closing,
- * no SIGPIPE, close-on-exec and TCP_NODELAY).
+ * no SIGPIPE, close-on-exec and TCP_NODELAY), and the options that make a
+ * lost host fail a connection (socket_keepalive, socket_keepalive_relax).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/param.h"
 #include "base/socket.h"
 #include "base/utils.h"
 #include "test.h"
@@ -203,11 +205,59 @@ static void test_connect_refused(void) {
   TEST_CHECK(lfd == -1, "listen fd set after failure");
 }
 
+static int sockopt(int fd, int level, int name) {
+  unsigned int v = 0;
+  socklen_t len = sizeof v;
+  return getsockopt(fd, level, name, &v, &len) == 0 ? (int)v : -1;
+}
+
+static void test_keepalive(void) {
+  int lfd = -1, fds[2] = {-1, -1};
+  TEST_CHECK(loopback_pair(&lfd, fds) == 0, "loopback connection");
+  if (fds[1] < 0) return;
+  /* 0 leaves the socket as the system made it. */
+  TEST_CHECK(socket_keepalive(fds[0], 0) == 0 && sockopt(fds[0], SOL_SOCKET, SO_KEEPALIVE) == 0,
+             "socket_keepalive(0) turned keepalive on");
+  TEST_CHECK(socket_keepalive(fds[0], 12) == 0, "socket_keepalive failed");
+  TEST_CHECK(sockopt(fds[0], SOL_SOCKET, SO_KEEPALIVE) == 1, "no SO_KEEPALIVE");
+  TEST_CHECK(sockopt(fds[0], IPPROTO_TCP, TCP_KEEPIDLE) == 6, "TCP_KEEPIDLE %d, expected 6",
+             sockopt(fds[0], IPPROTO_TCP, TCP_KEEPIDLE));
+  TEST_CHECK(sockopt(fds[0], IPPROTO_TCP, TCP_KEEPINTVL) == 2, "TCP_KEEPINTVL %d, expected 2",
+             sockopt(fds[0], IPPROTO_TCP, TCP_KEEPINTVL));
+  TEST_CHECK(sockopt(fds[0], IPPROTO_TCP, TCP_KEEPCNT) == 3, "TCP_KEEPCNT %d, expected 3",
+             sockopt(fds[0], IPPROTO_TCP, TCP_KEEPCNT));
+  TEST_CHECK(sockopt(fds[0], IPPROTO_TCP, TCP_USER_TIMEOUT) == 12000, "TCP_USER_TIMEOUT %d ms",
+             sockopt(fds[0], IPPROTO_TCP, TCP_USER_TIMEOUT));
+  /* Everything sent is acknowledged (the peer is alive): the limit may go, and come back. */
+  char byte = 1;
+  TEST_EXPECT_RES(socket_send_all(fds[0], &byte, 1, 2.0, NULL), ncclSuccess);
+  TEST_EXPECT_RES(socket_recv_all(fds[1], &byte, 1, 2.0, NULL), ncclSuccess);
+  TEST_CHECK(socket_keepalive_relax(fds[0]) == 1 &&
+                 sockopt(fds[0], IPPROTO_TCP, TCP_USER_TIMEOUT) == 0,
+             "the unacknowledged-data limit stayed on a peer that acknowledged everything");
+  TEST_CHECK(socket_keepalive(fds[0], 12) == 0 &&
+                 sockopt(fds[0], IPPROTO_TCP, TCP_USER_TIMEOUT) == 12000,
+             "socket_keepalive did not restore the limit");
+  /* The parameter: 20 s by default, 0 turns it off. */
+  unsetenv("BRAID_SOCKET_KEEPALIVE_SEC");
+  braid_param_reload();
+  TEST_CHECK(socket_keepalive_sec() == 20, "default %d", socket_keepalive_sec());
+  setenv("BRAID_SOCKET_KEEPALIVE_SEC", "0", 1);
+  braid_param_reload();
+  TEST_CHECK(socket_keepalive_sec() == 0, "BRAID_SOCKET_KEEPALIVE_SEC=0 gave %d", socket_keepalive_sec());
+  unsetenv("BRAID_SOCKET_KEEPALIVE_SEC");
+  braid_param_reload();
+  socket_close(&fds[0]);
+  socket_close(&fds[1]);
+  socket_close(&lfd);
+}
+
 int main(void) {
   test_ifname_match();
   test_addr_text();
   test_addr_malformed();
   test_transfer();
   test_connect_refused();
+  test_keepalive();
   return test_summary();
 }
