@@ -37,7 +37,11 @@
 #include "base/socket.h"
 #include "nccl.h"
 
-/* Listen handles: opaque bytes, in buffers aligned to 8 (a backend may keep a struct there). */
+/*
+ * Listen handles: opaque bytes that travel between ranks, in buffers aligned to 8 (a backend
+ * may lay a struct over them). They hold what a sender needs to reach the listener and nothing
+ * of the sender's own: a connect's progress lives in its state (see connect).
+ */
 #define BRAID_NET_HANDLE_BYTES 128
 #define BRAID_NET_KEY_BYTES 16
 #define BRAID_NET_MAX_DEVS 32
@@ -79,15 +83,24 @@ struct braid_net_ops {
   ncclResult_t (*listen)(int dev, const uint8_t* key, void* handle, void** listen_comm);
   /*
    * Connects to a listener's `handle`, presenting `key`, without blocking
-   * for long (a fraction of a second at most). *send_comm stays NULL while
-   * the connection is not established yet: call again with the same handle,
-   * in which the backend keeps its progress (it is the caller's copy), or
-   * give up with connect_abandon. Fails when the listener refuses for good
-   * (the message names its address).
+   * for long (a fraction of a second at most). The handle is bytes that came
+   * from a peer: the backend checks every field of it (magic, version,
+   * lengths, address family) before use, and takes nothing in it for a
+   * pointer, an index or a count it has not checked; a malformed handle
+   * fails the connect with a message that says so, never a crash.
+   *
+   * An unfinished connect keeps its progress in *state, which the caller
+   * owns and keeps in its own memory, never in a handle: NULL before the
+   * first call. *send_comm stays NULL while the connection is not
+   * established yet: call again with the same handle and state, or give up
+   * with connect_abandon(*state). Once a call returns a comm or fails,
+   * *state is NULL again (the backend released it). Fails when the listener
+   * refuses for good (the message names its address).
    */
-  ncclResult_t (*connect)(int dev, const uint8_t* key, void* handle, void** send_comm);
-  /* Releases what an unfinished connect keeps in `handle`; harmless when there is nothing. */
-  void (*connect_abandon)(void* handle);
+  ncclResult_t (*connect)(int dev, const uint8_t* key, const void* handle, void** state,
+                          void** send_comm);
+  /* Releases an unfinished connect's state; harmless with NULL. */
+  void (*connect_abandon)(void* state);
   /*
    * The next connection made to the listener with the right key, or NULL
    * (call again). Connections with a wrong key are dropped and logged here.

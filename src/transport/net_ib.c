@@ -9,9 +9,11 @@
  * This file: finding devices (and saying precisely why none is usable: no
  * device, port down, no GID, HCA filter), and the handshake. The listener
  * is a TCP socket on the bootstrap's interface; the sender connects,
- * presents the job's key and its queue pair, the receiver answers with its
- * own, the sender moves its queue pair to ready-to-send and says "ready".
- * The socket stays open as the connection's liveness signal.
+ * presents the job's key and its queue pair, the receiver answers with the
+ * key and its own, the sender moves its queue pair to ready-to-send and says
+ * "ready". The socket stays open as the connection's liveness signal. What
+ * comes from the other side (the handle, a hello, the answer) is checked
+ * field by field before use; the sender's progress stays in its own state.
  */
 #include "transport/net.h"
 
@@ -27,8 +29,10 @@ static ncclResult_t ib_init(int* ndev, char* why, size_t why_size) {
 static ncclResult_t ib_none(void) { return net_unsupported("IB", "anything (not built)"); }
 static ncclResult_t ib_props(int d, struct braid_net_props* p) { return ib_none(); }
 static ncclResult_t ib_listen(int d, const uint8_t* k, void* h, void** l) { return ib_none(); }
-static ncclResult_t ib_connect(int d, const uint8_t* k, void* h, void** s) { return ib_none(); }
-static void ib_connect_abandon(void* h) {}
+static ncclResult_t ib_connect(int d, const uint8_t* k, const void* h, void** st, void** s) {
+  return ib_none();
+}
+static void ib_connect_abandon(void* st) {}
 static ncclResult_t ib_accept(void* l, void** r) { return ib_none(); }
 static ncclResult_t ib_reg_mr(void* c, void* d, size_t s, int cu, void** m) { return ib_none(); }
 static ncclResult_t ib_reg_mr_dmabuf(void* c, void* d, size_t s, uint64_t o, int fd, void** m) {
@@ -413,13 +417,25 @@ static void ib_drop(struct ib_listen* l, struct ib_pending* p, const char* why) 
   socket_close(&p->fd);
 }
 
-static const char* ib_hello_check(const struct ib_listen* l, const struct ib_hello* h) {
+/* Why a queue pair's description from the other end cannot be connected to from `dev`, or NULL. */
+static const char* ib_qp_info_check(int dev, const struct ib_qp_info* q) {
+  const struct ib_dev* d = ib_dev_get(dev);
+  if (d == NULL) return "for no device of this process";
+  if (q->mtu < IBV_MTU_256 || q->mtu > IBV_MTU_4096) return "a path MTU out of range";
+  if (q->link_layer != (uint8_t)d->link_layer)
+    return "another link layer (InfiniBand and RoCE do not connect)";
+  if ((q->qpn & 0xff000000u) != 0) return "a queue pair number out of range";
+  return NULL;
+}
+
+/* Why a hello (or the answer to one) must be refused, or NULL. */
+static const char* ib_hello_check(int dev, const uint8_t* key, const struct ib_hello* h) {
   uint8_t diff = 0;
-  for (int i = 0; i < BRAID_NET_KEY_BYTES; i++) diff |= (uint8_t)(h->key[i] ^ l->key[i]);
+  for (int i = 0; i < BRAID_NET_KEY_BYTES; i++) diff |= (uint8_t)(h->key[i] ^ key[i]);
   if (h->magic != IB_MAGIC) return "not a Braid IB connection (bad magic)";
   if (h->version != IB_VERSION) return "another version of Braid's IB protocol";
   if (diff != 0) return "wrong key (a process of another job, or a stale one)";
-  return NULL;
+  return ib_qp_info_check(dev, &h->info);
 }
 
 /* A complete, valid hello: make our queue pair, connect it, answer. The comm takes the fd. */
@@ -436,6 +452,7 @@ static ncclResult_t ib_accept_finish(struct ib_listen* l, struct ib_pending* p, 
   memset(&answer, 0, sizeof answer);
   answer.magic = IB_MAGIC;
   answer.version = IB_VERSION;
+  memcpy(answer.key, l->key, BRAID_NET_KEY_BYTES);
   ib_qp_info_fill(c, c->qp, &answer.info);
   BRAID_TRY(socket_send_all(p->fd, &answer, sizeof answer, IB_HELLO_SEC, NULL));
   c->fd = p->fd;
@@ -472,7 +489,7 @@ static ncclResult_t ib_accept(void* listen_comm, void** recv_comm) {
       if (now >= p->deadline) ib_drop(l, p, "no hello within 5 s");
       continue;
     }
-    const char* why = ib_hello_check(l, &p->hello);
+    const char* why = ib_hello_check(l->dev, l->key, &p->hello);
     if (why) {
       ib_drop(l, p, why);
       continue;
@@ -493,26 +510,35 @@ static ncclResult_t ib_close_listen(void* listen_comm) {
 
 /* ---------------------------------------------------------------- connect */
 
-static void ib_connect_abandon(void* handle) {
-  struct ib_handle* h = handle;
-  if (h->connecting == NULL) return;
-  net_connect_try_close(&h->connecting->connect_try);
-  ib_comm_destroy(h->connecting->comm);
-  free(h->connecting);
-  h->connecting = NULL;
+static void ib_connect_abandon(void* state) {
+  struct ib_connecting* cg = state;
+  if (cg == NULL) return;
+  net_connect_try_close(&cg->connect_try);
+  ib_comm_destroy(cg->comm);
+  free(cg);
+}
+
+/* Why a handle that came from a peer cannot be used, or NULL. */
+static const char* ib_handle_check(const struct ib_handle* h) {
+  if (h->magic != IB_MAGIC) return "not an IB backend's (both ends must use the same BRAID_NET)";
+  if (h->version != IB_VERSION) return "another version of Braid's IB protocol";
+  if (h->addr.sa.sa_family != AF_INET && h->addr.sa.sa_family != AF_INET6)
+    return "its address is neither IPv4 nor IPv6";
+  if (socket_port(&h->addr) == 0) return "its address has no port";
+  return NULL;
 }
 
 /* Stage 0: the TCP connection and our hello; *sent = 0 while the listener is not reachable yet. */
-static ncclResult_t ib_connect_hello(struct ib_handle* h, const uint8_t* key, int dev, int* sent) {
+static ncclResult_t ib_connect_hello(struct ib_connecting* cg, const uint8_t* key, int dev,
+                                     int* sent) {
   ncclResult_t res = ncclSuccess;
-  struct ib_connecting* cg = h->connecting;
   struct ib_hello hello;
   *sent = 0;
   if (cg->comm == NULL) {
     BRAID_TRY(ib_comm_create(dev, 1, &cg->comm));
-    socket_addr_str(&h->addr, cg->comm->peer, sizeof cg->comm->peer);
+    socket_addr_str(&cg->addr, cg->comm->peer, sizeof cg->comm->peer);
   }
-  BRAID_TRY(net_connect_try_step(&cg->connect_try, &h->addr, "IB", cg->comm->peer, &cg->comm->fd));
+  BRAID_TRY(net_connect_try_step(&cg->connect_try, &cg->addr, "IB", cg->comm->peer, &cg->comm->fd));
   if (cg->comm->fd < 0) return ncclSuccess;
   memset(&hello, 0, sizeof hello);
   hello.magic = IB_MAGIC;
@@ -526,21 +552,25 @@ fail:
   return res;
 }
 
-static ncclResult_t ib_connect(int dev, const uint8_t* key, void* handle, void** send_comm) {
+static ncclResult_t ib_connect(int dev, const uint8_t* key, const void* handle, void** state,
+                               void** send_comm) {
   ncclResult_t res = ncclSuccess;
-  struct ib_handle* h = handle;
+  struct ib_connecting* cg = *state;
   *send_comm = NULL;
-  if (h->magic != IB_MAGIC || h->version != IB_VERSION)
-    return braid_err(ncclInternalError, "net IB: the connection handle is not an IB backend's "
-                     "(both ends must use the same BRAID_NET)");
-  if (h->connecting == NULL) {
-    BRAID_TRY(BRAID_CALLOC(&h->connecting, 1, "an IB connection in progress"));
-    net_connect_try_init(&h->connecting->connect_try);
+  if (cg == NULL) {
+    struct ib_handle h;
+    memcpy(&h, handle, sizeof h);
+    const char* why = ib_handle_check(&h);
+    if (why)
+      return braid_err(ncclInternalError, "net IB: cannot use the connection handle: %s", why);
+    BRAID_TRY(BRAID_CALLOC(&cg, 1, "an IB connection in progress"));
+    cg->addr = h.addr;
+    net_connect_try_init(&cg->connect_try);
+    *state = cg;
   }
-  struct ib_connecting* cg = h->connecting;
   if (cg->stage == 0) {
     int sent = 0;
-    BRAID_TRY(ib_connect_hello(h, key, dev, &sent));
+    BRAID_TRY(ib_connect_hello(cg, key, dev, &sent));
     if (!sent) return ncclSuccess;
     cg->stage = 1;
   }
@@ -550,18 +580,21 @@ static ncclResult_t ib_connect(int dev, const uint8_t* key, void* handle, void**
               "handshake (it refused our key, or its process exited)", cg->comm->peer);
   cg->got += n;
   if (cg->got < sizeof cg->answer) return ncclSuccess;
-  BRAID_CHECK(cg->answer.magic == IB_MAGIC, ncclRemoteError, "net IB: %s answered with garbage",
-              cg->comm->peer);
+  const char* why = ib_hello_check(dev, key, &cg->answer);
+  BRAID_CHECK(why == NULL, ncclRemoteError, "net IB: %s answered with %s", cg->comm->peer,
+              why ? why : "");
   BRAID_TRY(ib_qp_connect(cg->comm, cg->comm->qp, &cg->answer.info));
   BRAID_TRY(socket_send_all(cg->comm->fd, "R", 1, IB_HELLO_SEC, NULL)); /* our queue pair is ready */
   INFO(BRAID_LOG_NET, "net IB: connected to %s on %s", cg->comm->peer, ib_dev_get(dev)->name);
   cg->comm->ready = 1; /* a sender waits for no "ready" byte */
   *send_comm = cg->comm;
-  free(cg);
-  h->connecting = NULL;
+  cg->comm = NULL;
+  ib_connect_abandon(cg);
+  *state = NULL;
   return ncclSuccess;
 fail:
-  ib_connect_abandon(h);
+  ib_connect_abandon(*state);
+  *state = NULL;
   return res;
 }
 

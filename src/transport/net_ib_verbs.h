@@ -60,7 +60,7 @@ struct ib_dev {
 
 #define IB_MAX_REQS 32
 #define IB_MAGIC 0x42444942u /* "BIDB" */
-#define IB_VERSION 1
+#define IB_VERSION 2 /* 2: the listener's answer carries the key too */
 
 /* What a queue pair's owner tells the other end. */
 struct __attribute__((packed)) ib_qp_info {
@@ -141,7 +141,9 @@ struct ib_listen {
   struct ib_pending pending[16];
 };
 
+/* A connect in progress: the sender's own state, never in a handle (net.h, connect). */
 struct ib_connecting {
+  union braid_sockaddr addr; /* the listener's, from the checked handle */
   struct ib_comm* comm;
   int stage;          /* 0: TCP connect; 1: hello sent, reading the answer */
   size_t got;
@@ -149,11 +151,11 @@ struct ib_connecting {
   struct net_connect_try connect_try; /* stage 0's TCP connect */
 };
 
+/* What travels to the sender: where the listener is. Nothing else. */
 struct ib_handle {
   uint32_t magic;
   uint32_t version;
   union braid_sockaddr addr;
-  struct ib_connecting* connecting; /* the connecting side's copy only */
 };
 
 /* Loaded devices (net_ib.c). */

@@ -10,13 +10,20 @@
  * device's shared domain, and is progressed by reading its queue.
  *
  * Handshake, all with tagged messages: the listener's endpoint name is the
- * handle. The sender makes an endpoint and sends OFI_TAG_CONNECT {key, its
- * name}; the listener checks the key (a wrong one is dropped and logged),
- * makes a dedicated endpoint for the connection and answers OFI_TAG_ACCEPT
- * {its name} from it. Data messages then carry their sequence number as the
- * tag, so the n-th send matches the n-th receive whatever the arrival order.
+ * handle. The sender makes an endpoint and sends OFI_TAG_CONNECT {key, a
+ * random token, its name}; the listener checks the key (a wrong one is
+ * dropped and logged), makes a dedicated endpoint for the connection and
+ * answers OFI_TAG_ACCEPT {key, the token, its name} from it. Data messages
+ * then carry their sequence number as the tag, so the n-th send matches the
+ * n-th receive whatever the arrival order.
+ *
+ * Liveness messages (probes, the goodbye) carry the key and the connection's
+ * token, which only its two ends know; the goodbye must also come from the
+ * peer's endpoint where the provider can tell (FI_DIRECTED_RECV). Anything
+ * else on those tags is ignored (one WARN every OFI_STRAY_WARN_SEC at most).
  */
 #include "transport/net.h"
+#include "transport/net_ofi.h"
 
 #ifndef BRAID_HAVE_LIBFABRIC
 
@@ -30,8 +37,10 @@ static ncclResult_t ofi_init(int* ndev, char* why, size_t why_size) {
 static ncclResult_t ofi_none(void) { return net_unsupported("OFI", "anything (not built)"); }
 static ncclResult_t ofi_props(int d, struct braid_net_props* p) { return ofi_none(); }
 static ncclResult_t ofi_listen(int d, const uint8_t* k, void* h, void** l) { return ofi_none(); }
-static ncclResult_t ofi_connect(int d, const uint8_t* k, void* h, void** s) { return ofi_none(); }
-static void ofi_connect_abandon(void* h) {}
+static ncclResult_t ofi_connect(int d, const uint8_t* k, const void* h, void** st, void** s) {
+  return ofi_none();
+}
+static void ofi_connect_abandon(void* st) {}
 static ncclResult_t ofi_accept(void* l, void** r) { return ofi_none(); }
 static ncclResult_t ofi_reg_mr(void* c, void* d, size_t s, int cu, void** m) { return ofi_none(); }
 static ncclResult_t ofi_reg_mr_dmabuf(void* c, void* d, size_t s, uint64_t o, int fd, void** m) {
@@ -49,6 +58,8 @@ static ncclResult_t ofi_close(void* c) { return ncclSuccess; }
 #define ofi_close_listen ofi_close
 #define ofi_close_abort ofi_close
 
+size_t net_ofi_comm_name(void* comm, void* name, size_t size) { return 0; }
+
 #else /* BRAID_HAVE_LIBFABRIC */
 
 #include <dlfcn.h>
@@ -56,6 +67,9 @@ static ncclResult_t ofi_close(void* c) { return ncclSuccess; }
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -71,16 +85,17 @@ static ncclResult_t ofi_close(void* c) { return ncclSuccess; }
 #include "base/utils.h"
 
 #define OFI_MAGIC 0x2049464fu /* "OFI " */
-#define OFI_VERSION 2         /* 2: the answer to a connection request carries the key */
+#define OFI_VERSION 3         /* 3: a connection token; probes and goodbye authenticated */
 #define OFI_NAME_MAX 80
 #define OFI_MAX_REQS 32
 #define OFI_TAG_CTRL (1ull << 62)
 #define OFI_TAG_CONNECT (OFI_TAG_CTRL | 1)
 #define OFI_TAG_ACCEPT (OFI_TAG_CTRL | 2)
 #define OFI_TAG_PROBE (OFI_TAG_CTRL | 3)
+#define OFI_TAG_BYE (OFI_TAG_CTRL | 4)
 #define OFI_PROBE_SEC 1.0      /* a comm with requests but no completion for this long probes its peer */
 #define OFI_PROBE_FAIL_SEC 5.0 /* a probe not taken within this long means the peer is gone */
-#define OFI_BYE UINT64_MAX     /* a probe carrying this: the peer closed its end */
+#define OFI_STRAY_WARN_SEC 10.0 /* stray liveness messages: one WARN this often at most */
 #define OFI_TAG_DATA_MASK (OFI_TAG_CTRL - 1)
 #define OFI_API FI_VERSION(1, 10)
 
@@ -110,21 +125,34 @@ static struct {
   char why[256];
 } ofi = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* What travels to the sender: the listener's endpoint name. Nothing else. */
 struct ofi_handle {
   uint32_t magic;
   uint16_t version;
   uint16_t namelen;
   char name[OFI_NAME_MAX];
-  struct ofi_comm* connecting; /* the connecting side's copy only */
 };
 _Static_assert(sizeof(struct ofi_handle) <= BRAID_NET_HANDLE_BYTES, "OFI handle must fit");
 
+/* A connection request (OFI_TAG_CONNECT) or its answer (OFI_TAG_ACCEPT). */
 struct ofi_ctrl_msg {
   uint32_t magic;
   uint16_t version;
   uint16_t namelen;
   uint8_t key[BRAID_NET_KEY_BYTES];
+  uint64_t token; /* the connecting side's random pick, echoed by the answer; never 0 */
   char name[OFI_NAME_MAX];
+};
+
+/* A liveness probe (OFI_TAG_PROBE) or the goodbye of a closing sender (OFI_TAG_BYE). */
+enum { OFI_LIVE_PROBE = 1, OFI_LIVE_BYE = 2 };
+struct ofi_live_msg {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t kind; /* OFI_LIVE_*, as its tag says */
+  uint8_t key[BRAID_NET_KEY_BYTES];
+  uint64_t token; /* the connection's */
+  uint64_t seq;
 };
 
 struct ofi_req {
@@ -148,15 +176,17 @@ struct ofi_comm {
   struct ofi_req ctrl_send, ctrl_recv; /* handshake messages */
   struct ofi_ctrl_msg ctrl_out, ctrl_in;
   int ctrl_recv_posted;
-  uint8_t key[BRAID_NET_KEY_BYTES]; /* listener: what connections must present */
+  uint8_t key[BRAID_NET_KEY_BYTES]; /* what connections (and liveness messages) must present */
+  uint64_t token;             /* the connection's (connecting and connected comms) */
   ncclResult_t failed;
   /* Liveness: a stalled comm probes its peer; a send to a dead one fails (see ofi_probe). */
   char peer_name[OFI_NAME_MAX];
   struct ofi_comm* prober;    /* a second endpoint the probes go out from */
   struct ofi_comm* accepting; /* listener: accepted, its answer not yet posted (EAGAIN) */
-  struct ofi_req probe_send, probe_recv;
-  uint64_t probe_out, probe_in;
+  struct ofi_req probe_send, probe_recv, bye_recv;
+  struct ofi_live_msg probe_out, probe_in, bye_in;
   int probing;                /* the probe's receive is posted (connected data comms) */
+  int bye_posted;             /* the goodbye's receive is posted */
   int peer_done;              /* the peer said goodbye: no error, nothing more will come */
   double last_completion;
   double probe_started;       /* prober: when the probe in flight was first tried (0: none) */
@@ -337,6 +367,91 @@ static void ofi_addr_text(struct ofi_comm* c, const void* name, char* out, size_
   if (fi_av_straddr(c->av, name, out, &len) == NULL) snprintf(out, size, "(unknown address)");
 }
 
+/*
+ * Why `len` bytes of `name`, from a peer, cannot be an endpoint name on device `dev`, or NULL.
+ * Socket addresses must be IPv4 or IPv6 of their exact size; other formats as long as this
+ * device's own address.
+ */
+static const char* ofi_name_check(int dev, const char* name, size_t len) {
+  if (dev < 0 || dev >= ofi.ndev) return "for no device of this process";
+  if (len == 0 || len > OFI_NAME_MAX) return "an address of a length no endpoint has";
+  const struct fi_info* i = ofi.devs[dev].info;
+  if (i->addr_format == FI_SOCKADDR || i->addr_format == FI_SOCKADDR_IN ||
+      i->addr_format == FI_SOCKADDR_IN6) {
+    sa_family_t family = 0;
+    if (len >= sizeof family) memcpy(&family, name, sizeof family);
+    if ((family == AF_INET && len == sizeof(struct sockaddr_in)) ||
+        (family == AF_INET6 && len == sizeof(struct sockaddr_in6)))
+      return NULL;
+    return "not an IPv4 or IPv6 socket address";
+  }
+  if (i->src_addrlen != 0 && len != i->src_addrlen)
+    return "an address of another length than this device's";
+  return NULL;
+}
+
+/*
+ * A liveness message that is not the peer's (wrong key, token, size or kind; or too large to
+ * take): ignored. Strangers may send many, so they are logged once every OFI_STRAY_WARN_SEC
+ * at most, with how many went unlogged.
+ */
+static void ofi_stray(struct ofi_comm* c, const char* what, const char* why) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  static double last;
+  static unsigned long unlogged;
+  double now = braid_time_sec();
+  unsigned long before = 0;
+  int say = 0;
+  pthread_mutex_lock(&lock);
+  if (last == 0 || now - last >= OFI_STRAY_WARN_SEC) {
+    say = 1;
+    before = unlogged;
+    unlogged = 0;
+    last = now;
+  } else {
+    unlogged++;
+  }
+  pthread_mutex_unlock(&lock);
+  if (!say) return;
+  char addr[128], more[96] = "";
+  ofi_addr_text(c, c->peer_name, addr, sizeof addr);
+  if (before > 0)
+    snprintf(more, sizeof more, "; %lu more were ignored since the last one", before);
+  WARN("net OFI: ignored %s on the connection with %s: %s (one such warning every %.0f s at "
+       "most%s)", what, addr, why, OFI_STRAY_WARN_SEC, more);
+}
+
+/* Why a liveness message (`len` bytes) is not the peer's, or NULL. */
+static const char* ofi_live_check(const struct ofi_comm* c, const struct ofi_live_msg* m,
+                                  size_t len, int kind) {
+  uint8_t diff = 0;
+  if (len != sizeof *m) return "a message of the wrong size";
+  for (int i = 0; i < BRAID_NET_KEY_BYTES; i++) diff |= (uint8_t)(m->key[i] ^ c->key[i]);
+  if (m->magic != OFI_MAGIC || m->version != OFI_VERSION || m->kind != kind)
+    return "not a Braid OFI liveness message";
+  if (diff != 0) return "wrong key (a process of another job, or a stale one)";
+  if (m->token != c->token) return "the token of another connection";
+  return NULL;
+}
+
+/* A completed receive of the peer's probe or goodbye: checked, and to be posted again. */
+static void ofi_live_taken(struct ofi_comm* c, struct ofi_req* r) {
+  if (r == &c->probe_recv) {
+    /* A probe only has to be taken (its sender's completion is the signal): nothing changes. */
+    const char* why = ofi_live_check(c, &c->probe_in, r->size, OFI_LIVE_PROBE);
+    if (why) ofi_stray(c, "a liveness probe", why);
+    c->probing = 0;
+    return;
+  }
+  const char* why = ofi_live_check(c, &c->bye_in, r->size, OFI_LIVE_BYE);
+  if (why) {
+    ofi_stray(c, "a goodbye", why);
+    c->bye_posted = 0;
+    return;
+  }
+  c->peer_done = 1; /* the receive stays consumed: nothing more comes */
+}
+
 /* Reads completions into their requests; a failed one fails the comm. */
 static ncclResult_t ofi_progress(struct ofi_comm* c) {
   struct fi_cq_tagged_entry e[16];
@@ -359,6 +474,15 @@ static ncclResult_t ofi_progress(struct ofi_comm* c) {
         c->ctrl_recv.done = 0;
         continue;
       }
+      if ((err.op_context == &c->probe_recv.ctx || err.op_context == &c->bye_recv.ctx) &&
+          (err.err == FI_ETRUNC || err.err == FI_EMSGSIZE)) {
+        /* The same for the liveness receives: a stranger's oversized message fails nothing. */
+        int probe = err.op_context == &c->probe_recv.ctx;
+        ofi_stray(c, probe ? "a liveness probe" : "a goodbye", "a message larger than ours");
+        if (probe) c->probing = 0;
+        else c->bye_posted = 0;
+        continue;
+      }
       c->failed = braid_err(err.err == FI_ETRUNC ? ncclInternalError : ncclRemoteError,
                             "net OFI: a %s %s failed: %s (%s)", c->is_send ? "send to" : "receive from",
                             "the peer", fi.strerror(err.err), text ? text : "");
@@ -369,25 +493,55 @@ static ncclResult_t ofi_progress(struct ofi_comm* c) {
       struct ofi_req* r = e[i].op_context;
       r->size = e[i].len;
       r->done = 1;
-      if (r >= c->reqs && r < c->reqs + OFI_MAX_REQS) c->outstanding--;
-      if (r == &c->probe_recv && c->probe_in == OFI_BYE) c->peer_done = 1;
+      if (r >= c->reqs && r < c->reqs + OFI_MAX_REQS) {
+        c->outstanding--;
+        /* Only the peer's data says it is alive: what anyone can send (a probe) does not. */
+        c->last_completion = braid_time_sec();
+      } else if (r == &c->probe_recv || r == &c->bye_recv) {
+        ofi_live_taken(c, r);
+      }
     }
-    c->last_completion = braid_time_sec();
   }
 }
 
 static ncclResult_t ofi_peer_insert(struct ofi_comm* c, const void* name);
 static ncclResult_t ofi_comm_new(int dev, int is_send, struct ofi_comm** out);
 
-static ncclResult_t ofi_probe_post_recv(struct ofi_comm* c) {
-  c->probe_recv = (struct ofi_req){.comm = c, .used = 1};
-  /* From anyone: the peer probes from an endpoint of its own (its prober), not c->peer. */
-  ssize_t rc = fi_trecv(c->ep, &c->probe_in, sizeof c->probe_in, NULL, FI_ADDR_UNSPEC,
-                        OFI_TAG_PROBE, 0, &c->probe_recv.ctx);
-  if (rc == -FI_EAGAIN) return ncclSuccess; /* retried on the next turn */
-  if (rc != 0) return c->failed = ofi_fail("posting a liveness probe receive", (int)rc);
-  c->probing = 1;
+/* Keeps a connected comm's receives for its peer's probes and goodbye posted. */
+static ncclResult_t ofi_live_post(struct ofi_comm* c) {
+  ssize_t rc;
+  if (!c->probing) {
+    c->probe_recv = (struct ofi_req){.comm = c, .used = 1};
+    /* From any address: the peer probes from an endpoint of its own (its prober), whose
+       address is not known here. A probe only has to be taken; it changes nothing here. */
+    rc = fi_trecv(c->ep, &c->probe_in, sizeof c->probe_in, NULL, FI_ADDR_UNSPEC, OFI_TAG_PROBE,
+                  0, &c->probe_recv.ctx);
+    if (rc == -FI_EAGAIN) return ncclSuccess; /* retried on the next turn */
+    if (rc != 0) return c->failed = ofi_fail("posting a liveness probe receive", (int)rc);
+    c->probing = 1;
+  }
+  if (!c->bye_posted && !c->peer_done) {
+    c->bye_recv = (struct ofi_req){.comm = c, .used = 1};
+    /* From the peer's endpoint only, where the provider honours the source (FI_DIRECTED_RECV). */
+    rc = fi_trecv(c->ep, &c->bye_in, sizeof c->bye_in, NULL, c->peer, OFI_TAG_BYE, 0,
+                  &c->bye_recv.ctx);
+    if (rc == -FI_EAGAIN) return ncclSuccess;
+    if (rc != 0) return c->failed = ofi_fail("posting a goodbye receive", (int)rc);
+    c->bye_posted = 1;
+  }
   return ncclSuccess;
+}
+
+/* A liveness message of comm `c` (its key and token) into `m`. */
+static void ofi_live_fill(const struct ofi_comm* c, struct ofi_live_msg* m, int kind,
+                          uint64_t seq) {
+  memset(m, 0, sizeof *m);
+  m->magic = OFI_MAGIC;
+  m->version = OFI_VERSION;
+  m->kind = (uint16_t)kind;
+  memcpy(m->key, c->key, BRAID_NET_KEY_BYTES);
+  m->token = c->token;
+  m->seq = seq;
 }
 
 /*
@@ -402,10 +556,7 @@ static ncclResult_t ofi_probe_post_recv(struct ofi_comm* c) {
 static ncclResult_t ofi_probe(struct ofi_comm* c) {
   ncclResult_t res = ncclSuccess;
   if (c->peer_done) return ncclSuccess; /* it closed its end: its silence is no error */
-  if (c->probe_recv.done || !c->probing) {
-    c->probing = 0;
-    BRAID_TRY(ofi_probe_post_recv(c));
-  }
+  BRAID_TRY(ofi_live_post(c));
   if (c->outstanding == 0 || braid_time_sec() - c->last_completion < OFI_PROBE_SEC) return ncclSuccess;
   if (c->prober == NULL) {
     BRAID_TRY(ofi_comm_new(c->dev, 1, &c->prober));
@@ -426,7 +577,7 @@ static ncclResult_t ofi_probe(struct ofi_comm* c) {
   if (p->probe_send.used && !p->probe_send.done) return ncclSuccess;
   if (p->probe_started == 0) p->probe_started = now;
   p->probe_send = (struct ofi_req){.comm = p, .used = 1};
-  p->probe_out++;
+  ofi_live_fill(c, &p->probe_out, OFI_LIVE_PROBE, p->probe_out.seq + 1);
   ssize_t rc = fi_tsend(p->ep, &p->probe_out, sizeof p->probe_out, NULL, p->peer, OFI_TAG_PROBE,
                         &p->probe_send.ctx);
   if (rc == -FI_EAGAIN) { /* connecting to the peer: keeps failing when it is gone */
@@ -467,6 +618,7 @@ static ncclResult_t ofi_send_ctrl(struct ofi_comm* c, uint64_t tag, const uint8_
   c->ctrl_out.namelen = (uint16_t)c->self_len;
   memcpy(c->ctrl_out.name, c->self_name, c->self_len);
   if (key) memcpy(c->ctrl_out.key, key, BRAID_NET_KEY_BYTES);
+  c->ctrl_out.token = c->token;
   c->ctrl_send = (struct ofi_req){.comm = c};
   ssize_t rc = fi_tsend(c->ep, &c->ctrl_out, sizeof c->ctrl_out, NULL, c->peer, tag, &c->ctrl_send.ctx);
   if (rc == -FI_EAGAIN) return ofi_progress(c);
@@ -495,13 +647,9 @@ fail:
   return res;
 }
 
-static void ofi_connect_abandon(void* handle) {
-  struct ofi_handle* h = handle;
-  ofi_comm_free(h->connecting);
-  h->connecting = NULL;
-}
+static void ofi_connect_abandon(void* state) { ofi_comm_free(state); }
 
-/* Inserts a peer's endpoint name into the comm's address vector. */
+/* Inserts a peer's endpoint name (checked with ofi_name_check) into the comm's address vector. */
 static ncclResult_t ofi_peer_insert(struct ofi_comm* c, const void* name) {
   memcpy(c->peer_name, name, OFI_NAME_MAX);
   int n = fi_av_insert(c->av, name, 1, &c->peer, 0, NULL);
@@ -513,34 +661,65 @@ static const char* ofi_request_check(const struct ofi_comm* l, const struct ofi_
   uint8_t diff = 0;
   for (int i = 0; i < BRAID_NET_KEY_BYTES; i++) diff |= (uint8_t)(m->key[i] ^ l->key[i]);
   if (m->magic != OFI_MAGIC || m->version != OFI_VERSION) return "not a Braid OFI request";
-  if (m->namelen == 0 || m->namelen > OFI_NAME_MAX) return "a malformed address";
+  const char* why = ofi_name_check(l->dev, m->name, m->namelen);
+  if (why) return why;
   if (diff != 0) return "wrong key (a process of another job, or a stale one)";
+  if (m->token == 0) return "no connection token";
   return NULL;
 }
 
-static ncclResult_t ofi_connect(int dev, const uint8_t* key, void* handle, void** send_comm) {
+/* Why a listener's handle, from a peer, cannot be connected to from device `dev`, or NULL. */
+static const char* ofi_handle_check(int dev, const struct ofi_handle* h) {
+  if (h->magic != OFI_MAGIC) return "not an OFI backend's (both ends must use the same BRAID_NET)";
+  if (h->version != OFI_VERSION) return "another version of Braid's OFI protocol";
+  return ofi_name_check(dev, h->name, h->namelen);
+}
+
+/* A connect's state: the connecting comm, its request to the listener under way. */
+static ncclResult_t ofi_connecting_new(int dev, const struct ofi_handle* h, struct ofi_comm** out) {
   ncclResult_t res = ncclSuccess;
-  struct ofi_handle* h = handle;
+  struct ofi_comm* c = NULL;
+  BRAID_TRY(ofi_comm_new(dev, 1, &c));
+  do {
+    BRAID_TRY(braid_random_bytes(&c->token, sizeof c->token));
+  } while (c->token == 0);
+  BRAID_TRY(ofi_peer_insert(c, h->name));
+  BRAID_TRY(ofi_post_ctrl_recv(c, OFI_TAG_ACCEPT));
+  *out = c;
+  return ncclSuccess;
+fail:
+  ofi_comm_free(c);
+  return res;
+}
+
+static ncclResult_t ofi_connect(int dev, const uint8_t* key, const void* handle, void** state,
+                                void** send_comm) {
+  ncclResult_t res = ncclSuccess;
+  struct ofi_comm* c = *state;
   *send_comm = NULL;
-  if (h->magic != OFI_MAGIC || h->version != OFI_VERSION || h->namelen > OFI_NAME_MAX)
-    return braid_err(ncclInternalError, "net OFI: the connection handle is not an OFI backend's "
-                     "(both ends must use the same BRAID_NET)");
-  if (h->connecting == NULL) {
-    BRAID_TRY(ofi_comm_new(dev, 1, &h->connecting));
-    BRAID_TRY(ofi_peer_insert(h->connecting, h->name));
-    BRAID_TRY(ofi_post_ctrl_recv(h->connecting, OFI_TAG_ACCEPT));
+  if (c == NULL) {
+    struct ofi_handle h;
+    memcpy(&h, handle, sizeof h);
+    const char* why = ofi_handle_check(dev, &h);
+    if (why)
+      return braid_err(ncclInternalError, "net OFI: cannot use the connection handle: %s", why);
+    BRAID_TRY(ofi_connecting_new(dev, &h, &c));
+    memcpy(c->key, key, BRAID_NET_KEY_BYTES);
+    *state = c;
   }
-  struct ofi_comm* c = h->connecting;
   if (!c->ctrl_recv_posted) BRAID_TRY(ofi_post_ctrl_recv(c, OFI_TAG_ACCEPT));
   BRAID_TRY(ofi_send_ctrl(c, OFI_TAG_CONNECT, key));
   BRAID_TRY(ofi_progress(c));
   if (!c->ctrl_send.used || !c->ctrl_recv.done || !c->ctrl_send.done)
     return ncclSuccess; /* not yet: call again */
-  memcpy(c->key, key, BRAID_NET_KEY_BYTES);
   const char* why = ofi_request_check(c, &c->ctrl_in);
+  if (why == NULL && c->ctrl_in.token != c->token) why = "an answer to another request";
   if (why) { /* not the listener's answer: dropped, and the answer still awaited */
     char addr[128];
-    ofi_addr_text(c, c->ctrl_in.name, addr, sizeof addr);
+    if (ofi_name_check(c->dev, c->ctrl_in.name, c->ctrl_in.namelen) == NULL)
+      ofi_addr_text(c, c->ctrl_in.name, addr, sizeof addr);
+    else
+      snprintf(addr, sizeof addr, "(a malformed address)");
     WARN("net OFI: dropped an answer to a connection request from %s: %s", addr, why);
     c->ctrl_recv_posted = 0;
     c->ctrl_recv.done = 0;
@@ -548,12 +727,13 @@ static ncclResult_t ofi_connect(int dev, const uint8_t* key, void* handle, void*
   }
   fi_av_remove(c->av, &c->peer, 1, 0); /* from now on the peer is its dedicated endpoint */
   BRAID_TRY(ofi_peer_insert(c, c->ctrl_in.name));
-  BRAID_TRY(ofi_probe_post_recv(c)); /* probes and the goodbye from the peer */
-  h->connecting = NULL;
+  BRAID_TRY(ofi_live_post(c)); /* probes and the goodbye from the peer */
+  *state = NULL;
   *send_comm = c;
   return ncclSuccess;
 fail:
-  ofi_connect_abandon(h);
+  ofi_connect_abandon(*state);
+  *state = NULL;
   return res;
 }
 
@@ -576,11 +756,16 @@ static ncclResult_t ofi_accept(void* listen_comm, void** recv_comm) {
   const char* why = ofi_request_check(l, &m);
   if (why) {
     char addr[128];
-    ofi_addr_text(l, m.name, addr, sizeof addr);
+    if (ofi_name_check(l->dev, m.name, m.namelen) == NULL)
+      ofi_addr_text(l, m.name, addr, sizeof addr);
+    else
+      snprintf(addr, sizeof addr, "(a malformed address)");
     WARN("net OFI: dropped a connection request from %s: %s", addr, why);
     return ncclSuccess;
   }
   BRAID_TRY(ofi_comm_new(l->dev, 0, &c));
+  memcpy(c->key, l->key, BRAID_NET_KEY_BYTES);
+  c->token = m.token;
   BRAID_TRY(ofi_peer_insert(c, m.name));
 answer:
   BRAID_TRY(ofi_send_ctrl(c, OFI_TAG_ACCEPT, l->key)); /* the connecting side checks it too */
@@ -588,7 +773,7 @@ answer:
     l->accepting = c;
     return ncclSuccess;
   }
-  BRAID_TRY(ofi_probe_post_recv(c)); /* probes and the goodbye from the peer */
+  BRAID_TRY(ofi_live_post(c)); /* probes and the goodbye from the peer */
   *recv_comm = c;
   return ncclSuccess;
 fail:
@@ -692,17 +877,19 @@ static ncclResult_t ofi_idle(void* comm) {
 }
 
 /*
- * Says goodbye to a connected peer (a probe carrying OFI_BYE, waited for a
- * moment), so that its pending receives read as "nothing more comes", not as
- * a dead peer.
+ * Says goodbye to a connected peer (OFI_TAG_BYE from this comm's own endpoint, with the key and
+ * the connection's token, waited for a moment), so that its pending receives read as "nothing
+ * more comes", not as a dead peer.
  */
 static void ofi_say_bye(struct ofi_comm* c) {
   if (c == NULL || c->peer == FI_ADDR_UNSPEC || c->failed != ncclSuccess || c->peer_done) return;
   struct ofi_req bye = {.comm = c, .used = 1};
-  uint64_t word = OFI_BYE;
+  struct ofi_live_msg msg;
   double end = braid_time_sec() + 0.2;
   ssize_t rc;
-  while ((rc = fi_tsend(c->ep, &word, sizeof word, NULL, c->peer, OFI_TAG_PROBE, &bye.ctx)) == -FI_EAGAIN &&
+  ofi_live_fill(c, &msg, OFI_LIVE_BYE, 0);
+  while ((rc = fi_tsend(c->ep, &msg, sizeof msg, NULL, c->peer, OFI_TAG_BYE, &bye.ctx)) ==
+             -FI_EAGAIN &&
          braid_time_sec() < end)
     ofi_progress(c);
   while (rc == 0 && !bye.done && c->failed == ncclSuccess && braid_time_sec() < end) ofi_progress(c);
@@ -725,6 +912,13 @@ static ncclResult_t ofi_close_listen(void* comm) {
 static ncclResult_t ofi_close_abort(void* comm) {
   ofi_comm_free(comm);
   return ncclSuccess;
+}
+
+size_t net_ofi_comm_name(void* comm, void* name, size_t size) {
+  const struct ofi_comm* c = comm;
+  if (c == NULL || c->self_len > size) return 0;
+  memcpy(name, c->self_name, c->self_len);
+  return c->self_len;
 }
 
 #endif /* BRAID_HAVE_LIBFABRIC */

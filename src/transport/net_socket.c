@@ -10,6 +10,9 @@
  * streams by connection id and hands out a connection once all of its
  * streams are in. A connection that presents a wrong key, garbage or nothing
  * within SOCK_HELLO_SEC is closed and logged with its address.
+ *
+ * The handle a sender gets holds the listener's address only; the sender's
+ * progress (the streams opened so far) is in its own connect state.
  */
 #include <errno.h>
 #include <limits.h>
@@ -29,26 +32,22 @@
 #define SOCK_MAX_PENDING 64 /* connections with their hello not yet read */
 #define SOCK_MAX_GROUPS 16  /* connections partly assembled */
 
-struct __attribute__((packed)) sock_hello {
-  uint32_t magic;
-  uint16_t version;
-  uint16_t index; /* 0: control stream; 1..nstreams: data stream index-1 */
-  uint8_t key[BRAID_NET_KEY_BYTES];
-  uint64_t conn_id;
-  uint32_t nstreams;
-  uint32_t pad;
-};
-
+/* What travels to the sender: where the listener is. Nothing else. */
 struct sock_handle {
   uint32_t magic;
   uint32_t version;
   union braid_sockaddr addr;
-  /* Kept in the connecting side's copy only, between calls of connect. */
-  struct sock_comm* connecting;
-  uint64_t conn_id;
-  int opened; /* streams connected so far, the control stream first */
 };
 _Static_assert(sizeof(struct sock_handle) <= BRAID_NET_HANDLE_BYTES, "socket handle must fit");
+
+/* A connect in progress: the sender's own, never in a handle (net.h, connect). */
+struct sock_connecting {
+  union braid_sockaddr addr; /* the listener's, from the checked handle */
+  char peer[80];             /* the same as text */
+  struct sock_comm* comm;    /* its fds fill up as streams open */
+  uint64_t conn_id;
+  int opened;                /* streams connected so far, the control stream first */
+};
 
 struct sock_pending {
   int fd;
@@ -135,16 +134,32 @@ fail:
 
 /* ------------------------------------------------------- listen, accept */
 
+ncclResult_t net_socket_listen_alloc(const uint8_t* key, struct sock_listen** out) {
+  ncclResult_t res = ncclSuccess;
+  struct sock_listen* l = NULL;
+  *out = NULL;
+  BRAID_TRY(BRAID_CALLOC(&l, 1, "a socket listener"));
+  l->fd = -1;
+  for (int i = 0; i < SOCK_MAX_PENDING; i++) l->pending[i].fd = -1;
+  memcpy(l->key, key, BRAID_NET_KEY_BYTES);
+  snprintf(l->addr, sizeof l->addr, "(not listening)");
+  *out = l;
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+static ncclResult_t sock_close_listen(void* listen_comm);
+
+void net_socket_listen_free(struct sock_listen* l) { sock_close_listen(l); }
+
 static ncclResult_t sock_listen(int dev, const uint8_t* key, void* handle, void** listen_comm) {
   ncclResult_t res = ncclSuccess;
   struct sock_listen* l = NULL;
   struct sock_handle* h = handle;
   *listen_comm = NULL;
   BRAID_CHECK(dev >= 0 && dev < sock_devs.ndev, ncclInternalError, "net Socket: no device %d", dev);
-  BRAID_TRY(BRAID_CALLOC(&l, 1, "a socket listener"));
-  l->fd = -1;
-  for (int i = 0; i < SOCK_MAX_PENDING; i++) l->pending[i].fd = -1;
-  memcpy(l->key, key, BRAID_NET_KEY_BYTES);
+  BRAID_TRY(net_socket_listen_alloc(key, &l));
   memset(h, 0, BRAID_NET_HANDLE_BYTES);
   h->addr = sock_devs.ifs[dev].addr;
   h->addr.sin.sin_port = 0; /* same offset for IPv6: pick any port */
@@ -175,6 +190,7 @@ static const char* sock_hello_check(const struct sock_listen* l, const struct so
   if (diff != 0) return "wrong key (a process of another job, or a stale one)";
   if (h->nstreams < 1 || h->nstreams > SOCK_MAX_STREAMS || h->index > h->nstreams)
     return "stream numbers out of range";
+  if (h->conn_id == 0) return "connection id 0 (it marks a free slot here)";
   return NULL;
 }
 
@@ -275,17 +291,48 @@ fail:
   return res;
 }
 
+/* A new connection in pending slot `p`: its hello is due by now + SOCK_HELLO_SEC. */
+static void sock_pending_start(struct sock_pending* p, double now) {
+  p->got = 0;
+  p->deadline = now + SOCK_HELLO_SEC;
+  memset(&p->hello, 0, sizeof p->hello);
+}
+
 /* Takes new connections off the listening socket into free pending slots. */
 static ncclResult_t sock_accept_new(struct sock_listen* l, double now) {
-  for (int i = 0; i < SOCK_MAX_PENDING; i++) {
+  for (int i = 0; l->fd >= 0 && i < SOCK_MAX_PENDING; i++) {
     struct sock_pending* p = &l->pending[i];
     if (p->fd >= 0) continue;
     if (socket_accept_some(l->fd, &p->fd, &p->remote) != ncclSuccess)
       return braid_err(ncclSystemError, "net Socket: accept on %s failed: %s", l->addr,
                        strerror(errno));
     if (p->fd < 0) return ncclSuccess;
-    p->got = 0;
-    p->deadline = now + SOCK_HELLO_SEC;
+    sock_pending_start(p, now);
+  }
+  return ncclSuccess;
+}
+
+int net_socket_pending_add(struct sock_listen* l, int fd, const union braid_sockaddr* remote,
+                           double now) {
+  for (int i = 0; i < SOCK_MAX_PENDING; i++) {
+    struct sock_pending* p = &l->pending[i];
+    if (p->fd >= 0) continue;
+    p->fd = fd;
+    p->remote = *remote;
+    sock_pending_start(p, now);
+    return 0;
+  }
+  close(fd);
+  return -1;
+}
+
+ncclResult_t net_socket_handshake_step(struct sock_listen* l, double now, void** recv_comm) {
+  *recv_comm = NULL;
+  for (int i = 0; i < SOCK_MAX_PENDING; i++) {
+    struct sock_pending* p = &l->pending[i];
+    if (p->fd < 0) continue;
+    struct sock_group* g = sock_pending_progress(l, p, now);
+    if (g) return sock_group_finish(g, recv_comm);
   }
   return ncclSuccess;
 }
@@ -296,13 +343,7 @@ static ncclResult_t sock_accept(void* listen_comm, void** recv_comm) {
   *recv_comm = NULL;
   ncclResult_t res = sock_accept_new(l, now);
   if (res != ncclSuccess) return res;
-  for (int i = 0; i < SOCK_MAX_PENDING; i++) {
-    struct sock_pending* p = &l->pending[i];
-    if (p->fd < 0) continue;
-    struct sock_group* g = sock_pending_progress(l, p, now);
-    if (g) return sock_group_finish(g, recv_comm);
-  }
-  return ncclSuccess;
+  return net_socket_handshake_step(l, now, recv_comm);
 }
 
 static ncclResult_t sock_close_listen(void* listen_comm) {
@@ -322,21 +363,31 @@ static ncclResult_t sock_close_listen(void* listen_comm) {
 
 /* ------------------------------------------------------------- connect */
 
+/* Why a handle that came from a peer cannot be used, or NULL. */
+static const char* sock_handle_check(const struct sock_handle* h) {
+  if (h->magic != SOCK_MAGIC)
+    return "not a socket backend's (both ends must use the same BRAID_NET)";
+  if (h->version != SOCK_VERSION) return "another version of Braid's socket protocol";
+  if (h->addr.sa.sa_family != AF_INET && h->addr.sa.sa_family != AF_INET6)
+    return "its address is neither IPv4 nor IPv6";
+  if (socket_port(&h->addr) == 0) return "its address has no port";
+  return NULL;
+}
+
 /* Opens stream `index` (0: control) and sends its hello; *fd stays -1 while not connected yet. */
-static ncclResult_t sock_open_stream(struct sock_handle* h, const uint8_t* key, int index, int* fd) {
+static ncclResult_t sock_open_stream(struct sock_connecting* s, const uint8_t* key, int index,
+                                     int* fd) {
   ncclResult_t res = ncclSuccess;
   struct sock_hello hello;
-  char text[80];
-  BRAID_TRY(net_connect_try_step(&h->connecting->connect_try, &h->addr, "Socket",
-                                 socket_addr_str(&h->addr, text, sizeof text), fd));
+  BRAID_TRY(net_connect_try_step(&s->comm->connect_try, &s->addr, "Socket", s->peer, fd));
   if (*fd < 0) return ncclSuccess;
   memset(&hello, 0, sizeof hello);
   hello.magic = SOCK_MAGIC;
   hello.version = SOCK_VERSION;
   hello.index = (uint16_t)index;
   memcpy(hello.key, key, BRAID_NET_KEY_BYTES);
-  hello.conn_id = h->conn_id;
-  hello.nstreams = (uint32_t)h->connecting->nstreams;
+  hello.conn_id = s->conn_id;
+  hello.nstreams = (uint32_t)s->comm->nstreams;
   BRAID_TRY(socket_send_all(*fd, &hello, sizeof hello, SOCK_HELLO_SEC, NULL));
   return ncclSuccess;
 fail:
@@ -344,50 +395,71 @@ fail:
   return res;
 }
 
-static void sock_connect_abandon(void* handle) {
-  struct sock_handle* h = handle;
-  net_socket_comm_free(h->connecting);
-  h->connecting = NULL;
-  h->opened = 0;
+static void sock_connect_abandon(void* state) {
+  struct sock_connecting* s = state;
+  if (s == NULL) return;
+  net_socket_comm_free(s->comm);
+  free(s);
 }
 
-static ncclResult_t sock_connect(int dev, const uint8_t* key, void* handle, void** send_comm) {
+/* A connect's state, from a handle that passed its check. */
+static ncclResult_t sock_connecting_new(const struct sock_handle* h, struct sock_connecting** out) {
   ncclResult_t res = ncclSuccess;
-  struct sock_handle* h = handle;
+  struct sock_connecting* s = NULL;
+  int nstreams = 0, nthreads = 0;
+  *out = NULL;
+  BRAID_TRY(BRAID_CALLOC(&s, 1, "a socket connection in progress"));
+  s->addr = h->addr;
+  socket_addr_str(&s->addr, s->peer, sizeof s->peer);
+  net_socket_stream_counts(&nstreams, &nthreads);
+  BRAID_TRY(sock_comm_alloc(&s->comm, 1, nstreams, nthreads, s->peer));
+  do {
+    BRAID_TRY(braid_random_bytes(&s->conn_id, sizeof s->conn_id));
+  } while (s->conn_id == 0);
+  *out = s;
+  return ncclSuccess;
+fail:
+  sock_connect_abandon(s);
+  return res;
+}
+
+static ncclResult_t sock_connect(int dev, const uint8_t* key, const void* handle, void** state,
+                                 void** send_comm) {
+  ncclResult_t res = ncclSuccess;
+  struct sock_connecting* s = *state;
   struct sock_comm* c = NULL;
   *send_comm = NULL;
-  if (h->magic != SOCK_MAGIC || h->version != SOCK_VERSION) /* nothing of ours in it to release */
-    return braid_err(ncclInternalError, "net Socket: the connection handle is not a socket "
-                     "backend's (both ends must use the same BRAID_NET)");
-  if (h->connecting == NULL) {
-    char peer[80];
-    int nstreams = 0, nthreads = 0;
-    net_socket_stream_counts(&nstreams, &nthreads);
-    BRAID_TRY(sock_comm_alloc(&h->connecting, 1, nstreams, nthreads,
-                              socket_addr_str(&h->addr, peer, sizeof peer)));
-    h->opened = 0;
-    do {
-      BRAID_TRY(braid_random_bytes(&h->conn_id, sizeof h->conn_id));
-    } while (h->conn_id == 0);
+  if (s == NULL) {
+    struct sock_handle h;
+    memcpy(&h, handle, sizeof h);
+    const char* why = sock_handle_check(&h);
+    if (why)
+      return braid_err(ncclInternalError, "net Socket: cannot use the connection handle: %s", why);
+    BRAID_TRY(sock_connecting_new(&h, &s));
+    *state = s;
   }
-  c = h->connecting;
-  while (h->opened <= c->nstreams) {
-    int* fd = h->opened == 0 ? &c->ctrl_fd : &c->streams[h->opened - 1].fd;
-    BRAID_TRY(sock_open_stream(h, key, h->opened, fd));
+  c = s->comm;
+  while (s->opened <= c->nstreams) {
+    int* fd = s->opened == 0 ? &c->ctrl_fd : &c->streams[s->opened - 1].fd;
+    BRAID_TRY(sock_open_stream(s, key, s->opened, fd));
     if (*fd < 0) return ncclSuccess; /* not yet: call again */
-    h->opened++;
+    s->opened++;
   }
-  h->connecting = NULL;
-  BRAID_TRY(net_socket_comm_start(c));
+  s->comm = NULL; /* the comm is on its own from here */
+  sock_connect_abandon(s);
+  *state = NULL;
+  res = net_socket_comm_start(c);
+  if (res != ncclSuccess) {
+    net_socket_comm_free(c);
+    return res;
+  }
   INFO(BRAID_LOG_NET, "net Socket: connected to %s: %d data streams, %d helper threads", c->peer,
        c->nstreams, c->nthreads);
   *send_comm = c;
   return ncclSuccess;
 fail:
-  if (h->connecting == NULL)
-    net_socket_comm_free(c); /* it failed to start (or was never made) */
-  else
-    sock_connect_abandon(h);
+  sock_connect_abandon(*state);
+  *state = NULL;
   return res;
 }
 

@@ -124,6 +124,41 @@ struct sock_comm {
   int err_reported;
 };
 
+/*
+ * The first bytes of every stream of a connection, from the sender: the
+ * listener reads them before it trusts the stream (net_socket.c).
+ */
+struct __attribute__((packed)) sock_hello {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t index; /* 0: control stream; 1..nstreams: data stream index-1 */
+  uint8_t key[BRAID_NET_KEY_BYTES];
+  uint64_t conn_id; /* random, never 0 */
+  uint32_t nstreams;
+  uint32_t pad;
+};
+
+/*
+ * The listener's side of the handshake, in pieces that its fuzz harness
+ * (tests/unit/fuzz_net_socket.c) drives without a listening socket. accept()
+ * is: take new connections into pending slots, then one handshake step.
+ */
+struct sock_listen;
+/* A listener for `key` with no socket yet (accept() then only reads what pending_add gave it). */
+ncclResult_t net_socket_listen_alloc(const uint8_t* key, struct sock_listen** out);
+/* Closes every fd it holds and frees it. */
+void net_socket_listen_free(struct sock_listen* l);
+/* Hands a new connection's fd to the listener; -1 (and the fd closed) when no slot is free. */
+int net_socket_pending_add(struct sock_listen* l, int fd, const union braid_sockaddr* remote,
+                           double now);
+/*
+ * Reads what arrived of the pending connections' hellos: a stream with a
+ * wrong key, garbage, or nothing by its deadline is closed (and logged); one
+ * that completes its connection's set of streams turns them into a receive
+ * comm, *recv_comm (NULL: none complete yet).
+ */
+ncclResult_t net_socket_handshake_step(struct sock_listen* l, double now, void** recv_comm);
+
 /* Starts the helper threads of a comm whose fds are set; on failure the comm is safe to free. */
 ncclResult_t net_socket_comm_start(struct sock_comm* c);
 /* Stops helpers, closes fds, frees. */

@@ -45,6 +45,7 @@ struct braid_proxy_conn {
   struct braid_proxy_conn* next;        /* in the proxy's `adds` or `conns` list */
   struct braid_proxy_conn* remove_next; /* in its `removes` list: `next` stays the thread's */
   void* comm;                  /* the backend's send or recv comm */
+  void* connect_state;         /* send end: the backend's unfinished connect (never in the handle) */
   void* mhandle;               /* the slots' registration */
   double deadline;             /* for connecting */
   uint64_t posted;             /* steps isent / irecv posted */
@@ -164,8 +165,9 @@ static ncclResult_t proxy_conn_register(struct braid_proxy_conn* c) {
 /* One connect/accept attempt; 1 when the connection became ready. */
 static int proxy_conn_connect(struct braid_proxy* p, struct braid_proxy_conn* c) {
   const struct braid_net_ops* net = c->d.net;
-  ncclResult_t res = c->d.is_send ? net->connect(c->d.dev, c->d.key, c->d.handle, &c->comm)
-                                  : net->accept(c->d.listen_comm, &c->comm);
+  ncclResult_t res =
+      c->d.is_send ? net->connect(c->d.dev, c->d.key, c->d.handle, &c->connect_state, &c->comm)
+                   : net->accept(c->d.listen_comm, &c->comm);
   if (res != ncclSuccess) return proxy_conn_fail(c, res, "connecting");
   if (c->comm == NULL) {
     if (braid_time_sec() < c->deadline) return 0;
@@ -521,7 +523,8 @@ static void proxy_conn_close(struct braid_proxy_conn* c) {
     net->close_abort(c->comm);
   else if (c->comm)
     (c->d.is_send ? net->close_send : net->close_recv)(c->comm);
-  if (c->comm == NULL && c->d.is_send) net->connect_abandon(c->d.handle);
+  if (c->connect_state) net->connect_abandon(c->connect_state);
+  c->connect_state = NULL;
   if (c->d.listen_comm) net->close_listen(c->d.listen_comm);
 }
 

@@ -59,7 +59,7 @@ struct braid_proxy_conn_desc {
   const struct braid_net_ops* net;
   int dev;                                /* the backend's device */
   uint8_t key[BRAID_NET_KEY_BYTES];       /* presented / required on the wire */
-  /* Send end: the receiver's listen handle (8-byte aligned: backends keep structs in it). */
+  /* Send end: the receiver's listen handle, as it came (the backend checks it). */
   uint8_t handle[BRAID_NET_HANDLE_BYTES] __attribute__((aligned(8)));
   void* listen_comm;                      /* receive end: its listener (the proxy owns it now) */
   struct braid_proxy_fifo fifo;

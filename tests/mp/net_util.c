@@ -34,23 +34,31 @@ int net_util_open(const char* name, const struct braid_net_ops** ops, int* ndev)
 }
 
 ncclResult_t net_util_connect(const struct braid_net_ops* ops, int dev, const uint8_t* key,
-                              void* handle, void** comm, double timeout_sec) {
+                              const void* handle, void** comm, double timeout_sec) {
   return net_util_connect_timed(ops, dev, key, handle, comm, timeout_sec, NULL);
 }
 
 ncclResult_t net_util_connect_timed(const struct braid_net_ops* ops, int dev, const uint8_t* key,
-                                    void* handle, void** comm, double timeout_sec,
+                                    const void* handle, void** comm, double timeout_sec,
                                     double* longest_call) {
   double end = boot_now() + timeout_sec;
+  void* state = NULL; /* the connect's progress: ours, never in the handle */
   if (longest_call) *longest_call = 0;
   for (;;) {
     double start = boot_now();
-    ncclResult_t res = ops->connect(dev, key, handle, comm);
+    ncclResult_t res = ops->connect(dev, key, handle, &state, comm);
     double took = boot_now() - start;
     if (longest_call && took > *longest_call) *longest_call = took;
-    if (res != ncclSuccess || *comm) return res;
+    if (res != ncclSuccess || *comm) {
+      if (state != NULL) { /* the backend must have released it */
+        fprintf(stderr, "net_util_connect: connect returned with its state still set\n");
+        ops->connect_abandon(state);
+        return ncclInternalError;
+      }
+      return res;
+    }
     if (boot_now() > end) {
-      ops->connect_abandon(handle);
+      ops->connect_abandon(state);
       return NET_UTIL_TIMEOUT_RES;
     }
     mp_sleep(0.0005);

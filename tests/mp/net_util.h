@@ -48,10 +48,10 @@ int net_util_open(const char* name, const struct braid_net_ops** ops, int* ndev)
 
 /* Loops on connect/accept until a comm comes, an error, or the time limit. */
 ncclResult_t net_util_connect(const struct braid_net_ops* ops, int dev, const uint8_t* key,
-                              void* handle, void** comm, double timeout_sec);
+                              const void* handle, void** comm, double timeout_sec);
 /* The same; *longest_call: the longest single connect call (one must never block for long). */
 ncclResult_t net_util_connect_timed(const struct braid_net_ops* ops, int dev, const uint8_t* key,
-                                    void* handle, void** comm, double timeout_sec,
+                                    const void* handle, void** comm, double timeout_sec,
                                     double* longest_call);
 ncclResult_t net_util_accept(const struct braid_net_ops* ops, void* listen_comm, void** comm,
                              double timeout_sec);
