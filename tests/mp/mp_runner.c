@@ -15,7 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MP_SKIP_CODE 77
 /* How long the others may run on after one child failed before they are killed. */
 #define MP_GRACE_SEC 2.0
 
@@ -60,7 +59,7 @@ static int mp_child_ended(const struct mp_opts* opts, int index, int status, int
   if (WIFEXITED(status)) {
     int code = WEXITSTATUS(status);
     if (code == 0) return 0;
-    if (code == MP_SKIP_CODE) {
+    if (code == MP_SKIPPED) {
       (*skips)++;
       return 0;
     }
@@ -127,8 +126,25 @@ int mp_run(const struct mp_opts* opts, mp_child_fn fn) {
     if (!progressed && running > 0) mp_sleep(0.002);
   }
   free(pids);
+  /* The rule of mp_runner.h: a failure wins; a partial skip fails too. */
+  int partial = !failures && skips > 0 && skips < opts->nprocs;
+  if (partial)
+    fprintf(stderr, "mp[%s]: PARTIAL: %d of %d children skipped, the rest passed\n", opts->name,
+            skips, opts->nprocs);
+  int verdict = failures || partial ? MP_FAILED : skips > 0 ? MP_SKIPPED : MP_PASSED;
   fprintf(stderr, "mp[%s]: %d children, %.2f s, %s\n", opts->name, opts->nprocs, mp_now() - start,
-          failures ? "FAILED" : skips == opts->nprocs ? "skipped" : "passed");
-  if (failures) return 1;
-  return skips == opts->nprocs ? MP_SKIP_CODE : 0;
+          verdict == MP_FAILED ? "FAILED" : verdict == MP_SKIPPED ? "skipped" : "passed");
+  return verdict;
+}
+
+int mp_verdict_merge(int a, int b) {
+  if ((a != MP_PASSED && a != MP_SKIPPED) || (b != MP_PASSED && b != MP_SKIPPED)) return MP_FAILED;
+  if (a == b) return a;
+  fprintf(stderr, "mp: PARTIAL: one run of this case skipped, another passed: FAILED\n");
+  return MP_FAILED;
+}
+
+int mp_verdict_exit(int rc, int failed_checks) {
+  if (failed_checks > 0 || (rc != MP_PASSED && rc != MP_SKIPPED)) return MP_FAILED;
+  return rc;
 }

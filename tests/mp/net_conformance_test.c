@@ -723,11 +723,12 @@ int main(int argc, char** argv) {
     int rc;
     if (cases[i].fn == NULL) {
       rc = run_case(peerclose_sender_dies, "peerclose/sender dies", 0);
-      if (rc == 0) rc = run_case(peerclose_receiver_dies, "peerclose/receiver dies", 0);
+      if (rc != MP_FAILED)
+        rc = mp_verdict_merge(rc, run_case(peerclose_receiver_dies, "peerclose/receiver dies", 0));
     } else {
       rc = run_case(cases[i].fn, arg, strcmp(cases[i].name, "netns") == 0);
     }
-    return rc;
+    return mp_verdict_exit(rc, test_failures);
   }
   fprintf(stderr, "%s: unknown case %s\n", argv[0], arg);
   return 2;

@@ -309,7 +309,7 @@ int main(int argc, char** argv) {
     struct mp_opts opts = {.name = arg, .nprocs = 2, .timeout_sec = 45, .arg = sh};
     int rc = mp_run(&opts, cases[i].fn);
     mp_shared_free(sh, sizeof *sh);
-    return rc;
+    return mp_verdict_exit(rc, test_failures);
   }
   fprintf(stderr, "%s: unknown case %s\n", argv[0], arg);
   return 2;

@@ -304,5 +304,5 @@ int main(int argc, char** argv) {
         "%s: %d idle connections each way, %zu bytes: one hop min %.2f  median %.2f  p90 %.2f us\n",
         backend, sh->idle, sh->bytes, sh->hop_us[0], sh->hop_us[1], sh->hop_us[2]);
   mp_shared_free(sh, sizeof *sh);
-  return rc;
+  return mp_verdict_exit(rc, test_failures);
 }
