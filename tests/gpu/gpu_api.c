@@ -49,6 +49,7 @@
 #define API_GRAPH_N 65537    /* the graph case: several chunks per replay */
 #define API_REPLAYS 1000
 #define API_POLL_S 120.0     /* how long a nonblocking call may stay in progress */
+#define API_TWO_RANKS_WHY "needs 2 ranks or more"
 
 static int api_rank(const struct gpu_world* w, int l) { return w->rank0 + l; }
 
@@ -444,7 +445,8 @@ static int api_shrink_run(struct gpu_world* w, ncclComm_t* comms, int* excl, int
 static void api_shrink(struct gpu_world* w) {
   char name[128];
   snprintf(name, sizeof name, "Shrink without the last rank mode=%s", w->opts->mode);
-  if (w->nranks < 2 || !world_case_begin(w, name)) return;
+  if (!world_case_fits(w, name, w->nranks >= 2, API_TWO_RANKS_WHY) || !world_case_begin(w, name))
+    return;
   ncclComm_t child[GPU_MAX_RANKS] = {0};
   int last = w->nranks - 1;
   int color[GPU_MAX_RANKS], key[GPU_MAX_RANKS];
@@ -645,7 +647,8 @@ out:
 static void api_split_share(struct gpu_world* w) {
   char name[128];
   snprintf(name, sizeof name, "Split share: parent, child, grandchild mode=%s", w->opts->mode);
-  if (w->nranks < 2 || !world_case_begin(w, name)) return;
+  if (!world_case_fits(w, name, w->nranks >= 2, API_TWO_RANKS_WHY) || !world_case_begin(w, name))
+    return;
   struct api_family f;
   ncclComm_t own[GPU_MAX_RANKS] = {0};
   struct api_buf bar;
@@ -725,13 +728,11 @@ static void api_split_share_abort(struct gpu_world* w) {
   char name[128];
   snprintf(name, sizeof name, "Split share: abort of the child fails the parent mode=%s",
            w->opts->mode);
-  if (w->nranks < 2) return;
-  if (dlsym(RTLD_DEFAULT, "braidGetVersionString") == NULL) {
-    if (w->rank0 == 0 && !w->opts->list)
-      fprintf(stderr, "SKIP %s: Braid's semantics (this libnccl is not Braid)\n", name);
+  if (!world_case_fits(w, name, w->nranks >= 2, API_TWO_RANKS_WHY) ||
+      !world_case_fits(w, name, dlsym(RTLD_DEFAULT, "braidGetVersionString") != NULL,
+                       "Braid's semantics (this libnccl is not Braid)") ||
+      !world_case_begin(w, name))
     return;
-  }
-  if (!world_case_begin(w, name)) return;
   struct api_family f;
   struct api_buf bar;
   memset(&bar, 0, sizeof bar);
@@ -790,7 +791,8 @@ out:
 static void api_shrink_abort(struct gpu_world* w) {
   char name[128];
   snprintf(name, sizeof name, "Shrink NCCL_SHRINK_ABORT without rank 0 mode=%s", w->opts->mode);
-  if (w->nranks < 2 || !world_case_begin(w, name)) return;
+  if (!world_case_fits(w, name, w->nranks >= 2, API_TWO_RANKS_WHY) || !world_case_begin(w, name))
+    return;
   ncclComm_t dup[GPU_MAX_RANKS] = {0}, child[GPU_MAX_RANKS] = {0};
   int gone = 0;
   int color[GPU_MAX_RANKS], key[GPU_MAX_RANKS];
@@ -821,12 +823,9 @@ static void api_revoke(struct gpu_world* w) {
    * on NCCL too. */
   revoke_fn revoke = (revoke_fn)dlsym(RTLD_DEFAULT, "ncclCommRevoke");
   snprintf(name, sizeof name, "Revoke then shrink mode=%s", w->opts->mode);
-  if (revoke == NULL) {
-    if (w->rank0 == 0 && !w->opts->list)
-      fprintf(stderr, "SKIP %s: this libnccl has no ncclCommRevoke\n", name);
+  if (!world_case_fits(w, name, revoke != NULL, "this libnccl has no ncclCommRevoke") ||
+      !world_case_begin(w, name))
     return;
-  }
-  if (!world_case_begin(w, name)) return;
   ncclComm_t dup[GPU_MAX_RANKS] = {0}, child[GPU_MAX_RANKS] = {0};
   int color[GPU_MAX_RANKS] = {0}, key[GPU_MAX_RANKS];
   for (int r = 0; r < w->nranks; r++) key[r] = r;
@@ -1308,7 +1307,9 @@ static void api_check(struct gpu_world* w) {
   const char* env = getenv("BRAID_CHECK");
   char name[128];
   snprintf(name, sizeof name, "BRAID_CHECK mismatched counts refused mode=%s", w->opts->mode);
-  if (env == NULL || atoi(env) == 0 || w->nranks < 2 || !world_case_begin(w, name)) return;
+  if (!world_case_fits(w, name, env != NULL && atoi(env) != 0, "runs only with BRAID_CHECK=1") ||
+      !world_case_fits(w, name, w->nranks >= 2, API_TWO_RANKS_WHY) || !world_case_begin(w, name))
+    return;
   struct api_buf a, b;
   memset(&a, 0, sizeof a);
   memset(&b, 0, sizeof b);
@@ -1388,8 +1389,10 @@ static void* api_other_thread_main(void* arg) {
 static void api_teardown_groups(struct gpu_world* w) {
   char name[128];
   snprintf(name, sizeof name, "Abort/destroy of comms in open groups mode=%s", w->opts->mode);
-  if (dlsym(RTLD_DEFAULT, "braidGetVersionString") == NULL) return; /* Braid's answers */
-  if (!world_case_begin(w, name)) return;
+  if (!world_case_fits(w, name, dlsym(RTLD_DEFAULT, "braidGetVersionString") != NULL,
+                       "Braid's answers (this libnccl is not Braid)") ||
+      !world_case_begin(w, name))
+    return;
   ncclComm_t c = NULL, pending = NULL, half = NULL, bad = NULL;
   int64_t* buf = NULL;
   ncclUniqueId id;

@@ -38,6 +38,10 @@
 #define DEAD_ABORT_S 1.0      /* the bar for ncclCommAbort */
 #define DEAD_PEER_ABORT_S 10.0 /* a peer's abort seen as an error by then (BRAID_TIMEOUT: 600) */
 
+#define FAULT_PROCS_WHY \
+  "needs one process per rank (--mode procs, hosts or sharegpu), 2 ranks or more"
+#define FAULT_BRAID_WHY "Braid's watchdog only (this libnccl is not Braid)"
+
 /* A fault case's end: the comm aborted if it is still there (the suites run alone), buf freed. */
 static void fault_case_end(struct gpu_world* w, float* buf) {
   if (w->comm[0]) {
@@ -89,7 +93,9 @@ void suite_deadpeer(struct gpu_world* w) {
   char name[128];
   snprintf(name, sizeof name, "Dead peer: the last rank SIGKILLed mid-AllReduce mode=%s",
            w->opts->mode);
-  if (w->nlocal == w->nranks || w->nranks < 2 || !world_case_begin(w, name)) return;
+  if (!world_case_fits(w, name, w->nlocal < w->nranks && w->nranks >= 2, FAULT_PROCS_WHY) ||
+      !world_case_begin(w, name))
+    return;
   int victim = w->nranks - 1, me = w->rank0;
   volatile double* killed_at = world_stamp(w, 0);
   float* buf = NULL;
@@ -161,12 +167,12 @@ static void hang_case(struct gpu_world* w, int send) {
   char name[160];
   snprintf(name, sizeof name, "Hang verdict: the last rank skips %s mode=%s",
            send ? "the receive of a 64 MB Send" : "an AllReduce", w->opts->mode);
-  if (w->nlocal == w->nranks || w->nranks < 2 || (send && w->nranks != 2)) return;
-  if (dlsym(RTLD_DEFAULT, "braidGetVersionString") == NULL) {
-    if (w->rank0 == 0) fprintf(stderr, "SKIP %s: Braid's watchdog only\n", name);
+  if (!world_case_fits(w, name, w->nlocal < w->nranks && w->nranks >= 2, FAULT_PROCS_WHY) ||
+      !world_case_fits(w, name, !send || w->nranks == 2, "needs exactly 2 ranks") ||
+      !world_case_fits(w, name, dlsym(RTLD_DEFAULT, "braidGetVersionString") != NULL,
+                       FAULT_BRAID_WHY) ||
+      !world_case_begin(w, name))
     return;
-  }
-  if (!world_case_begin(w, name)) return;
   int skipper = w->nranks - 1, me = w->rank0;
   const size_t count = send ? DEAD_COUNT : 4096;
   const char* op = send ? "Send" : "AllReduce";
@@ -227,7 +233,8 @@ out:
 void suite_abort_peer(struct gpu_world* w) {
   char name[128];
   snprintf(name, sizeof name, "Peer aborts mid-AllReduce mode=%s", w->opts->mode);
-  if (w->nlocal == w->nranks || w->nranks < 2 || strcmp(w->opts->mode, "hosts") != 0 ||
+  if (!world_case_fits(w, name, strcmp(w->opts->mode, "hosts") == 0 && w->nranks >= 2,
+                       "needs --mode hosts (the network path), 2 ranks or more") ||
       !world_case_begin(w, name))
     return;
   int victim = w->nranks - 1, me = w->rank0;
@@ -288,7 +295,10 @@ void suite_abort_wait(struct gpu_world* w) {
   char name[128];
   snprintf(name, sizeof name, "Abort from another thread while ncclSend waits to connect mode=%s",
            w->opts->mode);
-  if (w->nlocal == w->nranks || w->nranks != 2 || !world_case_begin(w, name)) return;
+  if (!world_case_fits(w, name, w->nlocal < w->nranks && w->nranks == 2,
+                       "needs one process per rank (--mode procs, hosts or sharegpu), 2 ranks") ||
+      !world_case_begin(w, name))
+    return;
   volatile double* done = world_stamp(w, 1);
   float* buf = NULL;
   if (world_cuda(w, cudaSetDevice(w->dev[0]), "cudaSetDevice") ||
@@ -337,12 +347,11 @@ void suite_hang_graph(struct gpu_world* w) {
   char name[128];
   snprintf(name, sizeof name, "Hang verdict: the last rank skips a graph replay mode=%s",
            w->opts->mode);
-  if (w->nlocal == w->nranks || w->nranks < 2) return;
-  if (dlsym(RTLD_DEFAULT, "braidGetVersionString") == NULL) {
-    if (w->rank0 == 0) fprintf(stderr, "SKIP %s: Braid's watchdog only\n", name);
+  if (!world_case_fits(w, name, w->nlocal < w->nranks && w->nranks >= 2, FAULT_PROCS_WHY) ||
+      !world_case_fits(w, name, dlsym(RTLD_DEFAULT, "braidGetVersionString") != NULL,
+                       FAULT_BRAID_WHY) ||
+      !world_case_begin(w, name))
     return;
-  }
-  if (!world_case_begin(w, name)) return;
   const size_t count = 4096;
   int skipper = w->nranks - 1, me = w->rank0;
   volatile double* done = world_stamp(w, 1);

@@ -4,9 +4,13 @@
  *   gpu_coll [--mode threads|procs|hosts|sharegpu] [--suite all|...|hang|hangsend|abortwait]
  *            [--nranks N] [--quick] [--filter SUBSTR] [--seed S]
  *            [--case-timeout SEC] [--timeout SEC] [--list] [--verbose]
+ *            [--no-cases | --init-fails]
  *
- * Exit status: 0 all cases passed, 1 some failed, 77 (CTest's skip code)
- * when fewer than N GPUs are visible or CUDA finds none.
+ * Exit status: 0 every case that ran passed (the summary line counts the
+ * skipped ones); 1 a case failed, or no case ran at all (a --filter that
+ * matches nothing) unless --no-cases or --init-fails said so; 77 (CTest's
+ * skip code) when fewer than N GPUs are visible, CUDA finds none, or every
+ * case skipped.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -44,7 +48,12 @@ static void main_usage(FILE* f) {
       "  --case-timeout SEC     a case running longer fails as hung (default 240)\n"
       "  --timeout SEC          procs: the whole run (default 570)\n"
       "  --list                 print the case names and exit (needs no GPU)\n"
-      "  --verbose              print each case as it starts\n");
+      "  --verbose              print each case as it starts\n"
+      "  --no-cases             run no case on purpose: making and destroying the\n"
+      "                         communicators is the test (without it, a run in which no\n"
+      "                         case ran fails)\n"
+      "  --init-fails           run no case; every rank's init must return an error\n"
+      "                         (printed), else the run fails\n");
 }
 
 static void main_suites(struct gpu_world* w) {
@@ -88,6 +97,8 @@ static int main_parse(int argc, char** argv, struct gpu_opts* o) {
                                            {"timeout", required_argument, NULL, 't'},
                                            {"list", no_argument, NULL, 'l'},
                                            {"verbose", no_argument, NULL, 'v'},
+                                           {"no-cases", no_argument, NULL, 'N'},
+                                           {"init-fails", no_argument, NULL, 'I'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
   long v;
@@ -131,6 +142,13 @@ static int main_parse(int argc, char** argv, struct gpu_opts* o) {
       case 'v':
         o->verbose = 1;
         break;
+      case 'I':
+        o->init_fails = 1;
+        o->no_cases = 1;
+        break;
+      case 'N':
+        o->no_cases = 1;
+        break;
       case 'h':
         main_usage(stdout);
         exit(0);
@@ -142,6 +160,11 @@ static int main_parse(int argc, char** argv, struct gpu_opts* o) {
       (strcmp(o->mode, "hosts") != 0 || o->nranks % o->ranks_per_host != 0)) {
     fprintf(stderr, "gpu_coll: --ranks-per-host %d needs --mode hosts and a rank count it divides "
                     "(--nranks %d)\n", o->ranks_per_host, o->nranks);
+    goto bad;
+  }
+  if (o->no_cases && (o->filter || o->list)) {
+    fprintf(stderr, "gpu_coll: --no-cases and --init-fails run no case: --filter and --list do "
+                    "not go with them\n");
     goto bad;
   }
   if (optind == argc &&

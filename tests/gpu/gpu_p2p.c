@@ -370,7 +370,9 @@ static void p2p_legacy_held_case(struct gpu_world* w, size_t index) {
   snprintf(name, sizeof name,
            "SendRecv ring f32 count=4097 on new connections, the legacy stream held mode=%s",
            w->opts->mode);
-  if (w->nranks < 2 || !world_case_begin(w, name)) return;
+  if (!world_case_fits(w, name, w->nranks >= 2, "needs 2 ranks or more") ||
+      !world_case_begin(w, name))
+    return;
   ncclComm_t dup[GPU_MAX_RANKS] = {0};
   int held[GPU_MAX_RANKS] = {0}, rc = -1;
   struct p2p_run* p = p2p_new();

@@ -105,6 +105,9 @@ struct gpu_opts {
   int ranks_per_host; /* hosts mode: consecutive ranks per emulated host (P2P among them) */
   int quick;
   int list; /* print the case names, run nothing (needs no GPU) */
+  /* Run no case on purpose: making and destroying the communicators is the test. */
+  int no_cases;
+  int init_fails; /* with no_cases: every rank's init must return an error */
   int verbose;
   const char* filter;
   uint64_t seed;
@@ -139,6 +142,20 @@ int world_main(const struct gpu_opts* opts, void (*suites)(struct gpu_world* w))
 
 /* 1 when the case named `name` is to run now (it passes the filter and this is no listing). */
 int world_case_begin(struct gpu_world* w, const char* name);
+/*
+ * The case `name` cannot run here: when it passes the filter (and this is no
+ * listing), prints "SKIP <name>: <why>" once and counts it as skipped. Every
+ * process of the run must make the same call (they count cases alike).
+ */
+void world_case_skip(struct gpu_world* w, const char* name, const char* why);
+/* `fits`, after skipping the case (world_case_skip) with `why` when it is 0. */
+int world_case_fits(struct gpu_world* w, const char* name, int fits, const char* why);
+/*
+ * Ends the case now running (in place of world_case_end) as skipped: once
+ * begun, it found nothing it could check here; prints "SKIP <name>: <why>".
+ * A case that failed already stays failed.
+ */
+void world_case_end_skipped(struct gpu_world* w, const char* why);
 void world_case_end(struct gpu_world* w);
 /* Reports a failure of the current case, prefixed with its name and this process's ranks. */
 void world_case_fail(struct gpu_world* w, const char* fmt, ...)

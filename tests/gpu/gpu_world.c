@@ -29,6 +29,11 @@
  * so the ordinal of a case is the same everywhere; a failure seen by any
  * process marks that ordinal in the tally, which the procs parent shares with
  * its children. A watchdog (SIGALRM) names the case that hangs.
+ *
+ * The verdict (world_verdict): a failure fails the run; so does a run in
+ * which no case ran nor skipped (a --filter that matches nothing), unless
+ * --no-cases declared that the init is the test; a run whose every case
+ * skipped exits 77, as one without enough GPUs does.
  */
 #include <signal.h>
 #include <stdarg.h>
@@ -45,9 +50,11 @@
 #define GPU_ID_WAIT_S 120.0 /* how long a procs child waits for child 0's unique ids */
 
 struct gpu_tally {
-  int ncases;   /* cases run (or listed), as counted by the process of rank 0 */
+  int ncases;   /* cases begun (or listed), as counted by the process of rank 0 */
+  int nskipped; /* cases skipped before they began (world_case_skip), counted by the same */
   int overflow; /* failures past GPU_MAX_CASES (counted, not deduplicated) */
-  unsigned char failed[GPU_MAX_CASES]; /* by ordinal: some process saw the case fail */
+  unsigned char failed[GPU_MAX_CASES];  /* by ordinal: some process saw the case fail */
+  unsigned char skipped[GPU_MAX_CASES]; /* by ordinal: some process ended it skipped */
 };
 
 /* procs mode: what the children share, mapped by the parent before the fork. */
@@ -108,6 +115,29 @@ int world_case_begin(struct gpu_world* w, const char* name) {
   if (w->opts->verbose) fprintf(stderr, "RUN  %s\n", name);
   alarm(w->opts->case_timeout_s);
   return 1;
+}
+
+void world_case_skip(struct gpu_world* w, const char* name, const char* why) {
+  if (w->opts->list || (w->opts->filter && !strstr(name, w->opts->filter))) return;
+  if (w->rank0 != 0) return; /* one line and one count for the run, from rank 0's process */
+  fprintf(stderr, "SKIP %s: %s\n", name, why);
+  w->tally->nskipped++;
+}
+
+int world_case_fits(struct gpu_world* w, const char* name, int fits, const char* why) {
+  if (!fits) world_case_skip(w, name, why);
+  return fits;
+}
+
+void world_case_end_skipped(struct gpu_world* w, const char* why) {
+  if (!w->case_failed) {
+    if (w->nlocal < w->nranks)
+      fprintf(stderr, "SKIP %s [process of rank %d]: %s\n", w->case_name, w->rank0, why);
+    else
+      fprintf(stderr, "SKIP %s: %s\n", w->case_name, why);
+    if (w->ordinal < GPU_MAX_CASES) w->tally->skipped[w->ordinal] = 1;
+  }
+  world_case_end(w);
 }
 
 void world_case_end(struct gpu_world* w) {
@@ -278,6 +308,30 @@ static int world_failures(const struct gpu_tally* t) {
   return n;
 }
 
+/* Cases that began and ended skipped (and did not fail). */
+static int world_begun_skips(const struct gpu_tally* t) {
+  int n = 0;
+  for (int i = 0; i < t->ncases && i < GPU_MAX_CASES; i++) n += t->skipped[i] && !t->failed[i];
+  return n;
+}
+
+/*
+ * --init-fails: the init (`what`, which returned `res`) had to fail. Prints the error and
+ * returns 0 when it did; 1 when it succeeded, or when the teardown after it failed.
+ */
+static int world_init_refused(struct gpu_world* w, ncclResult_t res, const char* what) {
+  if (res == ncclSuccess) {
+    world_case_fail(w, "%s succeeded, but --init-fails expects it to return an error", what);
+  } else {
+    const char* last = ncclGetLastError(NULL);
+    fprintf(stderr, "setup [rank %d]: %s returned %d (%s), as --init-fails expects; "
+            "ncclGetLastError: %s\n", w->rank0, what, (int)res, ncclGetErrorString(res),
+            last && *last ? last : "(empty)");
+  }
+  world_teardown(w);
+  return w->case_failed ? 1 : 0;
+}
+
 static void world_init(struct gpu_world* w, const struct gpu_opts* o, struct gpu_tally* tally) {
   memset(w, 0, sizeof *w);
   w->opts = o;
@@ -295,12 +349,13 @@ static int world_threads(const struct gpu_opts* o, void (*suites)(struct gpu_wor
   if (rc != 0) return rc;
   world_init(&w, o, tally);
   watchdog_install();
-  if (world_nccl(&w, ncclCommInitAll(w.comm, w.nranks, w.dev), NULL, "ncclCommInitAll") != 0 ||
-      world_streams_create(&w) != 0) {
+  ncclResult_t init = ncclCommInitAll(w.comm, w.nranks, w.dev);
+  if (o->init_fails) return world_init_refused(&w, init, "ncclCommInitAll");
+  if (world_nccl(&w, init, NULL, "ncclCommInitAll") != 0 || world_streams_create(&w) != 0) {
     world_teardown(&w);
     return 1;
   }
-  suites(&w);
+  if (!o->no_cases) suites(&w);
   world_teardown(&w);
   return w.failures || w.case_failed ? 1 : 0;
 }
@@ -384,14 +439,14 @@ static int world_child(const struct mp_child* ch) {
   w.shared = sh;
   watchdog_install();
   if (world_id_share(&w, sh->ids, 0, &sh->ids_ready[0]) != 0) return 1;
-  if (world_cuda(&w, cudaSetDevice(w.dev[0]), "cudaSetDevice") != 0 ||
-      world_nccl(&w, ncclCommInitRank(&w.comm[0], w.nranks, sh->ids[0], w.rank0), NULL,
-                 "ncclCommInitRank") != 0 ||
-      world_streams_create(&w) != 0) {
+  if (world_cuda(&w, cudaSetDevice(w.dev[0]), "cudaSetDevice") != 0) return 1;
+  ncclResult_t init = ncclCommInitRank(&w.comm[0], w.nranks, sh->ids[0], w.rank0);
+  if (a->opts->init_fails) return world_init_refused(&w, init, "ncclCommInitRank");
+  if (world_nccl(&w, init, NULL, "ncclCommInitRank") != 0 || world_streams_create(&w) != 0) {
     world_teardown(&w);
     return 1;
   }
-  a->suites(&w);
+  if (!a->opts->no_cases) a->suites(&w);
   world_teardown(&w);
   fflush(stdout);
   return w.failures || w.case_failed ? 1 : 0;
@@ -416,6 +471,34 @@ static int world_list(const struct gpu_opts* o, void (*suites)(struct gpu_world*
   return 0;
 }
 
+/* The summary line, and the exit status by the rule at the top of this file. */
+static int world_verdict(const struct gpu_opts* o, const struct gpu_tally* t, int rc) {
+  int failed = world_failures(t), begun_skips = world_begun_skips(t);
+  int skipped = t->nskipped + begun_skips, passed = t->ncases - failed - begun_skips;
+  if (passed < 0) passed = 0; /* failures past GPU_MAX_CASES are counted, not deduplicated */
+  printf("%d cases: %d passed, %d failed, %d skipped (mode=%s nranks=%d seed=%llu)\n",
+         t->ncases + t->nskipped, passed, failed, skipped, o->mode, o->nranks,
+         (unsigned long long)o->seed);
+  if (failed || rc != 0) return 1;
+  if (o->no_cases) {
+    printf("no case run, as %s declares: %s\n", o->init_fails ? "--init-fails" : "--no-cases",
+           o->init_fails ? "every rank's init returned an error" : "the init and teardown passed");
+    return 0;
+  }
+  if (passed == 0 && skipped == 0) {
+    if (o->filter)
+      printf("FAIL: no case ran: --filter \"%s\" matches none\n", o->filter);
+    else
+      printf("FAIL: no case ran (a run without cases on purpose says --no-cases)\n");
+    return 1;
+  }
+  if (passed == 0) {
+    printf("every case skipped\n");
+    return GPU_SKIP_CODE;
+  }
+  return 0;
+}
+
 int world_main(const struct gpu_opts* o, void (*suites)(struct gpu_world* w)) {
   int procs = strcmp(o->mode, "procs") == 0 || strcmp(o->mode, "hosts") == 0 ||
               strcmp(o->mode, "sharegpu") == 0;
@@ -428,12 +511,8 @@ int world_main(const struct gpu_opts* o, void (*suites)(struct gpu_world* w)) {
     rc = world_procs(o, suites, sh);
   else
     rc = world_threads(o, suites, &sh->tally);
-  if (!o->list && rc != GPU_SKIP_CODE) {
-    int failed = world_failures(&sh->tally);
-    printf("%d cases, %d failed (mode=%s nranks=%d seed=%llu)\n", sh->tally.ncases, failed, o->mode,
-           o->nranks, (unsigned long long)o->seed);
-    if (failed) rc = 1;
-  }
+  /* Not enough GPUs (77 before any case) needs no summary. */
+  if (!o->list && rc != GPU_SKIP_CODE) rc = world_verdict(o, &sh->tally, rc);
   mp_shared_free(sh, sizeof *sh);
   return rc;
 }
