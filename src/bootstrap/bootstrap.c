@@ -7,11 +7,14 @@
  *
  * Joining: a rank opens its listener, sends the root a JOIN hello (secret,
  * rank, nranks, listener), and gets back the listener of the next rank. The
- * ranks then all-gather their listeners and host names around that ring.
+ * ranks then all-gather their listeners and host names around that ring. A
+ * JOIN (or a connection to a rank) that is refused, or dropped before its
+ * reply, is made again with backoff until the deadline, as NCCL retries.
  *
  * Waits during bootstrap_init end at BRAID_BOOTSTRAP_TIMEOUT; later waits
  * last as long as needed (a peer may be busy for minutes between setup
- * steps) but end on abort, or when the awaited peer closes its connection.
+ * steps) but end on abort, and when the awaited peer is gone (its connection
+ * closed or reset, its host silent past BRAID_SOCKET_KEEPALIVE_SEC).
  */
 #include "bootstrap/bootstrap.h"
 
@@ -73,6 +76,32 @@ static ncclResult_t bootstrap_id_unpack(const ncclUniqueId* in, struct bootstrap
   return ncclSuccess;
 }
 
+/*
+ * The key of a BRAID_COMM_ID rendezvous. Every rank must derive the same one without talking,
+ * so it is a digest of the variable's text and of BRAID_COMM_SECRET, which the launcher gives
+ * every rank. Without that secret the text alone keeps strays and jobs with another
+ * BRAID_COMM_ID out, but anyone who can reach the port can compute the key: said once at INFO.
+ */
+static ncclResult_t bootstrap_env_secret(const char* text, const char* name, uint64_t secret[2]) {
+  static int told; /* atomic */
+  const char* shared = braid_param_str(BRAID_P_COMM_SECRET);
+  if (shared == NULL) shared = "";
+  if (shared[0] == '\0' && !__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+    INFO(BRAID_LOG_BOOTSTRAP | BRAID_LOG_INIT,
+         "bootstrap: %s is set without BRAID_COMM_SECRET: the key to join the rendezvous derives "
+         "from that text alone, so the bootstrap is only as private as the port; give every rank "
+         "the same BRAID_COMM_SECRET to keep other processes out", name);
+  const size_t len = strlen(text) + strlen(shared) + 40;
+  char* salted = malloc(len);
+  if (salted == NULL) return braid_err(ncclSystemError, "bootstrap: out of memory for %s", name);
+  snprintf(salted, len, "braid-comm-id:%s\n%s", text, shared);
+  secret[0] = braid_hash(salted, strlen(salted));
+  snprintf(salted, len, "%s\n%s:braid-comm-id", shared, text);
+  secret[1] = braid_hash(salted, strlen(salted));
+  free(salted);
+  return ncclSuccess;
+}
+
 ncclResult_t bootstrap_id_from_env(ncclUniqueId* id, int* found) {
   ncclResult_t res = ncclSuccess;
   union braid_sockaddr root;
@@ -87,18 +116,8 @@ ncclResult_t bootstrap_id_from_env(ncclUniqueId* id, int* found) {
               "%s=%s names port 0: rank 0 listens there for the others, so give it a fixed port "
               "(host:port)",
               name, text);
-  /*
-   * Every rank must derive the same id without talking, so the "secret" is a
-   * digest of the variable's text. It keeps strays and jobs with another
-   * BRAID_COMM_ID out, but anyone who knows the address can compute it: use
-   * ncclGetUniqueId (a random secret) where that matters.
-   */
-  char salted[512];
   uint64_t secret[2];
-  snprintf(salted, sizeof salted, "braid-comm-id:%s", text);
-  secret[0] = braid_hash(salted, strlen(salted));
-  snprintf(salted, sizeof salted, "%s:braid-comm-id", text);
-  secret[1] = braid_hash(salted, strlen(salted));
+  BRAID_TRY(bootstrap_env_secret(text, name, secret));
   bootstrap_id_pack(BOOTSTRAP_MODE_RANK0, &root, (const uint8_t*)secret, id);
   *found = 1;
 fail:
@@ -168,6 +187,7 @@ static ncclResult_t bootstrap_alloc(int rank, int nranks, volatile uint32_t* abo
   b->timeout = bootstrap_timeout_param();
   b->queue_tail = &b->queue;
   b->failed_peer = -1;
+  b->nout = 0;
   pthread_mutex_init(&b->lock, NULL);
   BRAID_TRY(BRAID_CALLOC(&b->peers, (size_t)nranks, "the bootstrap peer table"));
   for (int r = 0; r < nranks; r++) b->peers[r].out_fd = -1;
@@ -215,61 +235,40 @@ static ncclResult_t bootstrap_peers_fill(struct bootstrap* b, struct bootstrap_p
   return ncclSuccess;
 }
 
-/* Registers with the root and learns the next rank's listener. */
+/*
+ * Registers with the root and learns the next rank's listener. A JOIN that is refused (the root
+ * is not up yet: with BRAID_COMM_ID rank 0 starts it) or dropped before its answer (a root
+ * swamped with strangers makes room; with BRAID_COMM_ID the port serves one rendezvous after
+ * another, and a finished root closing its listener drops what waited in its backlog) is sent
+ * again, with backoff, until the deadline.
+ */
 static ncclResult_t bootstrap_join_root(struct bootstrap* b, const union braid_sockaddr* root, int mode) {
   ncclResult_t res = ncclSuccess;
-  struct bootstrap_hello hello;
-  struct bootstrap_root_reply reply;
-  char text[BOOTSTRAP_MAX_REPLY_TEXT + 1];
-  int fd = -1, err = 0, reset = 0;
+  struct bootstrap_reply reply;
+  int fd = -1, again = 0, err = 0, tries = 0;
+  double pause = BOOTSTRAP_RETRY_MIN_S;
+  const double start = braid_time_sec();
   socket_addr_str(root, b->root_text, sizeof b->root_text);
   for (;;) {
-    double limit = BRAID_MAX(0.0, b->deadline - braid_time_sec());
-    res = socket_connect_quiet(root, limit, b->abort_flag, &fd, &err);
-    if (res != ncclSuccess && err == ECANCELED) {
-      INFO(BRAID_LOG_BOOTSTRAP, "bootstrap: rank %d stopped connecting to the root: aborted", b->rank);
-      goto fail;
-    }
-    BRAID_CHECK(res == ncclSuccess, ncclSystemError,
-                "bootstrap: rank %d of %d cannot reach the root at %s within %.0f s: %s (%s)",
-                b->rank, b->nranks, b->root_text, limit, strerror(err),
-                mode == BOOTSTRAP_MODE_RANK0
-                    ? "with BRAID_COMM_ID rank 0 runs the root: did it start, with the same value?"
-                    : "the process that called ncclGetUniqueId must live until every rank has joined");
-    bootstrap_hello_fill(b, BOOTSTRAP_HELLO_JOIN, b->secret, &hello);
-    res = bootstrap_root_move(b, fd, &hello, sizeof hello, 1, &reset);
-    if (res == ncclSuccess) res = bootstrap_root_move(b, fd, &reply, sizeof reply, 0, &reset);
-    if (res == ncclSuccess) break;
-    if (!reset) goto fail;
-    /*
-     * Reset while the hello went out or before any answer. With BRAID_COMM_ID the port
-     * serves one rendezvous after another: this may be the previous one's root closing its
-     * listener, which resets what waited in its backlog. Join again until the deadline.
-     */
-    socket_close(&fd);
-    BRAID_CHECK(mode == BOOTSTRAP_MODE_RANK0 && braid_time_sec() < b->deadline &&
-                    !bootstrap_aborted(b),
-                ncclRemoteError,
-                "bootstrap: the root at %s closed the connection before answering rank %d (%s): it "
-                "refuses a hello with another job's secret, or its process exited",
-                b->root_text, b->rank, strerror(ECONNRESET));
-    INFO(BRAID_LOG_BOOTSTRAP,
-         "bootstrap: the root at %s reset rank %d's connection before answering (a finished "
-         "rendezvous's root closing the port?); joining again",
-         b->root_text, b->rank);
-    usleep(10000);
+    res = bootstrap_dial(b, root, -1, BOOTSTRAP_HELLO_JOIN, &reply, &fd, &again, &err);
+    if (res == ncclSuccess || !again) break;
+    if (++tries == 1)
+      INFO(BRAID_LOG_BOOTSTRAP, "bootstrap: rank %d's join at the root at %s %s; joining again",
+           b->rank, b->root_text, err ? strerror(err) : "was dropped before its answer");
+    if (braid_time_sec() >= b->deadline) break;
+    BRAID_TRY(bootstrap_retry_pause(b, -1, &pause));
   }
-  BRAID_CHECK(reply.magic == BOOTSTRAP_WIRE_MAGIC && reply.text_len <= BOOTSTRAP_MAX_REPLY_TEXT,
-              ncclSystemError, "bootstrap: the root at %s sent rank %d a malformed answer",
-              b->root_text, b->rank);
+  BRAID_CHECK(res == ncclSuccess || (!again && err == 0), ncclSystemError,
+              "bootstrap: rank %d of %d cannot reach the root at %s within %.0f s (%d attempts; the "
+              "last one: %s): %s",
+              b->rank, b->nranks, b->root_text, braid_time_sec() - start, BRAID_MAX(tries, 1),
+              err ? strerror(err) : "dropped before the answer",
+              mode == BOOTSTRAP_MODE_RANK0
+                  ? "with BRAID_COMM_ID rank 0 runs the root: did it start, with the same value?"
+                  : "the process that called ncclGetUniqueId must live until every rank has joined");
+  if (res != ncclSuccess) goto fail; /* logged where it failed */
   if (reply.status != ncclSuccess) {
-    BRAID_TRY(bootstrap_fd_move(b, fd, text, reply.text_len, 0, -1));
-    text[reply.text_len] = '\0';
-    for (uint32_t i = 0; i < reply.text_len; i++)
-      if (text[i] < 0x20 || text[i] > 0x7e) text[i] = '?';
-    int status = reply.status > 0 && reply.status < ncclNumResults && reply.status != ncclInProgress
-                     ? reply.status : ncclInternalError;
-    res = braid_err((ncclResult_t)status, "%s", text);
+    res = bootstrap_reply_fail(b, fd, -1, &reply);
     goto fail;
   }
   int next = (b->rank + 1) % b->nranks;
@@ -329,6 +328,8 @@ ncclResult_t bootstrap_init(const ncclUniqueId* ids, int nids, int rank, int nra
   *out = NULL;
   BRAID_CHECK(nranks >= 1 && rank >= 0 && rank < nranks, ncclInvalidArgument,
               "bootstrap: rank %d is out of range for %d ranks", rank, nranks);
+  BRAID_CHECK(nranks <= BOOTSTRAP_MAX_RANKS, ncclInvalidArgument,
+              "bootstrap: %d ranks, more than a bootstrap supports (%d)", nranks, BOOTSTRAP_MAX_RANKS);
   BRAID_TRY(bootstrap_check_ids(ids, nids, &id, &root_addr));
   BRAID_TRY(bootstrap_alloc(rank, nranks, abort, &b));
   memcpy(b->secret, id.secret, sizeof b->secret);
@@ -547,6 +548,7 @@ ncclResult_t bootstrap_close(struct bootstrap* b) {
   socket_close(&b->listen_fd);
   free(b->in);
   free(b->pfds);
+  free(b->out_peers);
   free(b->peers);
   pthread_mutex_destroy(&b->lock);
   free(b);

@@ -12,20 +12,24 @@
  * all-gather their addresses around that ring. From then on ranks talk
  * directly over TCP connections made on first use and kept; every connection
  * starts with the secret, and one without it (a port scanner, a stale job,
- * garbage, silence) is closed and logged (WARN, with its address) without
- * disturbing the job.
+ * garbage, silence) is closed and logged (one WARN per burst, with the first
+ * address) without disturbing the job, however many there are: a listener
+ * keeps at most 64 of them waiting and drops the oldest to make room, and a
+ * rank whose connection was dropped before its reply makes it again.
  *
  * Root-less mode: with BRAID_COMM_ID / NCCL_COMM_ID=host:port, rank 0 runs the
  * root at that address and every rank builds the same id from the variable.
- * Its "secret" is then a digest of the variable's text: it keeps strays and
- * other jobs out, but anyone who can read the job's environment can compute
- * it. ncclGetUniqueId's random secret is the one to use where that matters.
+ * Its secret is then a digest of the variable's text and of BRAID_COMM_SECRET,
+ * a text the launcher gives every rank. Without BRAID_COMM_SECRET it keeps
+ * strays and other jobs out, but anyone who can reach the port can compute it
+ * (said once at INFO).
  *
  * A rank that never arrives: BRAID_BOOTSTRAP_TIMEOUT seconds after the first
  * rank joined, every waiting rank fails with ncclSystemError naming the
  * missing ranks. Waits after bootstrap_init have no time limit (a peer may be
- * busy between setup steps) but end on abort, and when the awaited peer
- * closes its connection (ncclRemoteError).
+ * busy between setup steps) but end on abort, and when the awaited peer is
+ * gone (ncclRemoteError naming it): its connection closed or reset, its host
+ * silent for BRAID_SOCKET_KEEPALIVE_SEC, its listener refusing connections.
  *
  * Threading: one struct bootstrap is used by one thread at a time, except
  * bootstrap_abort, which may be called from any thread. There is no helper
@@ -45,9 +49,18 @@ struct bootstrap;
 /*
  * Creates an id and starts its root listener (or returns the BRAID_COMM_ID
  * id, starting nothing). The root's thread ends once its rendezvous is done,
- * or BRAID_BOOTSTRAP_TIMEOUT seconds after it started if no rank ever came.
+ * or BRAID_BOOTSTRAP_TIMEOUT seconds after the first rank joined if not all
+ * came. Until a rank joins it waits without limit, as NCCL's does: an id may
+ * be used long after it was made.
  */
 ncclResult_t bootstrap_get_unique_id(ncclUniqueId* id);
+/*
+ * Ends every root that bootstrap_get_unique_id started and that is still
+ * running (ids not used, or rendezvous not complete), closing their listeners,
+ * and waits (up to 2 s) for their threads. Runs when the library is unloaded;
+ * for a process that is done with its unused ids.
+ */
+void bootstrap_roots_stop(void);
 /* Rank-independent id from BRAID_COMM_ID (found = 0 when unset). */
 ncclResult_t bootstrap_id_from_env(ncclUniqueId* id, int* found);
 /* A short printable digest of an id (for logs): never reveals the secret. */
@@ -91,8 +104,10 @@ ncclResult_t bootstrap_barrier(struct bootstrap* b);
  * Send does not wait for the matching recv: the receiver queues whatever
  * arrives while it is inside any bootstrap call, so a message that fits the
  * socket buffers returns at once, and a larger one returns once the receiver
- * enters some bootstrap call. Recv of a message whose size differs from
- * `size` fails with ncclInternalError. peer == own rank is allowed.
+ * enters some bootstrap call. The first message to a peer also waits for the
+ * peer to take the connection, which it does inside any bootstrap call.
+ * Recv of a message whose size differs from `size` fails with
+ * ncclInternalError. peer == own rank is allowed.
  */
 ncclResult_t bootstrap_send(struct bootstrap* b, int peer, int tag, const void* data, size_t size);
 ncclResult_t bootstrap_recv(struct bootstrap* b, int peer, int tag, void* data, size_t size);

@@ -3,18 +3,25 @@
  * unexpected messages, and sending over connections made on first use.
  *
  * Connections between ranks are one-way: to send to rank p we connect to p's
- * listener once, present a PEER hello with the job's secret, and keep the
- * connection for every later message. Whatever arrives on our listener is
- * read into a queue, matched later by (peer, channel, tag).
+ * listener once, present a PEER hello with the job's secret, wait for p's
+ * reply, and keep the connection for every later message. Whatever arrives on
+ * our listener is read into a queue, matched later by (peer, channel, tag).
  *
  * There is no helper thread. Every wait (for a message, for room in a full
- * socket buffer) is a poll() over the listener and every incoming
- * connection, so a rank keeps draining its peers while it waits: send never
- * waits for the matching recv, two ranks sending large messages to each other
- * cannot deadlock, and a stray connection is dropped (WARN with its address)
- * without holding up anyone. Incoming traffic is served only while the owner
- * is inside a bootstrap call; that is enough, because a peer that needs us to
- * read is itself waiting for us to reach the matching call.
+ * socket buffer, for a connection or a reply) is a poll() over the listener,
+ * every incoming connection and every outgoing one, so a rank keeps draining
+ * its peers while it waits: send never waits for the matching recv, two ranks
+ * sending large messages to each other cannot deadlock, and a stray
+ * connection is dropped without holding up anyone. Incoming traffic is served
+ * only while the owner is inside a bootstrap call; that is enough, because a
+ * peer that needs us to read (or to answer its hello) is itself waiting for us
+ * to reach the matching call.
+ *
+ * Dead peers: every connection has TCP keepalive (BRAID_SOCKET_KEEPALIVE_SEC),
+ * an outgoing connection that ends or errs marks its peer gone, and a wait for
+ * a peer with no connection either way connects to it after
+ * BOOTSTRAP_PROBE_S, so that a wait after init, which has no deadline, still
+ * ends with ncclRemoteError naming the peer once it is gone.
  *
  * Every length read from the wire is checked before use: a hello is fixed
  * size, a message header's size is bounded by BOOTSTRAP_MAX_MSG.
@@ -37,6 +44,10 @@
 /* Longest single poll(): an abort is noticed within this time. */
 #define BOOTSTRAP_SLICE_MS 100
 #define BOOTSTRAP_NOTICE_GRACE_S 0.25 /* a closed peer: how long a failure notice may trail it */
+/* A wait after init for a peer with no connection either way connects to it after this long. */
+#define BOOTSTRAP_PROBE_S 2.0
+/* A send blocked this long, on a peer that acknowledged every byte, is a slow reader's. */
+#define BOOTSTRAP_SEND_STALL_S 1.0
 
 static const char* const bootstrap_channel_names[BOOTSTRAP_CH_COUNT] = {
     "send/recv", "init exchange", "allgather", "barrier", "split", "failure notice"};
@@ -73,6 +84,55 @@ ncclResult_t bootstrap_wait_check(struct bootstrap* b, int peer, const char* wha
   return ncclSuccess;
 }
 
+/* ------------------------------------------------ rejected connections */
+
+void bootstrap_reject_note(struct bootstrap_reject_log* log, const char* who,
+                           const union braid_sockaddr* remote, const char* why) {
+  char addr[BOOTSTRAP_TEXT];
+  const double now = braid_time_sec();
+  socket_addr_str(remote, addr, sizeof addr);
+  if (log->warned > 0 && now - log->warned < BOOTSTRAP_REJECT_WARN_S) {
+    log->quiet++;
+    TRACE(BRAID_LOG_BOOTSTRAP, "%s rejected connection from %s: %s", who, addr, why);
+    return;
+  }
+  if (log->quiet > 0)
+    WARN("%s rejected connection from %s: %s (and %u more since the last such warning)", who, addr,
+         why, log->quiet);
+  else
+    WARN("%s rejected connection from %s: %s (more within %.0f s are counted, not listed)", who,
+         addr, why, BOOTSTRAP_REJECT_WARN_S);
+  log->warned = now > 0 ? now : 1e-9;
+  log->quiet = 0;
+}
+
+void bootstrap_reject_flush(struct bootstrap_reject_log* log, const char* who) {
+  if (log->quiet > 0)
+    INFO(BRAID_LOG_BOOTSTRAP, "%s rejected %u more connections after its last warning", who,
+         log->quiet);
+  log->quiet = 0;
+}
+
+void bootstrap_reply_now(int fd, ncclResult_t status, const char* text) {
+  struct {
+    struct bootstrap_reply head;
+    char text[BOOTSTRAP_MAX_REPLY_TEXT];
+  } out;
+  const size_t len = text ? BRAID_MIN(strlen(text), (size_t)BOOTSTRAP_MAX_REPLY_TEXT) : 0;
+  size_t moved = 0;
+  memset(&out.head, 0, sizeof out.head);
+  out.head.magic = BOOTSTRAP_WIRE_MAGIC;
+  out.head.status = (int32_t)status;
+  out.head.text_len = (uint32_t)len;
+  if (len) memcpy(out.text, text, len);
+  /* A refused sender's unread bytes would turn the close that follows into a reset. */
+  for (int i = 0; status != ncclSuccess && i < 16; i++) {
+    char sink[512];
+    if (socket_recv_some(fd, sink, sizeof sink, &moved) != ncclSuccess || moved == 0) break;
+  }
+  socket_send_some(fd, &out, sizeof out.head + len, &moved);
+}
+
 /* ------------------------------------------------- incoming connections */
 
 void bootstrap_in_close(struct bootstrap_in* c) {
@@ -81,26 +141,35 @@ void bootstrap_in_close(struct bootstrap_in* c) {
   c->msg = NULL;
 }
 
-/* Drops a connection that is not a rank of this job (scanner, stale job, garbage): WARN, close. */
+/* "bootstrap: rank 3 (listener 10.0.0.3:41234)", for the log of rejected connections. */
+static const char* bootstrap_listener_name(const struct bootstrap* b, char* buf, size_t size) {
+  char self[BOOTSTRAP_TEXT];
+  snprintf(buf, size, "bootstrap: rank %d (listener %s)", b->rank,
+           socket_addr_str(&b->listen_addr, self, sizeof self));
+  return buf;
+}
+
+/* Drops a connection that is not a rank of this job (scanner, stale job, garbage), then closes it. */
 static void bootstrap_in_reject(struct bootstrap* b, struct bootstrap_in* c, const char* why) {
-  char addr[BOOTSTRAP_TEXT], self[BOOTSTRAP_TEXT];
-  WARN("bootstrap: rank %d (listener %s) rejected connection from %s: %s", b->rank,
-       socket_addr_str(&b->listen_addr, self, sizeof self),
-       socket_addr_str(&c->remote, addr, sizeof addr), why);
+  char who[BOOTSTRAP_TEXT + 48];
+  bootstrap_reject_note(&b->rejects, bootstrap_listener_name(b, who, sizeof who), &c->remote, why);
   bootstrap_in_close(c);
 }
 
-/* The connection of an accepted rank ended: later waits on that rank fail instead of hanging. */
-static void bootstrap_in_lost(struct bootstrap* b, struct bootstrap_in* c, const char* why) {
+/* The connection of an accepted rank ended (err: why, 0 closed): waits on that rank fail. */
+static void bootstrap_in_lost(struct bootstrap* b, struct bootstrap_in* c, const char* why, int err) {
   char who[160];
   if (why) WARN("bootstrap: rank %d closes the connection of %s: %s", b->rank,
                 bootstrap_peer_describe(b, c->rank, who, sizeof who), why);
   else TRACE(BRAID_LOG_BOOTSTRAP, "bootstrap: rank %d: rank %d closed its connection", b->rank, c->rank);
   b->peers[c->rank].closed = 1;
+  if (b->peers[c->rank].lost_errno == 0) b->peers[c->rank].lost_errno = err;
   bootstrap_in_close(c);
 }
 
+/* A complete hello: take the connection (and say so), or refuse it with the reason. */
 static void bootstrap_in_hello(struct bootstrap* b, struct bootstrap_in* c) {
+  char text[BOOTSTRAP_MAX_REPLY_TEXT], self[BOOTSTRAP_TEXT];
   const char* why = bootstrap_hello_check(&c->hello, b->secret);
   int rank = c->hello.rank;
   if (why == NULL && c->hello.kind != BOOTSTRAP_HELLO_PEER) why = "not a rank-to-rank hello";
@@ -111,9 +180,19 @@ static void bootstrap_in_hello(struct bootstrap* b, struct bootstrap_in* c) {
       why = "a second connection claiming the same rank";
   if (why == NULL && b->peers[rank].closed) why = "a rank whose connection already ended";
   if (why != NULL) {
+    if (bootstrap_hello_is_ours(&c->hello)) { /* a Braid process: it reads the reason */
+      snprintf(text, sizeof text,
+               "bootstrap: rank %d of %d (pid %d on %s, listener %s) refused the connection of "
+               "rank %d of %d (pid %d on %s): %s",
+               b->rank, b->nranks, (int)getpid(), braid_log_hostname(),
+               socket_addr_str(&b->listen_addr, self, sizeof self), (int)c->hello.rank,
+               (int)c->hello.nranks, (int)c->hello.pid, c->hello.host, why);
+      bootstrap_reply_now(c->fd, ncclRemoteError, text);
+    }
     bootstrap_in_reject(b, c, why);
     return;
   }
+  bootstrap_reply_now(c->fd, ncclSuccess, NULL);
   c->rank = rank;
   c->got = 0;
 }
@@ -125,13 +204,13 @@ static int bootstrap_in_header(struct bootstrap* b, struct bootstrap_in* c) {
   if (h->magic != BOOTSTRAP_WIRE_MAGIC || h->channel >= BOOTSTRAP_CH_COUNT || h->size > BOOTSTRAP_MAX_MSG) {
     snprintf(why, sizeof why, "malformed message header (magic 0x%08x, channel %u, %llu bytes)",
              h->magic, h->channel, (unsigned long long)h->size);
-    bootstrap_in_lost(b, c, why);
+    bootstrap_in_lost(b, c, why, EPROTO);
     return -1;
   }
   c->msg = malloc(sizeof *c->msg + (size_t)h->size);
   if (c->msg == NULL) {
     snprintf(why, sizeof why, "out of memory for a message of %llu bytes", (unsigned long long)h->size);
-    bootstrap_in_lost(b, c, why);
+    bootstrap_in_lost(b, c, why, ENOMEM);
     return -1;
   }
   c->msg->next = NULL;
@@ -197,18 +276,24 @@ void bootstrap_in_read(struct bootstrap* b, struct bootstrap_in* c) {
     }
     size_t got = 0;
     if (want > 0 && socket_recv_some(c->fd, dst, want, &got) != ncclSuccess) {
-      snprintf(why, sizeof why, "connection ended: %s", errno ? strerror(errno) : "closed by the peer");
+      const int err = errno;
+      snprintf(why, sizeof why, "connection ended: %s", err ? strerror(err) : "closed by the peer");
       if (c->rank < 0) {
         snprintf(why, sizeof why, "it closed after %zu of the %zu bytes of a hello", c->got, sizeof c->hello);
         bootstrap_in_reject(b, c, why);
       } else {
-        bootstrap_in_lost(b, c, c->msg || c->got ? why : NULL);
+        bootstrap_in_lost(b, c, c->msg || c->got ? why : NULL, err);
       }
       return;
     }
     if (want > 0 && got == 0) return;
     c->got += got;
     if (c->rank < 0) {
+      const char* bad = bootstrap_hello_prefix_check(&c->hello, c->got);
+      if (bad != NULL) {
+        bootstrap_in_reject(b, c, bad);
+        return;
+      }
       if (c->got == sizeof c->hello) bootstrap_in_hello(b, c);
     } else if (c->msg == NULL) {
       if (c->got == sizeof c->header && bootstrap_in_header(b, c) != 0) return;
@@ -238,16 +323,39 @@ int bootstrap_in_add(struct bootstrap* b, int fd, const union braid_sockaddr* re
   c->fd = fd;
   c->rank = -1;
   c->remote = *remote;
-  c->hello_deadline = braid_time_sec() + BOOTSTRAP_HELLO_SEC;
+  c->since = braid_time_sec();
+  c->hello_deadline = c->since + BOOTSTRAP_HELLO_SEC;
   b->in[b->nin++] = c;
   return 0;
 }
 
-/* Takes every connection waiting on the listener; refuses them past BOOTSTRAP_MAX_PENDING. */
+/* Past BOOTSTRAP_MAX_PENDING connections without a hello, the oldest one makes room. */
+static void bootstrap_in_make_room(struct bootstrap* b) {
+  char why[160];
+  struct bootstrap_in* oldest = NULL;
+  int pending = 0;
+  for (int i = 0; i < b->nin; i++) {
+    struct bootstrap_in* c = b->in[i];
+    if (c->fd < 0 || c->rank >= 0) continue;
+    pending++;
+    if (oldest == NULL || c->since < oldest->since) oldest = c;
+  }
+  if (pending <= BOOTSTRAP_MAX_PENDING) return;
+  snprintf(why, sizeof why,
+           "dropped after %.2f s without a hello (%zu of %zu bytes) to make room: %d connections "
+           "were waiting to present one", braid_time_sec() - oldest->since, oldest->got,
+           sizeof oldest->hello, pending);
+  bootstrap_in_reject(b, oldest, why);
+}
+
+/*
+ * Takes up to BOOTSTRAP_ACCEPT_BATCH connections waiting on the listener, reading each at once:
+ * a rank's hello is usually there already, and it is then taken before strangers that arrive
+ * after it can crowd it out.
+ */
 static void bootstrap_accept(struct bootstrap* b) {
-  char addr[BOOTSTRAP_TEXT];
-  for (;;) {
-    int fd = -1, pending = 0;
+  for (int taken = 0; taken < BOOTSTRAP_ACCEPT_BATCH; taken++) {
+    int fd = -1;
     union braid_sockaddr remote;
     if (socket_accept_some(b->listen_fd, &fd, &remote) != ncclSuccess) {
       char who[48];
@@ -256,14 +364,14 @@ static void bootstrap_accept(struct bootstrap* b) {
       return;
     }
     if (fd < 0) return;
-    for (int i = 0; i < b->nin; i++) pending += b->in[i]->fd >= 0 && b->in[i]->rank < 0;
-    const char* why = NULL;
-    if (pending >= BOOTSTRAP_MAX_PENDING) why = "too many connections already wait to present a hello";
-    else if (bootstrap_in_add(b, fd, &remote) != 0) why = "out of memory";
-    if (why == NULL) continue;
-    WARN("bootstrap: rank %d refused connection from %s: %s", b->rank,
-         socket_addr_str(&remote, addr, sizeof addr), why);
-    close(fd);
+    socket_keepalive(fd, socket_keepalive_sec());
+    if (bootstrap_in_add(b, fd, &remote) != 0) {
+      struct bootstrap_in lone = {.fd = fd, .rank = -1, .remote = remote};
+      bootstrap_in_reject(b, &lone, "out of memory");
+      continue;
+    }
+    bootstrap_in_read(b, b->in[b->nin - 1]);
+    bootstrap_in_make_room(b);
   }
 }
 
@@ -287,45 +395,88 @@ static void bootstrap_in_sweep(struct bootstrap* b) {
   b->nin = kept;
 }
 
+/* Whether `peer`'s connection to us is open (messages may still come over it). */
+static int bootstrap_in_alive(const struct bootstrap* b, int peer) {
+  for (int i = 0; i < b->nin; i++)
+    if (b->in[i]->rank == peer && b->in[i]->fd >= 0) return 1;
+  return 0;
+}
+
 /*
- * One turn of every wait: polls the listener, every incoming connection and,
- * when fd >= 0, `fd` for `events`, for at most one slice; serves whatever is
- * ready. The caller then retries what it waits for.
+ * Something happened on our connection to `peer`, which carries nothing to us after the
+ * reply to our hello: it ended (the peer's bootstrap closed, or its process died), its host
+ * stopped answering (keepalive: ETIMEDOUT), or the peer broke the protocol. It is gone.
  */
-static void bootstrap_progress(struct bootstrap* b, int fd, short events) {
-  int n = b->nin, total = n + 1 + (fd >= 0);
+static void bootstrap_out_check(struct bootstrap* b, int peer) {
+  struct bootstrap_peer* p = &b->peers[peer];
+  char sink[64], who[160];
+  ssize_t n = recv(p->out_fd, sink, sizeof sink, MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  const int err = n > 0 ? EPROTO : n == 0 ? 0 : errno;
+  p->gone = 1;
+  if (p->lost_errno == 0) p->lost_errno = err;
+  INFO(BRAID_LOG_BOOTSTRAP, "bootstrap: rank %d's connection to %s ended: %s", b->rank,
+       bootstrap_peer_describe(b, peer, who, sizeof who),
+       n > 0 ? "it sent bytes where none are due" : err ? strerror(err) : "closed by the peer");
+}
+
+/*
+ * One turn of every wait: polls the listener, every incoming and outgoing
+ * connection and, when fd >= 0, `fd` for `events`, for at most wait_ms;
+ * serves whatever is ready. The caller then retries what it waits for.
+ */
+static void bootstrap_progress_for(struct bootstrap* b, int fd, short events, int wait_ms) {
+  const int n = b->nin, nout = b->nout, total = 1 + n + nout + (fd >= 0);
   if (total > b->pfd_cap) {
     struct pollfd* grown = realloc(b->pfds, (size_t)total * sizeof *grown);
     if (grown == NULL) { /* serve nothing this turn; the caller's wait still ends on time */
-      poll(NULL, 0, BOOTSTRAP_SLICE_MS);
+      poll(NULL, 0, wait_ms);
       return;
     }
     b->pfds = grown;
     b->pfd_cap = total;
   }
+  struct pollfd* in = b->pfds + 1;
+  struct pollfd* out = in + n;
   b->pfds[0] = (struct pollfd){.fd = b->listen_fd, .events = POLLIN};
-  for (int i = 0; i < n; i++) b->pfds[1 + i] = (struct pollfd){.fd = b->in[i]->fd, .events = POLLIN};
-  if (fd >= 0) b->pfds[n + 1] = (struct pollfd){.fd = fd, .events = events};
-  if (poll(b->pfds, (nfds_t)total, BOOTSTRAP_SLICE_MS) > 0) {
+  for (int i = 0; i < n; i++) in[i] = (struct pollfd){.fd = b->in[i]->fd, .events = POLLIN};
+  for (int j = 0; j < nout; j++) {
+    const struct bootstrap_peer* p = &b->peers[b->out_peers[j]];
+    out[j] = (struct pollfd){.fd = p->gone ? -1 : p->out_fd, .events = POLLIN};
+  }
+  if (fd >= 0) out[nout] = (struct pollfd){.fd = fd, .events = events};
+  if (poll(b->pfds, (nfds_t)total, wait_ms) > 0) {
     for (int i = 0; i < n; i++)
-      if (b->pfds[1 + i].revents && b->in[i]->fd >= 0) bootstrap_in_read(b, b->in[i]);
-    /* Accept after reading: new connections go past the end, so index i still names pfds[1 + i]. */
+      if (in[i].revents && b->in[i]->fd >= 0) bootstrap_in_read(b, b->in[i]);
+    for (int j = 0; j < nout; j++) {
+      const int peer = b->out_peers[j];
+      if (out[j].revents && out[j].fd >= 0 && b->peers[peer].out_fd == out[j].fd && !b->peers[peer].gone)
+        bootstrap_out_check(b, peer);
+    }
+    /* Accept last: new connections go past the end, so index i still names in[i]. */
     if (b->pfds[0].revents) bootstrap_accept(b);
   }
   bootstrap_in_sweep(b);
+}
+
+static void bootstrap_progress(struct bootstrap* b, int fd, short events) {
+  bootstrap_progress_for(b, fd, events, BOOTSTRAP_SLICE_MS);
 }
 
 /* --------------------------------------------------------- sending */
 
 /*
  * bootstrap_fd_move, telling in *moved how many bytes went through (also on failure). With
- * `reset` set, a send to the root on a connection it reset, or a receive from it reset before
- * its first byte, fails quietly (no message) with *reset = 1: see bootstrap_root_move.
+ * `reset` set, a send on a connection the other side reset, or a receive that ends before its
+ * first byte, fails quietly (no message) with *reset = 1: the connection was dropped unread,
+ * and the caller makes it again (see bootstrap_dial).
  */
 static ncclResult_t bootstrap_fd_move_counted(struct bootstrap* b, int fd, void* buf, size_t size,
                                               int sending, int peer, size_t* moved, int* reset) {
   ncclResult_t res = ncclSuccess;
   char who[160];
+  double stalled = -1.0;
+  int relaxed = 0;
   *moved = 0;
   while (*moved < size) {
     const size_t done = *moved;
@@ -334,25 +485,37 @@ static ncclResult_t bootstrap_fd_move_counted(struct bootstrap* b, int fd, void*
                   : socket_recv_some(fd, (char*)buf + done, size - done, &n);
     if (res != ncclSuccess) {
       int e = errno;
-      if (reset && (sending ? e == ECONNRESET || e == EPIPE : *moved == 0 && e == ECONNRESET)) {
+      if (reset && (sending ? e == ECONNRESET || e == EPIPE : *moved == 0 && (e == ECONNRESET || e == 0))) {
         *reset = 1;
-        return ncclRemoteError;
+        res = ncclRemoteError;
+        goto out;
       }
       bootstrap_peer_describe(b, peer, who, sizeof who);
-      if (peer < 0 && !sending)
-        return braid_err(ncclRemoteError, "bootstrap: %s closed the connection before answering rank %d "
-                         "(%s): it refuses a hello with another job's secret, or its process exited",
-                         who, b->rank, e ? strerror(e) : "closed");
-      return braid_err(res, "bootstrap: rank %d lost its connection to %s while %s: %s", b->rank, who,
-                       sending ? "sending" : "receiving", e ? strerror(e) : "closed by the peer");
+      res = braid_err(res, "bootstrap: rank %d lost its connection to %s while %s: %s", b->rank, who,
+                      sending ? "sending" : "receiving",
+                      e == ETIMEDOUT ? "its host stopped answering (BRAID_SOCKET_KEEPALIVE_SEC)"
+                      : e            ? strerror(e)
+                                     : "closed by the peer");
+      goto out;
     }
     *moved += n;
-    if (*moved == size || n > 0) continue;
+    if (n > 0) {
+      stalled = -1.0;
+      continue;
+    }
+    /* A peer that takes nothing but acknowledges everything is alive: do not time it out. */
+    if (sending && !relaxed) {
+      const double now = braid_time_sec();
+      if (stalled < 0) stalled = now;
+      else if (now - stalled >= BOOTSTRAP_SEND_STALL_S) relaxed = socket_keepalive_relax(fd);
+    }
     res = bootstrap_wait_check(b, peer, sending ? "room to send" : "an answer");
-    if (res != ncclSuccess) return res;
+    if (res != ncclSuccess) goto out;
     bootstrap_progress(b, fd, sending ? POLLOUT : POLLIN);
   }
-  return ncclSuccess;
+out:
+  if (relaxed) socket_keepalive(fd, socket_keepalive_sec());
+  return res;
 }
 
 /* Logs its own failures, naming the peer. */
@@ -360,13 +523,6 @@ ncclResult_t bootstrap_fd_move(struct bootstrap* b, int fd, void* buf, size_t si
                                int peer) {
   size_t moved;
   return bootstrap_fd_move_counted(b, fd, buf, size, sending, peer, &moved, NULL);
-}
-
-ncclResult_t bootstrap_root_move(struct bootstrap* b, int fd, void* buf, size_t size, int sending,
-                                 int* reset) {
-  size_t moved;
-  *reset = 0;
-  return bootstrap_fd_move_counted(b, fd, buf, size, sending, -1, &moved, reset);
 }
 
 void bootstrap_hello_fill(const struct bootstrap* b, int kind, const uint8_t* secret,
@@ -383,29 +539,198 @@ void bootstrap_hello_fill(const struct bootstrap* b, int kind, const uint8_t* se
   snprintf(h->host, sizeof h->host, "%s", braid_log_hostname());
 }
 
-/* Our connection to `peer`, made on first use and kept. */
+/*
+ * Whether a failed connect is worth another attempt. During init the peer's listener may not be
+ * up yet (a refusal), or its host still booting (unreachable). After init its listener has been
+ * up all along: a refusal means its bootstrap is gone, and a host that does not answer within
+ * BRAID_SOCKET_KEEPALIVE_SEC is as silent as keepalive would find it.
+ */
+static int bootstrap_dial_retryable(const struct bootstrap* b, int err) {
+  if (b->deadline >= 0) return socket_connect_retryable(err);
+  return err == ECONNRESET || err == ECONNABORTED || err == EAGAIN || err == EINTR;
+}
+
+ncclResult_t bootstrap_dial(struct bootstrap* b, const union braid_sockaddr* addr, int peer,
+                            int kind, struct bootstrap_reply* reply, int* out, int* again,
+                            int* err) {
+  ncclResult_t res = ncclSuccess;
+  struct bootstrap_hello hello;
+  char who[160];
+  int fd = -1, state, reset = 0;
+  size_t moved = 0;
+  const int silent_s = socket_keepalive_sec();
+  const double started = braid_time_sec();
+  *out = -1;
+  *again = 0;
+  *err = 0;
+  while ((state = socket_connect_step(addr, &fd, err)) == 0) {
+    BRAID_TRY(bootstrap_wait_check(b, peer, "a connection"));
+    if (silent_s > 0 && braid_time_sec() - started >= silent_s) { /* as keepalive would judge */
+      socket_close(&fd);
+      *err = ETIMEDOUT;
+      state = -1;
+      break;
+    }
+    bootstrap_progress(b, fd, POLLOUT);
+  }
+  if (state < 0) { /* not logged: the caller knows whether to try again */
+    *again = bootstrap_dial_retryable(b, *err);
+    return ncclSystemError;
+  }
+  socket_keepalive(fd, socket_keepalive_sec());
+  bootstrap_hello_fill(b, kind, b->secret, &hello);
+  res = bootstrap_fd_move_counted(b, fd, &hello, sizeof hello, 1, peer, &moved, &reset);
+  if (res == ncclSuccess)
+    res = bootstrap_fd_move_counted(b, fd, reply, sizeof *reply, 0, peer, &moved, &reset);
+  if (res != ncclSuccess) {
+    *again = reset;
+    goto fail;
+  }
+  BRAID_CHECK(reply->magic == BOOTSTRAP_WIRE_MAGIC && reply->text_len <= BOOTSTRAP_MAX_REPLY_TEXT,
+              ncclSystemError, "bootstrap: %s sent rank %d a malformed reply to its hello",
+              bootstrap_peer_describe(b, peer, who, sizeof who), b->rank);
+  *out = fd;
+  return ncclSuccess;
+fail:
+  socket_close(&fd);
+  return res;
+}
+
+ncclResult_t bootstrap_reply_fail(struct bootstrap* b, int fd, int peer,
+                                  const struct bootstrap_reply* reply) {
+  char text[BOOTSTRAP_MAX_REPLY_TEXT + 1];
+  const uint32_t len = BRAID_MIN(reply->text_len, (uint32_t)BOOTSTRAP_MAX_REPLY_TEXT);
+  ncclResult_t res = bootstrap_fd_move(b, fd, text, len, 0, peer);
+  if (res != ncclSuccess) return res;
+  text[len] = '\0';
+  for (uint32_t i = 0; i < len; i++)
+    if (text[i] < 0x20 || text[i] > 0x7e) text[i] = '?';
+  int status = reply->status > 0 && reply->status < ncclNumResults && reply->status != ncclInProgress
+                   ? reply->status : ncclInternalError;
+  return braid_err((ncclResult_t)status, "%s", len ? text : "bootstrap: refused, with no reason given");
+}
+
+ncclResult_t bootstrap_retry_pause(struct bootstrap* b, int peer, double* pause) {
+  const uint64_t salt[2] = {braid_time_ns(), (uint64_t)getpid()};
+  const double jitter = 0.5 + (double)(braid_hash(salt, sizeof salt) % 1000) / 1000.0;
+  double until = braid_time_sec() + *pause * jitter;
+  if (b->deadline >= 0) until = BRAID_MIN(until, b->deadline); /* the caller says why it gives up */
+  *pause = BRAID_MIN(*pause * 2.0, BOOTSTRAP_RETRY_MAX_S);
+  for (double now = braid_time_sec(); now < until; now = braid_time_sec()) {
+    ncclResult_t res = bootstrap_wait_check(b, peer, "a new connection attempt");
+    if (res != ncclSuccess) return res;
+    bootstrap_progress_for(b, -1, 0, (int)BRAID_MIN((until - now) * 1000.0 + 1, BOOTSTRAP_SLICE_MS));
+  }
+  return ncclSuccess;
+}
+
+/* Whether a connect that failed with `err` after init says the peer is gone (not a hiccup). */
+static int bootstrap_lost_errno(int err) {
+  return err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH ||
+         err == EHOSTDOWN;
+}
+
+/* Why connections to `peer` ended, as the end of a sentence naming it. */
+static const char* bootstrap_lost_reason(const struct bootstrap_peer* p, char* buf, size_t size) {
+  switch (p->lost_errno) {
+    case 0:
+      snprintf(buf, size, "closed its connection: did it exit or abort?");
+      break;
+    case ETIMEDOUT:
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case EHOSTDOWN:
+      snprintf(buf, size, "stopped answering (%s): its host acknowledged nothing for %d s "
+               "(BRAID_SOCKET_KEEPALIVE_SEC); is the host down or the network cut?",
+               strerror(p->lost_errno), socket_keepalive_sec());
+      break;
+    case ECONNREFUSED:
+      snprintf(buf, size, "refuses connections: its process is gone, or its bootstrap closed");
+      break;
+    case EPROTO:
+      snprintf(buf, size, "broke the bootstrap protocol, and its connection was closed");
+      break;
+    default:
+      snprintf(buf, size, "lost its connection (%s): is its process gone?", strerror(p->lost_errno));
+      break;
+  }
+  return buf;
+}
+
+/* Whether `peer` is gone (with no connection of its left that may still deliver messages). */
+static int bootstrap_peer_lost(const struct bootstrap* b, int peer) {
+  const struct bootstrap_peer* p = &b->peers[peer];
+  return peer != b->rank && (p->closed || (p->gone && !bootstrap_in_alive(b, peer)));
+}
+
+/* Registers `fd` as our connection to `peer`, watched from now on for its end. */
+static ncclResult_t bootstrap_out_keep(struct bootstrap* b, int peer, int fd) {
+  if (b->out_peers == NULL) {
+    b->out_peers = calloc((size_t)b->nranks, sizeof *b->out_peers);
+    if (b->out_peers == NULL)
+      return braid_err(ncclSystemError, "bootstrap: out of memory for the connection table");
+  }
+  b->peers[peer].out_fd = fd;
+  for (int j = 0; j < b->nout; j++)
+    if (b->out_peers[j] == peer) return ncclSuccess;
+  b->out_peers[b->nout++] = peer;
+  return ncclSuccess;
+}
+
+/*
+ * Our connection to `peer`, made on first use and kept: connect, present a PEER hello, and
+ * take the peer's reply (it answers from inside any bootstrap call; we serve ours meanwhile).
+ * A connection dropped before the reply, or refused during init, is made again with backoff
+ * until the init deadline (after init: BRAID_BOOTSTRAP_TIMEOUT). After init a refusal means
+ * the peer's listener is closed: it is gone.
+ */
 static ncclResult_t bootstrap_out_connect(struct bootstrap* b, int peer) {
   ncclResult_t res = ncclSuccess;
   struct bootstrap_peer* p = &b->peers[peer];
-  struct bootstrap_hello hello;
-  char who[160];
-  int fd = -1, err = 0;
+  struct bootstrap_reply reply;
+  char who[160], how[200];
+  int fd = -1, again = 0, tries = 0, err = 0;
   if (p->out_fd >= 0) return ncclSuccess;
+  bootstrap_peer_describe(b, peer, who, sizeof who);
   BRAID_CHECK(p->addr.sa.sa_family != 0, ncclInternalError,
               "bootstrap: rank %d has no address for rank %d yet", b->rank, peer);
-  double limit = b->deadline >= 0 ? BRAID_MAX(0.0, b->deadline - braid_time_sec()) : b->timeout;
-  res = socket_connect_quiet(&p->addr, limit, b->abort_flag ? b->abort_flag : &b->aborted, &fd, &err);
-  if (res != ncclSuccess && err == ECANCELED) {
-    INFO(BRAID_LOG_BOOTSTRAP, "bootstrap: rank %d stopped connecting to rank %d: aborted", b->rank, peer);
+  BRAID_CHECK(!p->gone, ncclRemoteError, "bootstrap: rank %d cannot connect to %s, which %s",
+              b->rank, who, bootstrap_lost_reason(p, how, sizeof how));
+  const double start = braid_time_sec();
+  const double give_up = b->deadline >= 0 ? b->deadline : start + b->timeout;
+  double pause = BOOTSTRAP_RETRY_MIN_S;
+  for (;;) {
+    res = bootstrap_dial(b, &p->addr, peer, BOOTSTRAP_HELLO_PEER, &reply, &fd, &again, &err);
+    if (res == ncclSuccess || !again) break;
+    if (++tries == 1)
+      INFO(BRAID_LOG_BOOTSTRAP, "bootstrap: rank %d's connection to %s %s; connecting again",
+           b->rank, who, err ? strerror(err) : "ended before its reply");
+    if (braid_time_sec() >= give_up) {
+      res = braid_err(ncclSystemError,
+                      "bootstrap: rank %d cannot connect to %s within %.0f s (%d attempts; the last "
+                      "one: %s); it must be reachable over the interface BRAID_SOCKET_IFNAME selects "
+                      "there", b->rank, who, braid_time_sec() - start, tries,
+                      err ? strerror(err) : "dropped before the reply");
+      goto fail;
+    }
+    BRAID_TRY(bootstrap_retry_pause(b, peer, &pause));
+  }
+  if (res != ncclSuccess && b->deadline < 0 && bootstrap_lost_errno(err)) {
+    p->gone = 1;
+    p->lost_errno = err;
+    res = braid_err(ncclRemoteError, "bootstrap: rank %d cannot connect to %s, which %s", b->rank, who,
+                    bootstrap_lost_reason(p, how, sizeof how));
+  } else if (res != ncclSuccess && err != 0) {
+    res = braid_err(ncclSystemError, "bootstrap: rank %d cannot connect to %s: %s (it must be "
+                    "reachable over the interface BRAID_SOCKET_IFNAME selects there)", b->rank, who,
+                    strerror(err));
+  }
+  if (res != ncclSuccess) goto fail;
+  if (reply.status != ncclSuccess) {
+    res = bootstrap_reply_fail(b, fd, peer, &reply);
     goto fail;
   }
-  BRAID_CHECK(res == ncclSuccess, ncclSystemError,
-              "bootstrap: rank %d cannot connect to %s within %.0f s: %s (it must be reachable over "
-              "the interface BRAID_SOCKET_IFNAME selects there)", b->rank,
-              bootstrap_peer_describe(b, peer, who, sizeof who), limit, strerror(err));
-  bootstrap_hello_fill(b, BOOTSTRAP_HELLO_PEER, b->secret, &hello);
-  BRAID_TRY(bootstrap_fd_move(b, fd, &hello, sizeof hello, 1, peer));
-  p->out_fd = fd;
+  BRAID_TRY(bootstrap_out_keep(b, peer, fd));
   return ncclSuccess;
 fail:
   socket_close(&fd);
@@ -428,11 +753,14 @@ ncclResult_t bootstrap_msg_send(struct bootstrap* b, int peer, int channel, int 
     bootstrap_enqueue(b, msg);
     return ncclSuccess;
   }
-  char who[160];
+  char who[160], how[200];
   BRAID_CHECK(!b->peers[peer].send_cut, ncclRemoteError,
               "bootstrap: rank %d cannot send to %s: an earlier message to it was cut off mid-way "
               "(by an abort or a lost connection), so the connection carries no more",
               b->rank, bootstrap_peer_describe(b, peer, who, sizeof who));
+  BRAID_CHECK(!b->peers[peer].gone, ncclRemoteError, "bootstrap: rank %d cannot send to %s, which %s",
+              b->rank, bootstrap_peer_describe(b, peer, who, sizeof who),
+              bootstrap_lost_reason(&b->peers[peer], how, sizeof how));
   BRAID_TRY(bootstrap_out_connect(b, peer));
   struct {
     struct bootstrap_msg_header header;
@@ -480,6 +808,29 @@ static struct bootstrap_msg* bootstrap_queue_take(struct bootstrap* b, int peer,
 }
 
 /*
+ * `peer` is gone while we wait for its message: a failure notice (a better reason than the
+ * closed connection its sender then left behind), or messages still on their way over its other
+ * connection, may trail that news a little. The message, if it came; else NULL and the error.
+ */
+static struct bootstrap_msg* bootstrap_recv_lost(struct bootstrap* b, int peer, int channel, int tag,
+                                                 int any_tag, const char* what, ncclResult_t* res) {
+  char who[160], how[200];
+  struct bootstrap_msg* msg = NULL;
+  for (double until = braid_time_sec() + BOOTSTRAP_NOTICE_GRACE_S;
+       msg == NULL && b->failed_peer < 0 && braid_time_sec() < until;
+       msg = bootstrap_queue_take(b, peer, channel, tag, any_tag))
+    bootstrap_progress(b, -1, 0);
+  if (msg != NULL) return msg;
+  *res = bootstrap_wait_check(b, peer, what);
+  if (*res == ncclSuccess)
+    *res = braid_err(ncclRemoteError, "bootstrap: rank %d stopped waiting for the %s message (tag %d) "
+                     "of %s, which %s", b->rank, what, tag,
+                     bootstrap_peer_describe(b, peer, who, sizeof who),
+                     bootstrap_lost_reason(&b->peers[peer], how, sizeof how));
+  return NULL;
+}
+
+/*
  * Receives the next message from `peer` on `channel`. Collectives (any_tag)
  * take messages in arrival order and then check that the tag, their sequence
  * number, is the expected one: a mismatch means ranks called them in
@@ -493,22 +844,28 @@ ncclResult_t bootstrap_msg_recv(struct bootstrap* b, int peer, int channel, int 
   struct bootstrap_msg* msg;
   const double start = braid_time_sec();
   double warn_t = start + BOOTSTRAP_STILL_WAITING_S;
+  int probed = 0;
   while ((msg = bootstrap_queue_take(b, peer, channel, tag, any_tag)) == NULL) {
     /* First: a failure notice says why better than the connection its sender then closed. */
     BRAID_TRY(bootstrap_wait_check(b, peer, what));
-    /* A peer that closed may have done so on another rank's failure notice, on its way here. */
-    for (double until = braid_time_sec() + BOOTSTRAP_NOTICE_GRACE_S;
-         b->peers[peer].closed && b->failed_peer < 0 && braid_time_sec() < until;)
-      bootstrap_progress(b, -1, 0);
-    BRAID_TRY(bootstrap_wait_check(b, peer, what));
-    BRAID_CHECK(!b->peers[peer].closed, ncclRemoteError,
-                "bootstrap: %s closed its connection while rank %d waited for its %s message "
-                "(tag %d): did it exit or abort?",
-                bootstrap_peer_describe(b, peer, who, sizeof who), b->rank, what, tag);
-    bootstrap_progress(b, -1, 0);
-    /* After init there is no deadline: a peer that died before it ever connected, or whose
-       host vanished, would leave this wait silent. */
+    if (bootstrap_peer_lost(b, peer)) {
+      msg = bootstrap_recv_lost(b, peer, channel, tag, any_tag, what, &res);
+      if (msg != NULL) break;
+      goto fail;
+    }
     double now = braid_time_sec();
+    /*
+     * After init there is no deadline, and no connection either way to watch: connect to the
+     * peer, so that a dead one is found out (its listener refuses, or keepalive ends it).
+     */
+    if (!probed && b->deadline < 0 && peer != b->rank && now - start >= BOOTSTRAP_PROBE_S &&
+        b->peers[peer].out_fd < 0 && !b->peers[peer].send_cut && !bootstrap_in_alive(b, peer)) {
+      probed = 1;
+      BRAID_TRY(bootstrap_out_connect(b, peer));
+      continue;
+    }
+    bootstrap_progress(b, -1, 0);
+    now = braid_time_sec();
     if (now >= warn_t) {
       WARN(
           "bootstrap: rank %d has waited %.0f s for the %s message (tag %d) from %s: is that "
@@ -531,7 +888,9 @@ fail:
 }
 
 void bootstrap_conn_release(struct bootstrap* b) {
+  char who[BOOTSTRAP_TEXT + 48];
   for (int r = 0; b->peers && r < b->nranks; r++) socket_close(&b->peers[r].out_fd);
+  b->nout = 0;
   for (int i = 0; i < b->nin; i++) {
     if (b->in[i]->fd >= 0 && b->in[i]->rank < 0)
       bootstrap_in_reject(b, b->in[i], "the bootstrap closed before it presented a hello");
@@ -539,6 +898,7 @@ void bootstrap_conn_release(struct bootstrap* b) {
     free(b->in[i]);
   }
   b->nin = 0;
+  bootstrap_reject_flush(&b->rejects, bootstrap_listener_name(b, who, sizeof who));
   while (b->queue) {
     struct bootstrap_msg* m = b->queue;
     b->queue = m->next;

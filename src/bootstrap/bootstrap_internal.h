@@ -12,8 +12,21 @@
  *
  * A connection to a root or to a rank's listener starts with one
  * bootstrap_hello carrying the job's secret. The acceptor reads it within
- * BOOTSTRAP_HELLO_SEC, compares the secret in constant time, and closes the
- * connection (with a WARN naming the remote address) if anything is off.
+ * BOOTSTRAP_HELLO_SEC, compares the secret in constant time, and answers with
+ * a bootstrap_reply: a rank's listener at once, the root once every rank has
+ * joined. A hello in Braid's format that it refuses (wrong secret, wrong rank)
+ * gets a reply with the reason, so the sender fails at once with it; anything
+ * else (garbage, silence) is closed without a word. The sender of a hello
+ * therefore knows that a connection which ends before any reply was dropped
+ * unread (a listener swamped with strangers makes room, a finished rendezvous
+ * closes its port), and makes it again.
+ *
+ * Strangers cannot lock real peers out: a listener holds at most
+ * BOOTSTRAP_MAX_PENDING connections that have not yet presented a valid hello,
+ * and when one more arrives the oldest of them is dropped. A rank presents its
+ * hello the moment it connects, so it is the newest, and the listener reads a
+ * new connection as soon as it takes it. Rejections are logged as one WARN per
+ * burst (BOOTSTRAP_REJECT_WARN_S), not one per connection.
  */
 #ifndef BRAID_CORE_BOOTSTRAP_INTERNAL_H
 #define BRAID_CORE_BOOTSTRAP_INTERNAL_H
@@ -35,12 +48,25 @@
 #define BOOTSTRAP_ID_MAGIC 0x44495242u    /* "BRID" */
 #define BOOTSTRAP_ID_VERSION 1
 #define BOOTSTRAP_WIRE_MAGIC 0x57444252u  /* "RBDW" */
-#define BOOTSTRAP_WIRE_VERSION 2 /* 2: failure notices (BOOTSTRAP_CH_FAIL) */
+/* 2: failure notices (BOOTSTRAP_CH_FAIL); 3: every hello is answered (bootstrap_reply) */
+#define BOOTSTRAP_WIRE_VERSION 3
 #define BOOTSTRAP_SECRET_BYTES 16
-/* How long a new connection may take to present its hello before it is dropped. */
-#define BOOTSTRAP_HELLO_SEC 5.0
-/* Unauthenticated connections one listener holds at once; more are refused on arrival. */
+/*
+ * How long a new connection may take to present its hello before it is dropped. A rank sends
+ * its hello the moment it is connected; one dropped anyway connects again.
+ */
+#define BOOTSTRAP_HELLO_SEC 2.0
+/* Connections without a valid hello one listener holds at once; past it the oldest is dropped. */
 #define BOOTSTRAP_MAX_PENDING 64
+/* Connections a listener takes in one turn before it reads the ones it holds again. */
+#define BOOTSTRAP_ACCEPT_BATCH 16
+/* Rejected connections are WARNed about at most this often per listener; the rest are counted. */
+#define BOOTSTRAP_REJECT_WARN_S 10.0
+/* Making a connection again after it was dropped or refused: first and longest pause. */
+#define BOOTSTRAP_RETRY_MIN_S 0.02
+#define BOOTSTRAP_RETRY_MAX_S 1.0
+/* Most ranks a rendezvous accepts: bounds what a JOIN can make the root allocate. */
+#define BOOTSTRAP_MAX_RANKS (1 << 22)
 /* Largest message a rank accepts: a bound on what a corrupt header can make us allocate. */
 #define BOOTSTRAP_MAX_MSG ((uint64_t)1 << 30)
 /* Longest error text the root sends to a rank. */
@@ -92,13 +118,17 @@ struct __attribute__((packed)) bootstrap_hello {
   char host[64];                     /* the sender's host name, for error messages */
 };
 
-/* Root -> rank, after everyone joined (status 0) or when the rendezvous failed. */
-struct __attribute__((packed)) bootstrap_root_reply {
+/*
+ * The answer to a hello. From the root: after everyone joined (status 0), or when the
+ * rendezvous failed or refused this join. From a rank's listener: at once, status 0 when the
+ * connection is taken. A refusal's reason follows as text.
+ */
+struct __attribute__((packed)) bootstrap_reply {
   uint32_t magic;    /* BOOTSTRAP_WIRE_MAGIC */
   int32_t status;    /* ncclResult_t */
   uint32_t text_len; /* bytes of error text that follow, at most BOOTSTRAP_MAX_REPLY_TEXT */
   uint32_t pad;
-  struct bootstrap_wire_addr next; /* listener of rank+1 (status 0) */
+  struct bootstrap_wire_addr next; /* from the root, status 0: listener of rank+1 */
 };
 
 /* Rank -> rank, before each message's payload. */
@@ -155,6 +185,24 @@ static inline int bootstrap_secret_equal(const uint8_t* a, const uint8_t* b) {
   return braid_equal_ct(a, b, BOOTSTRAP_SECRET_BYTES);
 }
 
+/*
+ * Why the first `got` bytes of a hello already show it is not one (NULL: they may be), so that
+ * garbage is dropped at its first bytes instead of holding a place until the hello limit.
+ */
+static inline const char* bootstrap_hello_prefix_check(const struct bootstrap_hello* hello,
+                                                       size_t got) {
+  if (got >= sizeof hello->magic && hello->magic != BOOTSTRAP_WIRE_MAGIC)
+    return "not a Braid bootstrap hello (bad magic)";
+  if (got >= offsetof(struct bootstrap_hello, kind) && hello->version != BOOTSTRAP_WIRE_VERSION)
+    return "another Braid bootstrap version";
+  return NULL;
+}
+
+/* Whether a hello is in Braid's format and version, so that its sender reads a reply. */
+static inline int bootstrap_hello_is_ours(const struct bootstrap_hello* hello) {
+  return hello->magic == BOOTSTRAP_WIRE_MAGIC && hello->version == BOOTSTRAP_WIRE_VERSION;
+}
+
 /* Why a hello must be refused (NULL: it is acceptable as `kind`). Terminates hello->host. */
 static inline const char* bootstrap_hello_check(struct bootstrap_hello* hello, const uint8_t* secret) {
   hello->host[sizeof hello->host - 1] = '\0';
@@ -197,6 +245,7 @@ struct bootstrap_msg {
 struct bootstrap_in {
   int fd;                    /* -1 once closed; removed by bootstrap_in_sweep */
   int rank;                  /* -1 until its hello is accepted */
+  double since;              /* when it was accepted */
   double hello_deadline;
   union braid_sockaddr remote;
   size_t got;                /* bytes of the hello, header or payload being read */
@@ -209,6 +258,8 @@ struct bootstrap_peer {
   union braid_sockaddr addr; /* its listener */
   int out_fd;                /* our connection to it, made on first send */
   int closed;                /* its connection to us ended: waits on it fail */
+  int gone;                  /* our connection to it ended, or its listener refuses: it is gone */
+  int lost_errno;            /* why either ended: 0 closed, ETIMEDOUT host silent, other errno */
   int send_cut;              /* a message to it stopped part-way: sends to it fail */
   int pid;
   char host[BOOTSTRAP_HOST_LEN];
@@ -223,6 +274,27 @@ struct __attribute__((packed)) bootstrap_peer_wire {
   char host[BOOTSTRAP_HOST_LEN];
 };
 
+/*
+ * Rejected connections of one listener: the first of a burst is a WARN naming its address and
+ * the reason, the others within BOOTSTRAP_REJECT_WARN_S are only counted (TRACE), and the count
+ * comes with the next WARN, or at INFO when the listener closes.
+ */
+struct bootstrap_reject_log {
+  double warned;  /* when the last WARN was printed; 0: never */
+  unsigned quiet; /* rejections since, not printed */
+};
+/* Notes one rejection by the listener `who` ("bootstrap: rank 3 (listener ...)"). */
+void bootstrap_reject_note(struct bootstrap_reject_log* log, const char* who,
+                           const union braid_sockaddr* remote, const char* why);
+/* The listener closes: what was only counted is said (INFO). */
+void bootstrap_reject_flush(struct bootstrap_reject_log* log, const char* who);
+/*
+ * Answers a hello with `status` and `text` without waiting (best effort: a fresh connection's
+ * socket buffer holds it), reading first what the sender sent, so that closing the connection
+ * afterwards ends it with the answer rather than a reset that could discard it.
+ */
+void bootstrap_reply_now(int fd, ncclResult_t status, const char* text);
+
 struct bootstrap {
   int rank, nranks;
   uint8_t secret[BOOTSTRAP_SECRET_BYTES];
@@ -234,8 +306,11 @@ struct bootstrap {
   union braid_sockaddr listen_addr;
   char root_text[BOOTSTRAP_TEXT]; /* the root's address, while joining */
   struct bootstrap_peer* peers;   /* [nranks] */
+  int* out_peers;                 /* [nranks]: ranks we have a connection to, watched for its end */
+  int nout;
   struct bootstrap_in** in;
   int nin, in_cap;
+  struct bootstrap_reject_log rejects;
   struct pollfd* pfds;
   int pfd_cap;
   struct bootstrap_msg* queue;    /* unexpected messages, oldest first */
@@ -267,14 +342,29 @@ ncclResult_t bootstrap_wait_check(struct bootstrap* b, int peer, const char* wha
 /* Moves all of buf over fd (to/from `peer`, -1: the root), serving incoming traffic meanwhile. */
 ncclResult_t bootstrap_fd_move(struct bootstrap* b, int fd, void* buf, size_t size, int sending, int peer);
 /*
- * Sends a join's hello to the root (sending) or receives its answer. A connection the root
- * resets while the hello goes out or before the answer's first byte fails quietly with
- * *reset = 1, for the caller to join again: with BRAID_COMM_ID the port serves one rendezvous
- * after another, and a finished root closing its listener resets the connections waiting in
- * its backlog, which were meant for the next one.
+ * One attempt at a connection to `addr` (of `peer`; -1: the root) that presents a hello of
+ * `kind`: connects (serving our own listener meanwhile), sends the hello and reads the fixed
+ * part of the reply into *reply; *fd is then the connection. Fails with *again = 1 where a new
+ * attempt may work: the connect was refused or unreachable (during init only: the listener may
+ * not be up yet; after it, a refusal means the peer's bootstrap is gone), or the connection
+ * ended before the first byte of the reply (dropped unread: a listener making room, or with
+ * BRAID_COMM_ID a finished rendezvous closing the port that the next one is to use). A failed
+ * connect leaves its errno in *err (0 for other failures) and, like a dropped connection, is
+ * not logged: the caller knows whether to try again.
  */
-ncclResult_t bootstrap_root_move(struct bootstrap* b, int fd, void* buf, size_t size, int sending,
-                                 int* reset);
+ncclResult_t bootstrap_dial(struct bootstrap* b, const union braid_sockaddr* addr, int peer,
+                            int kind, struct bootstrap_reply* reply, int* fd, int* again,
+                            int* err);
+/* A reply with a nonzero status: reads its text and fails with that status and text. */
+ncclResult_t bootstrap_reply_fail(struct bootstrap* b, int fd, int peer,
+                                  const struct bootstrap_reply* reply);
+/*
+ * Waits before the next attempt, serving our listener meanwhile: about *pause seconds (with
+ * jitter, so that ranks retrying together spread out), which then doubles up to
+ * BOOTSTRAP_RETRY_MAX_S; never past the init deadline, which the caller reports. Fails on abort
+ * or a failure notice.
+ */
+ncclResult_t bootstrap_retry_pause(struct bootstrap* b, int peer, double* pause);
 /* A hello of `kind` with `secret`, from `b` (NULL: from no rank, as for DISMISS). */
 void bootstrap_hello_fill(const struct bootstrap* b, int kind, const uint8_t* secret,
                           struct bootstrap_hello* h);
@@ -290,6 +380,10 @@ ncclResult_t bootstrap_msg_send(struct bootstrap* b, int peer, int channel, int 
  * The next message from `peer` on `channel` with `tag`; collectives pass
  * any_tag, take messages in arrival order and fail if the tag (their
  * sequence number) is not `tag`. A size other than `size` fails too.
+ * After init the wait has no deadline while the peer is alive, but fails with
+ * ncclRemoteError naming it once it is gone: its connection closed or reset,
+ * its host silent past BRAID_SOCKET_KEEPALIVE_SEC, or (when there is no
+ * connection to watch) its listener refusing connections.
  */
 ncclResult_t bootstrap_msg_recv(struct bootstrap* b, int peer, int channel, int tag, int any_tag,
                                 void* data, size_t size);
@@ -304,7 +398,9 @@ struct bootstrap_root;
 /*
  * Listens at `addr` (port 0 picks one; the bound address is written back)
  * and starts the thread. A detached root frees itself when it is done;
- * otherwise `*out` must be passed to bootstrap_root_join.
+ * otherwise `*out` must be passed to bootstrap_root_join. A root waits for its
+ * first rank as long as it takes (an id may be used long after it was made);
+ * the timeout counts from the first JOIN.
  */
 ncclResult_t bootstrap_root_start(union braid_sockaddr* addr, const uint8_t* secret,
                                   double timeout_sec, int detached, struct bootstrap_root** out);
@@ -312,8 +408,21 @@ ncclResult_t bootstrap_root_start(union braid_sockaddr* addr, const uint8_t* sec
 void bootstrap_root_join(struct bootstrap_root* root, int stop_now);
 
 /*
- * An incoming connection of the listener (bootstrap_conn.c): registered (0, or -1 when the
- * table is full), read as far as its bytes go (hello, then header/payload pairs; a bad one is
+ * The root without its thread or listener, for its fuzzer: connections are
+ * handed in by bootstrap_root_add (0, or -1 when out of memory) and served by
+ * bootstrap_root_serve (one poll round of at most wait_ms, then the hello
+ * limits and the timeout; returns 1 once the rendezvous is over), exactly as
+ * the thread serves them.
+ */
+ncclResult_t bootstrap_root_create(const uint8_t* secret, double timeout_sec,
+                                   struct bootstrap_root** out);
+int bootstrap_root_add(struct bootstrap_root* root, int fd, const union braid_sockaddr* remote);
+int bootstrap_root_serve(struct bootstrap_root* root, int wait_ms);
+void bootstrap_root_destroy(struct bootstrap_root* root);
+
+/*
+ * An incoming connection of the listener (bootstrap_conn.c): registered (0, or -1 when out of
+ * memory), read as far as its bytes go (hello, then header/payload pairs; a bad one is
  * rejected and closed), closed. Used by the listener's progress and by the parser's fuzzer.
  */
 int bootstrap_in_add(struct bootstrap* b, int fd, const union braid_sockaddr* remote);

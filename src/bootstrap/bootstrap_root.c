@@ -4,21 +4,29 @@
  *
  * One thread serves one rendezvous from a single poll() loop, so a slow or
  * hostile connection never holds up the others: each new connection has
- * BOOTSTRAP_HELLO_SEC to present a hello with the job's secret, or it is
- * closed with a WARN naming its address. A valid JOIN registers the rank's
- * listener. When all ranks are in, each gets the listener of the next rank
- * (ranks then gather everything else over that ring, so the root sends O(N)
- * bytes, not O(N^2)) and the thread exits.
+ * BOOTSTRAP_HELLO_SEC to present a hello with the job's secret, at most
+ * BOOTSTRAP_MAX_PENDING wait for theirs at once (the oldest makes room for a
+ * newcomer), and what fails is closed and logged (one WARN per burst). A
+ * valid JOIN registers the rank's listener. When all ranks are in, each gets
+ * the listener of the next rank (ranks then gather everything else over that
+ * ring, so the root sends O(N) bytes, not O(N^2)) and the thread exits.
+ *
+ * The first JOIN fixes the number of ranks; a JOIN that says another number
+ * is refused (with both numbers) and the rendezvous goes on without it, so a
+ * stray process cannot spoil it. If every rank that joined leaves again, the
+ * next JOIN fixes the number anew.
  *
  * Failures are answered to every joined rank, which reports them:
- * - two ranks claim one rank number, or disagree about nranks: at once, with
- *   ncclInvalidArgument naming both processes; later arrivals get the same
- *   answer until the deadline;
- * - not everyone arrived within BRAID_BOOTSTRAP_TIMEOUT of the first arrival
- *   (or of the start, while nobody came): ncclSystemError naming the missing
- *   ranks. The root then exits, so a thread never outlives its rendezvous by
- *   more than the timeout.
- * The root logs these at INFO only: the ranks log them as their own errors.
+ * - two ranks claim one rank number: at once, with ncclInvalidArgument naming
+ *   both processes; later arrivals get the same answer until the deadline;
+ * - not everyone arrived within BRAID_BOOTSTRAP_TIMEOUT of the first arrival:
+ *   ncclSystemError naming the missing ranks (and a JOIN refused meanwhile).
+ *   The root then exits, so a thread never outlives its rendezvous by more
+ *   than the timeout.
+ * Before the first JOIN there is no deadline: an id may be used long after
+ * ncclGetUniqueId made it. Such a root lasts until the process ends, the
+ * library is unloaded, or bootstrap_roots_stop is called.
+ * The root logs failures at INFO only: the ranks log them as their own errors.
  */
 #include <errno.h>
 #include <poll.h>
@@ -26,21 +34,28 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "bootstrap/bootstrap.h"
 #include "bootstrap/bootstrap_internal.h"
 #include "base/debug.h"
 #include "base/error.h"
+#include "base/socket.h"
 #include "base/utils.h"
 
 #define ROOT_ADDR_TEXT 80
 /* Missing ranks listed by number before the list is cut short. */
 #define ROOT_MISSING_LISTED 32
+/* How long bootstrap_roots_stop waits for the threads it stopped. */
+#define ROOT_STOP_WAIT_S 2
 
 struct root_conn {
   int fd;
   int rank;        /* -1 until a valid JOIN arrived */
   int dead;        /* closed; removed at the end of the poll round */
+  double since;    /* when it was accepted */
   double deadline; /* a connection still without a full hello is dropped then */
   size_t got;      /* hello bytes received */
   struct bootstrap_hello hello;
@@ -52,11 +67,11 @@ struct bootstrap_root {
   char addr_text[ROOT_ADDR_TEXT];
   uint8_t secret[BOOTSTRAP_SECRET_BYTES];
   double timeout;
-  double deadline;
+  double deadline;             /* negative until the first JOIN */
   double first_join;
   int detached;
   pthread_t thread;
-  uint32_t stop; /* set by bootstrap_root_join (atomic) */
+  uint32_t stop;               /* set by bootstrap_root_join or bootstrap_roots_stop (atomic) */
   int done;
   int nranks;                  /* 0 until the first JOIN */
   struct root_conn first;      /* copy of the first JOIN, to name it in a nranks conflict */
@@ -66,9 +81,92 @@ struct bootstrap_root {
   int njoined;
   ncclResult_t failure;
   char failure_text[BOOTSTRAP_MAX_REPLY_TEXT];
+  char refused_text[BOOTSTRAP_MAX_REPLY_TEXT]; /* the last JOIN refused for its nranks */
+  struct bootstrap_reject_log rejects;
   struct pollfd* pfds;
   int pfd_cap;
+  struct bootstrap_root* next_live; /* in roots_live, while a detached root's thread runs */
 };
+
+/* ------------------------------------------------------ detached roots */
+
+/*
+ * The detached roots whose thread runs, so that bootstrap_roots_stop can end them. Their
+ * listeners are closed under roots_lock, so that the stopper's shutdown() never meets an fd
+ * number that was closed and given to something else.
+ */
+static pthread_mutex_t roots_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t roots_cond = PTHREAD_COND_INITIALIZER;
+static struct bootstrap_root* roots_live;
+static pthread_once_t roots_fork_once = PTHREAD_ONCE_INIT;
+
+static void roots_fork_prepare(void) { pthread_mutex_lock(&roots_lock); }
+static void roots_fork_parent(void) { pthread_mutex_unlock(&roots_lock); }
+
+/* A forked child has none of the root threads: its copies of their listeners must not hold the ports. */
+static void roots_fork_child(void) {
+  for (struct bootstrap_root* r = roots_live; r != NULL; r = r->next_live)
+    if (r->listen_fd >= 0) close(r->listen_fd);
+  roots_live = NULL;
+  pthread_mutex_unlock(&roots_lock);
+}
+
+static void roots_fork_register(void) {
+  pthread_atfork(roots_fork_prepare, roots_fork_parent, roots_fork_child);
+}
+
+static void roots_add(struct bootstrap_root* root) {
+  pthread_once(&roots_fork_once, roots_fork_register);
+  pthread_mutex_lock(&roots_lock);
+  root->next_live = roots_live;
+  roots_live = root;
+  pthread_mutex_unlock(&roots_lock);
+}
+
+/* Unlinks a detached root and closes its listener; it is then the caller's alone to free. */
+static void roots_remove(struct bootstrap_root* root) {
+  pthread_mutex_lock(&roots_lock);
+  socket_close(&root->listen_fd);
+  for (struct bootstrap_root** link = &roots_live; *link != NULL; link = &(*link)->next_live) {
+    if (*link != root) continue;
+    *link = root->next_live;
+    break;
+  }
+  pthread_cond_broadcast(&roots_cond);
+  pthread_mutex_unlock(&roots_lock);
+}
+
+/* Waits, with roots_lock held, until no detached root runs or ROOT_STOP_WAIT_S passed. */
+static void roots_wait_locked(void) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += ROOT_STOP_WAIT_S;
+  while (roots_live != NULL && pthread_cond_timedwait(&roots_cond, &roots_lock, &until) == 0) {
+  }
+}
+
+void bootstrap_roots_stop(void) {
+  pthread_mutex_lock(&roots_lock);
+  for (struct bootstrap_root* r = roots_live; r != NULL; r = r->next_live) {
+    __atomic_store_n(&r->stop, 1, __ATOMIC_RELEASE);
+    if (r->listen_fd >= 0) shutdown(r->listen_fd, SHUT_RDWR); /* wakes its poll() at once */
+  }
+  roots_wait_locked();
+  pthread_mutex_unlock(&roots_lock);
+}
+
+/*
+ * The library is unloaded (or the process exits): a root thread must not run on in code that is
+ * gone. Skipped if the lock is taken, rather than risk hanging the exit.
+ */
+__attribute__((destructor)) static void roots_unload(void) {
+  if (pthread_mutex_trylock(&roots_lock) != 0) return;
+  int any = roots_live != NULL;
+  pthread_mutex_unlock(&roots_lock);
+  if (any) bootstrap_roots_stop();
+}
+
+/* ------------------------------------------------------- connections */
 
 /* "pid 4242 on node1 (10.0.0.1:41234)": who a joined connection is. */
 static const char* root_conn_describe(const struct root_conn* c, char* buf, size_t size) {
@@ -87,17 +185,21 @@ static void root_conn_kill(struct bootstrap_root* root, struct root_conn* c) {
   c->dead = 1;
 }
 
-/* Refuses a connection: WARN with its address (it may be a scanner or another job), then close. */
+static const char* root_name(const struct bootstrap_root* root, char* buf, size_t size) {
+  snprintf(buf, size, "bootstrap root %s", root->addr_text);
+  return buf;
+}
+
+/* Refuses a connection (a scanner, garbage, another job): logged by burst, then closed. */
 static void root_conn_reject(struct bootstrap_root* root, struct root_conn* c, const char* why) {
-  char addr[ROOT_ADDR_TEXT];
-  WARN("bootstrap root %s: rejected connection from %s: %s", root->addr_text,
-       socket_addr_str(&c->remote, addr, sizeof addr), why);
+  char who[ROOT_ADDR_TEXT + 32];
+  bootstrap_reject_note(&root->rejects, root_name(root, who, sizeof who), &c->remote, why);
   root_conn_kill(root, c);
 }
 
 static void root_reply(struct bootstrap_root* root, struct root_conn* c, ncclResult_t status,
                        const char* text, const struct bootstrap_wire_addr* next) {
-  struct bootstrap_root_reply reply;
+  struct bootstrap_reply reply;
   memset(&reply, 0, sizeof reply);
   reply.magic = BOOTSTRAP_WIRE_MAGIC;
   reply.status = (int32_t)status;
@@ -137,14 +239,15 @@ static void root_finish(struct bootstrap_root* root) {
        root->nranks, braid_time_sec() - root->first_join);
   /* Each reply closes its connection and clears joined[r]: keep rank 0's listener for the last rank. */
   struct bootstrap_wire_addr rank0 = root->joined[0]->hello.listen;
-  for (int r = 0; r < root->nranks; r++) {
-    struct bootstrap_wire_addr next = r + 1 < root->nranks ? root->joined[r + 1]->hello.listen : rank0;
+  const int n = root->nranks;
+  for (int r = 0; r < n; r++) {
+    struct bootstrap_wire_addr next = r + 1 < n ? root->joined[r + 1]->hello.listen : rank0;
     root_reply(root, root->joined[r], ncclSuccess, NULL, &next);
   }
   root->done = 1;
 }
 
-/* The first JOIN fixes nranks and restarts the clock: the timeout counts from the first arrival. */
+/* The first JOIN fixes nranks and starts the clock: the timeout counts from the first arrival. */
 static int root_first_join(struct bootstrap_root* root, struct root_conn* c) {
   root->joined = calloc((size_t)c->hello.nranks, sizeof *root->joined);
   if (root->joined == NULL) {
@@ -153,12 +256,38 @@ static int root_first_join(struct bootstrap_root* root, struct root_conn* c) {
   }
   root->nranks = c->hello.nranks;
   root->first = *c;
-  root->first_join = braid_time_sec();
-  root->deadline = root->first_join + root->timeout;
+  if (root->deadline < 0) {
+    root->first_join = braid_time_sec();
+    root->deadline = root->first_join + root->timeout;
+  }
   return 0;
 }
 
-/* Checks a JOIN against the ones before it; on a conflict fails the whole rendezvous. */
+/* Every rank that joined left again: the next JOIN fixes the number of ranks anew. */
+static void root_forget_nranks(struct bootstrap_root* root) {
+  INFO(BRAID_LOG_BOOTSTRAP, "bootstrap root %s: every rank that joined left; the next join sets the "
+       "number of ranks again", root->addr_text);
+  free(root->joined);
+  root->joined = NULL;
+  root->nranks = 0;
+}
+
+/* A JOIN that says another nranks than the first: refused alone, the rendezvous goes on. */
+static void root_refuse_nranks(struct bootstrap_root* root, struct root_conn* c) {
+  char who[160], first[160];
+  const struct bootstrap_hello* h = &c->hello;
+  snprintf(root->refused_text, sizeof root->refused_text,
+           "bootstrap: rank %d (%s) passed nranks %d, but the rendezvous at %s is for %d ranks, "
+           "as rank %d (%s) said when it joined first; every rank must pass the same nranks "
+           "(this join is refused, the others wait on)",
+           (int)h->rank, root_conn_describe(c, who, sizeof who), (int)h->nranks, root->addr_text,
+           root->nranks, (int)root->first.hello.rank,
+           root_conn_describe(&root->first, first, sizeof first));
+  INFO(BRAID_LOG_BOOTSTRAP, "%s", root->refused_text);
+  root_reply(root, c, ncclInvalidArgument, root->refused_text, NULL);
+}
+
+/* Checks a JOIN against the ones before it; a rank claimed twice fails the whole rendezvous. */
 static void root_handle_join(struct bootstrap_root* root, struct root_conn* c) {
   const struct bootstrap_hello* h = &c->hello;
   char text[BOOTSTRAP_MAX_REPLY_TEXT], who[160], other[160];
@@ -167,7 +296,7 @@ static void root_handle_join(struct bootstrap_root* root, struct root_conn* c) {
     root_reply(root, c, root->failure, root->failure_text, NULL);
     return;
   }
-  if (h->nranks < 1 || h->rank < 0 || h->rank >= h->nranks ||
+  if (h->nranks < 1 || h->nranks > BOOTSTRAP_MAX_RANKS || h->rank < 0 || h->rank >= h->nranks ||
       bootstrap_wire_addr_unpack(&h->listen, &listen) != 0) {
     snprintf(text, sizeof text, "bootstrap: %s sent an invalid join (rank %d of %d)",
              root_conn_describe(c, who, sizeof who), (int)h->rank, (int)h->nranks);
@@ -176,32 +305,35 @@ static void root_handle_join(struct bootstrap_root* root, struct root_conn* c) {
   }
   if (root->nranks == 0 && root_first_join(root, c) != 0) return;
   if (h->nranks != root->nranks) {
-    snprintf(text, sizeof text,
-             "bootstrap: ranks disagree about the number of ranks: rank %d (%s) says %d, "
-             "rank %d (%s) says %d; every rank must pass the same nranks",
-             (int)h->rank, root_conn_describe(c, who, sizeof who), (int)h->nranks,
-             (int)root->first.hello.rank, root_conn_describe(&root->first, other, sizeof other),
-             root->nranks);
-  } else if (root->joined[h->rank] != NULL) {
+    root_refuse_nranks(root, c);
+    return;
+  }
+  if (root->joined[h->rank] != NULL) {
     snprintf(text, sizeof text,
              "bootstrap: rank %d of %d claimed twice: by %s and by %s; every process needs its "
              "own rank", (int)h->rank, root->nranks,
              root_conn_describe(root->joined[h->rank], other, sizeof other),
              root_conn_describe(c, who, sizeof who));
-  } else {
-    c->rank = h->rank;
-    root->joined[c->rank] = c;
-    root->njoined++;
-    if (root->njoined == root->nranks) root_finish(root);
+    root_fail(root, ncclInvalidArgument, text, c);
     return;
   }
-  root_fail(root, ncclInvalidArgument, text, c);
+  c->rank = h->rank;
+  root->joined[c->rank] = c;
+  root->njoined++;
+  if (root->njoined == root->nranks) root_finish(root);
 }
 
 static void root_handle_hello(struct bootstrap_root* root, struct root_conn* c) {
+  char text[BOOTSTRAP_MAX_REPLY_TEXT];
   const char* why = bootstrap_hello_check(&c->hello, root->secret);
   if (why == NULL && c->hello.kind == BOOTSTRAP_HELLO_PEER) why = "a rank-to-rank hello sent to the root";
   if (why != NULL) {
+    if (bootstrap_hello_is_ours(&c->hello)) { /* a Braid process: it reads the reason */
+      snprintf(text, sizeof text,
+               "bootstrap: the root at %s refused the hello of rank %d (pid %d on %s): %s",
+               root->addr_text, (int)c->hello.rank, (int)c->hello.pid, c->hello.host, why);
+      bootstrap_reply_now(c->fd, ncclInvalidArgument, text);
+    }
     root_conn_reject(root, c, why);
     return;
   }
@@ -224,6 +356,7 @@ static void root_conn_read(struct bootstrap_root* root, struct root_conn* c) {
     INFO(BRAID_LOG_BOOTSTRAP, "bootstrap root %s: rank %d (%s) left before everyone joined",
          root->addr_text, c->rank, socket_addr_str(&c->remote, addr, sizeof addr));
     root_conn_kill(root, c);
+    if (root->njoined == 0 && root->failure == ncclSuccess && !root->done) root_forget_nranks(root);
     return;
   }
   ncclResult_t r = socket_recv_some(c->fd, (char*)&c->hello + c->got, sizeof c->hello - c->got, &got);
@@ -234,17 +367,14 @@ static void root_conn_read(struct bootstrap_root* root, struct root_conn* c) {
     return;
   }
   c->got += got;
-  if (c->got == sizeof c->hello) root_handle_hello(root, c);
+  const char* bad = bootstrap_hello_prefix_check(&c->hello, c->got);
+  if (bad != NULL)
+    root_conn_reject(root, c, bad);
+  else if (c->got == sizeof c->hello)
+    root_handle_hello(root, c);
 }
 
-static int root_pending_count(const struct bootstrap_root* root) {
-  int n = 0;
-  for (int i = 0; i < root->nconns; i++) n += !root->conns[i]->dead && root->conns[i]->rank < 0;
-  return n;
-}
-
-/* Appends a new connection in its hello phase; -1 when out of memory. */
-static int root_conn_add(struct bootstrap_root* root, int fd, const union braid_sockaddr* remote) {
+int bootstrap_root_add(struct bootstrap_root* root, int fd, const union braid_sockaddr* remote) {
   if (root->nconns == root->cap) {
     int cap = root->cap ? 2 * root->cap : 16;
     struct root_conn** grown = realloc(root->conns, (size_t)cap * sizeof *grown);
@@ -257,38 +387,59 @@ static int root_conn_add(struct bootstrap_root* root, int fd, const union braid_
   c->fd = fd;
   c->rank = -1;
   c->remote = *remote;
-  c->deadline = braid_time_sec() + BOOTSTRAP_HELLO_SEC;
+  c->since = braid_time_sec();
+  c->deadline = c->since + BOOTSTRAP_HELLO_SEC;
   root->conns[root->nconns++] = c;
   return 0;
 }
 
-/* Takes every connection waiting on the listener; refuses them past BOOTSTRAP_MAX_PENDING. */
+/* Past BOOTSTRAP_MAX_PENDING connections without a hello, the oldest one makes room. */
+static void root_make_room(struct bootstrap_root* root) {
+  char why[160];
+  struct root_conn* oldest = NULL;
+  int pending = 0;
+  for (int i = 0; i < root->nconns; i++) {
+    struct root_conn* c = root->conns[i];
+    if (c->dead || c->rank >= 0) continue;
+    pending++;
+    if (oldest == NULL || c->since < oldest->since) oldest = c;
+  }
+  if (pending <= BOOTSTRAP_MAX_PENDING) return;
+  snprintf(why, sizeof why,
+           "dropped after %.2f s without a hello (%zu of %zu bytes) to make room: %d connections "
+           "were waiting to present one", braid_time_sec() - oldest->since, oldest->got,
+           sizeof oldest->hello, pending);
+  root_conn_reject(root, oldest, why);
+}
+
+/*
+ * Takes up to BOOTSTRAP_ACCEPT_BATCH waiting connections, reading each at once: a rank's JOIN
+ * is usually there already, and it is then taken before strangers can crowd it out.
+ */
 static void root_accept(struct bootstrap_root* root) {
-  char addr[ROOT_ADDR_TEXT];
-  for (;;) {
+  for (int taken = 0; taken < BOOTSTRAP_ACCEPT_BATCH && !root->done; taken++) {
     int fd = -1;
     union braid_sockaddr remote;
     if (socket_accept_some(root->listen_fd, &fd, &remote) != ncclSuccess) {
       char who[ROOT_ADDR_TEXT + 32];
-      snprintf(who, sizeof who, "bootstrap root %s", root->addr_text);
-      socket_accept_failed(who);
+      socket_accept_failed(root_name(root, who, sizeof who));
       return;
     }
     if (fd < 0) return;
-    const char* why = NULL;
-    if (root_pending_count(root) >= BOOTSTRAP_MAX_PENDING)
-      why = "too many connections already wait to present a hello";
-    else if (root_conn_add(root, fd, &remote) != 0)
-      why = "out of memory";
-    if (why == NULL) continue;
-    WARN("bootstrap root %s: refused connection from %s: %s", root->addr_text,
-         socket_addr_str(&remote, addr, sizeof addr), why);
-    close(fd);
+    socket_keepalive(fd, socket_keepalive_sec());
+    if (bootstrap_root_add(root, fd, &remote) != 0) {
+      char who[ROOT_ADDR_TEXT + 32];
+      bootstrap_reject_note(&root->rejects, root_name(root, who, sizeof who), &remote, "out of memory");
+      close(fd);
+      continue;
+    }
+    root_conn_read(root, root->conns[root->nconns - 1]);
+    root_make_room(root);
   }
 }
 
-/* One poll round over the listener and every connection. */
-static void root_poll(struct bootstrap_root* root) {
+/* One poll round over the listener and every connection, of at most wait_ms. */
+static void root_poll(struct bootstrap_root* root, int wait_ms) {
   int n = root->nconns;
   if (n + 1 > root->pfd_cap) {
     struct pollfd* grown = realloc(root->pfds, (size_t)(n + 1) * sizeof *grown);
@@ -302,16 +453,18 @@ static void root_poll(struct bootstrap_root* root) {
   }
   root->pfds[0] = (struct pollfd){.fd = root->listen_fd, .events = POLLIN};
   for (int i = 0; i < n; i++) root->pfds[1 + i] = (struct pollfd){.fd = root->conns[i]->fd, .events = POLLIN};
-  if (poll(root->pfds, (nfds_t)(n + 1), 100) <= 0) return;
+  if (poll(root->pfds, (nfds_t)(n + 1), wait_ms) <= 0) return;
   /* Connections are only appended during this round, so index i still names pfds[1 + i]. */
   for (int i = 0; i < n && !root->done; i++)
     if (root->pfds[1 + i].revents && !root->conns[i]->dead) root_conn_read(root, root->conns[i]);
-  if (root->pfds[0].revents && !root->done) root_accept(root);
+  /* A stopped root's listener is shut down (to wake this poll): nothing to accept there. */
+  if (root->pfds[0].revents && !root->done && !__atomic_load_n(&root->stop, __ATOMIC_ACQUIRE))
+    root_accept(root);
 }
 
 /* Drops hello-less connections past their deadline and ends the rendezvous at the timeout. */
 static void root_expire(struct bootstrap_root* root) {
-  char text[BOOTSTRAP_MAX_REPLY_TEXT], why[96];
+  char text[2 * BOOTSTRAP_MAX_REPLY_TEXT], why[96]; /* the reply keeps what fits */
   double now = braid_time_sec();
   for (int i = 0; i < root->nconns; i++) {
     struct root_conn* c = root->conns[i];
@@ -320,12 +473,12 @@ static void root_expire(struct bootstrap_root* root) {
              c->got, sizeof c->hello);
     root_conn_reject(root, c, why);
   }
-  if (root->done || now < root->deadline) return;
+  if (root->done || root->deadline < 0 || now < root->deadline) return;
   root->done = 1;
   if (root->failure != ncclSuccess) return;
   if (root->nranks == 0) {
-    INFO(BRAID_LOG_BOOTSTRAP, "bootstrap root %s: no rank arrived within %.0f s; closing",
-         root->addr_text, root->timeout);
+    INFO(BRAID_LOG_BOOTSTRAP, "bootstrap root %s: the ranks that joined left, and none came back "
+         "within %.0f s; closing", root->addr_text, root->timeout);
     return;
   }
   int missing = root->nranks - root->njoined, listed = 0;
@@ -337,8 +490,10 @@ static void root_expire(struct bootstrap_root* root) {
   }
   if (listed < missing)
     used += (size_t)snprintf(text + used, sizeof text - used, " and %d more", missing - listed);
-  snprintf(text + used, sizeof text - used, " of %d never joined within %.0f s (root %s)",
-           root->nranks, root->timeout, root->addr_text);
+  used += (size_t)snprintf(text + used, sizeof text - used, " of %d never joined within %.0f s (root %s)",
+                           root->nranks, root->timeout, root->addr_text);
+  if (root->refused_text[0] && used < sizeof text)
+    snprintf(text + used, sizeof text - used, "; refused meanwhile: %s", root->refused_text);
   root_fail(root, ncclSystemError, text, NULL);
 }
 
@@ -366,22 +521,51 @@ static void root_free(struct bootstrap_root* root) {
   free(root);
 }
 
+int bootstrap_root_serve(struct bootstrap_root* root, int wait_ms) {
+  root_poll(root, wait_ms);
+  root_expire(root);
+  root_sweep(root);
+  return root->done;
+}
+
+ncclResult_t bootstrap_root_create(const uint8_t* secret, double timeout_sec,
+                                   struct bootstrap_root** out) {
+  ncclResult_t res = ncclSuccess;
+  struct bootstrap_root* root = NULL;
+  *out = NULL;
+  BRAID_TRY(BRAID_CALLOC(&root, 1, "the bootstrap root"));
+  root->listen_fd = -1;
+  root->timeout = timeout_sec;
+  root->deadline = -1.0;
+  memcpy(root->secret, secret, BOOTSTRAP_SECRET_BYTES);
+  snprintf(root->addr_text, sizeof root->addr_text, "(no listener)");
+  *out = root;
+fail:
+  return res;
+}
+
+void bootstrap_root_destroy(struct bootstrap_root* root) {
+  if (root) root_free(root);
+}
+
 static void* root_thread_main(void* arg) {
   struct bootstrap_root* root = arg;
+  char who[ROOT_ADDR_TEXT + 32];
   pthread_setname_np(pthread_self(), "braid-bootroot");
-  while (!root->done && !__atomic_load_n(&root->stop, __ATOMIC_ACQUIRE)) {
-    root_poll(root);
-    root_expire(root);
-    root_sweep(root);
-  }
+  while (!root->done && !__atomic_load_n(&root->stop, __ATOMIC_ACQUIRE)) bootstrap_root_serve(root, 100);
   /* Close the listener now: a joinable root is freed later, but its port must not linger. */
   for (int i = 0; i < root->nconns; i++) {
     if (root->conns[i]->rank < 0 && !root->conns[i]->dead)
       root_conn_reject(root, root->conns[i], "the rendezvous ended before it presented a hello");
     socket_close(&root->conns[i]->fd);
   }
-  socket_close(&root->listen_fd);
-  if (root->detached) root_free(root);
+  bootstrap_reject_flush(&root->rejects, root_name(root, who, sizeof who));
+  if (root->detached) {
+    roots_remove(root); /* closes the listener */
+    root_free(root);
+  } else {
+    socket_close(&root->listen_fd);
+  }
   return NULL;
 }
 
@@ -390,19 +574,19 @@ ncclResult_t bootstrap_root_start(union braid_sockaddr* addr, const uint8_t* sec
   ncclResult_t res = ncclSuccess;
   struct bootstrap_root* root = NULL;
   pthread_attr_t attr;
-  int attr_ok = 0;
+  int attr_ok = 0, listed = 0;
   if (out) *out = NULL;
-  BRAID_TRY(BRAID_CALLOC(&root, 1, "the bootstrap root"));
-  root->listen_fd = -1;
+  BRAID_TRY(bootstrap_root_create(secret, timeout_sec, &root));
   root->detached = detached;
-  root->timeout = timeout_sec;
-  root->deadline = braid_time_sec() + timeout_sec;
-  memcpy(root->secret, secret, BOOTSTRAP_SECRET_BYTES);
   BRAID_TRY(socket_listen(addr, &root->listen_fd));
   socket_addr_str(addr, root->addr_text, sizeof root->addr_text);
   BRAID_CHECK(pthread_attr_init(&attr) == 0, ncclSystemError, "bootstrap: pthread_attr_init failed");
   attr_ok = 1;
-  if (detached) pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  if (detached) {
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    roots_add(root);
+    listed = 1;
+  }
   int err = pthread_create(&root->thread, &attr, root_thread_main, root);
   BRAID_CHECK(err == 0, ncclSystemError, "bootstrap: cannot start the root thread: %s", strerror(err));
   pthread_attr_destroy(&attr);
@@ -413,6 +597,7 @@ ncclResult_t bootstrap_root_start(union braid_sockaddr* addr, const uint8_t* sec
   return ncclSuccess;
 fail:
   if (attr_ok) pthread_attr_destroy(&attr);
+  if (listed) roots_remove(root);
   if (root) root_free(root);
   return res;
 }

@@ -3,14 +3,15 @@
  *
  *   secret     a rogue process connects to the root and to a rank's listener
  *              with a wrong secret, garbage, nothing at all, and as a stale
- *              job; each connection is refused and logged with its address,
- *              and the job completes undisturbed
+ *              job; each connection is refused, each listener logs one WARN
+ *              for the burst naming the first address, and the job completes
+ *              undisturbed
  *   timeout    ranks that never start: the others fail after
  *              BRAID_BOOTSTRAP_TIMEOUT with ncclSystemError naming them
  *   abort      the abort flag ends a wait in init; bootstrap_abort ends a
  *              recv; a peer that closes ends a recv waiting on it
- *   duplicate  two processes claim one rank, or disagree about nranks:
- *              ncclInvalidArgument naming both, for every rank
+ *   duplicate  two processes claim one rank: ncclInvalidArgument naming both,
+ *              for every rank (a JOIN with another nranks: bootstrap_guard_test)
  *
  *   bootstrap_fault_test secret | timeout | abort | duplicate
  */
@@ -152,7 +153,10 @@ static int secret_rogue(struct secret_shared* sh) {
   return child_result();
 }
 
-/* Every rogue address must appear in a WARN of rank 0's log (its root's and its listener's). */
+/*
+ * Rank 0's log (its root's and its listener's): one WARN per listener for the burst, naming the
+ * first rogue connection each refused, not one per connection.
+ */
 static void secret_check_log(struct secret_shared* sh) {
   FILE* f = fopen(sh->log_path, "r");
   TEST_CHECK(f != NULL, "no log at %s", sh->log_path);
@@ -162,11 +166,16 @@ static void secret_check_log(struct secret_shared* sh) {
   text[n] = '\0';
   fclose(f);
   TEST_CHECK(sh->naddrs == ROGUE_ADDRS, "rogue made %d connections", sh->naddrs);
-  for (int i = 0; i < sh->naddrs; i++) {
+  for (int i = 0; i < sh->naddrs; i += ROGUE_ADDRS / 2) {
     char needle[96];
     snprintf(needle, sizeof needle, "rejected connection from %s:", sh->addrs[i]);
     TEST_CHECK(strstr(text, needle) != NULL, "no WARN names the rogue connection %s", sh->addrs[i]);
   }
+  const char* const said = "rejected connection from";
+  int warned = 0;
+  for (const char* p = strstr(text, said); p != NULL; p = strstr(p + 1, said)) warned++;
+  TEST_CHECK(warned == 2, "%d WARN lines about rejected connections, expected one per listener",
+             warned);
 }
 
 static int secret_rank(const struct mp_child* c, struct secret_shared* sh) {
@@ -261,8 +270,7 @@ static int timeout_run(int nprocs, unsigned missing, const char* expect) {
 
 static int case_timeout(void) {
   int rc = timeout_run(4, 1u << 2, "bootstrap: rank 2 of 4 never joined within 3 s");
-  rc = mp_verdict_merge(rc, timeout_run(5, (1u << 1) | (1u << 3),
-                                       "bootstrap: ranks 1, 3 of 5 never joined within 3 s"));
+  rc |= timeout_run(5, (1u << 1) | (1u << 3), "bootstrap: ranks 1, 3 of 5 never joined within 3 s");
   return rc;
 }
 
@@ -342,7 +350,7 @@ static int case_abort(void) {
   memset(sh, 0, sizeof *sh);
   opts.name = "abort-recv";
   opts.nprocs = 2;
-  rc = mp_verdict_merge(rc, mp_run(&opts, abort_recv_child));
+  rc |= mp_run(&opts, abort_recv_child);
   mp_shared_free(sh, sizeof *sh);
   return rc;
 }
@@ -533,12 +541,7 @@ static int dup_run(const int* ranks, const int* nranks, int nprocs, const char* 
 
 static int case_duplicate(void) {
   static const int twice[3] = {0, 1, 1}, three[3] = {3, 3, 3};
-  int rc = dup_run(twice, three, 3, "rank 1 of 3 claimed twice", 1, 2);
-  /* Child 2 says 4 ranks; whichever of them arrives first, the message names child 2 and another. */
-  static const int ranks[3] = {0, 1, 2}, disagree[3] = {3, 3, 4};
-  rc = mp_verdict_merge(rc,
-                        dup_run(ranks, disagree, 3, "disagree about the number of ranks", 2, 2));
-  return rc;
+  return dup_run(twice, three, 3, "rank 1 of 3 claimed twice", 1, 2);
 }
 
 int main(int argc, char** argv) {
@@ -555,8 +558,8 @@ int main(int argc, char** argv) {
   for (size_t i = 0; argc > 1 && i < sizeof cases / sizeof cases[0]; i++) {
     if (strcmp(argv[1], cases[i].name) != 0) continue;
     int rc = cases[i].run();
-    test_summary();
-    return mp_verdict_exit(rc, test_failures);
+    int summary = test_summary();
+    return rc == TEST_SKIP_CODE ? rc : (rc || summary) ? 1 : 0;
   }
   fprintf(stderr, "usage: %s secret|timeout|abort|duplicate\n", argv[0]);
   return 2;
