@@ -270,7 +270,8 @@ static int timeout_run(int nprocs, unsigned missing, const char* expect) {
 
 static int case_timeout(void) {
   int rc = timeout_run(4, 1u << 2, "bootstrap: rank 2 of 4 never joined within 3 s");
-  rc |= timeout_run(5, (1u << 1) | (1u << 3), "bootstrap: ranks 1, 3 of 5 never joined within 3 s");
+  rc = mp_verdict_merge(rc, timeout_run(5, (1u << 1) | (1u << 3),
+                                       "bootstrap: ranks 1, 3 of 5 never joined within 3 s"));
   return rc;
 }
 
@@ -350,7 +351,7 @@ static int case_abort(void) {
   memset(sh, 0, sizeof *sh);
   opts.name = "abort-recv";
   opts.nprocs = 2;
-  rc |= mp_run(&opts, abort_recv_child);
+  rc = mp_verdict_merge(rc, mp_run(&opts, abort_recv_child));
   mp_shared_free(sh, sizeof *sh);
   return rc;
 }
@@ -558,8 +559,8 @@ int main(int argc, char** argv) {
   for (size_t i = 0; argc > 1 && i < sizeof cases / sizeof cases[0]; i++) {
     if (strcmp(argv[1], cases[i].name) != 0) continue;
     int rc = cases[i].run();
-    int summary = test_summary();
-    return rc == TEST_SKIP_CODE ? rc : (rc || summary) ? 1 : 0;
+    test_summary();
+    return mp_verdict_exit(rc, test_failures);
   }
   fprintf(stderr, "usage: %s secret|timeout|abort|duplicate\n", argv[0]);
   return 2;
