@@ -786,8 +786,8 @@ int main(int argc, char** argv) {
   for (size_t i = 0; argc > 1 && i < sizeof cases / sizeof cases[0]; i++) {
     if (strcmp(argv[1], cases[i].name) != 0) continue;
     int rc = cases[i].run();
-    int summary = test_summary();
-    return rc == TEST_SKIP_CODE ? rc : (rc || summary) ? 1 : 0;
+    test_summary();
+    return mp_verdict_exit(rc, test_failures);
   }
   fprintf(stderr, "usage: %s strangers|peergone|slowpeer|keepalive|nranks|commsecret|idle_root\n",
           argv[0]);
