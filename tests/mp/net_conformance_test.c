@@ -17,6 +17,10 @@
  *              and in 64 MiB messages; prints GB/s
  *   netns      sizes across two network namespaces joined by a veth pair
  *              (needs root and `ip`)
+ *   handlestate  a handle with garbage where a connect once kept its state: connected or
+ *              refused, never a crash; with garbage for the address: an error
+ *   stranger   OFI: goodbyes and probes from a stranger's endpoint change nothing; the
+ *              peer's death is still noticed
  *
  *   net_conformance_test <backend>_<case>     (backend: socket, ofi, ib)
  */
@@ -35,6 +39,7 @@
 #include "mp_runner.h"
 #include "net_util.h"
 #include "test.h"
+#include "transport/net_ofi.h"
 
 #define WAIT_SEC 20.0
 #define MIB ((size_t)1 << 20)
@@ -391,78 +396,121 @@ struct ofi_handle_head {
 };
 #define TEST_OFI_TAG_CONNECT ((1ull << 62) | 1)
 
+/* A raw libfabric endpoint of our own, aimed at one address (a stranger to the backend). */
+struct ofi_raw {
+  struct fi_info *hints, *list;
+  struct fid_fabric* fabric;
+  struct fid_domain* domain;
+  struct fid_ep* ep;
+  struct fid_av* av;
+  struct fid_cq* cq;
+  struct fid_mr* mr;
+  fi_addr_t peer;
+  char* buf; /* registered: what is sent goes through it */
+  size_t buf_size;
+};
+
+static void ofi_raw_close(struct ofi_raw* r) {
+  if (r->mr) fi_close(&r->mr->fid);
+  if (r->ep) fi_close(&r->ep->fid);
+  if (r->av) fi_close(&r->av->fid);
+  if (r->cq) fi_close(&r->cq->fid);
+  if (r->domain) fi_close(&r->domain->fid);
+  if (r->fabric) fi_close(&r->fabric->fid);
+  if (r->list) fi_freeinfo(r->list);
+  if (r->hints) fi_freeinfo(r->hints);
+  free(r->buf);
+  memset(r, 0, sizeof *r);
+}
+
+/* Opens the endpoint and inserts `name` (an endpoint name of the backend's); 0 when ready. */
+static int ofi_raw_open(struct ofi_raw* r, const void* name) {
+  struct fi_info* info = NULL;
+  struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
+  struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED};
+  const char* prov = getenv("BRAID_OFI_PROVIDER");
+  memset(r, 0, sizeof *r);
+  r->peer = FI_ADDR_UNSPEC;
+  r->buf_size = 64 << 10;
+  r->buf = malloc(r->buf_size);
+  r->hints = fi_allocinfo();
+  if (r->hints == NULL || r->buf == NULL) return -1;
+  memset(r->buf, 'x', r->buf_size);
+  r->hints->caps = FI_TAGGED | FI_MSG;
+  r->hints->mode = FI_CONTEXT;
+  r->hints->ep_attr->type = FI_EP_RDM;
+  r->hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  r->hints->fabric_attr->prov_name = strdup(prov ? prov : "tcp;ofi_rxm");
+  /* net_ofi.c's OFI_API */
+  int rc = fi_getinfo(FI_VERSION(1, 10), NULL, NULL, 0, r->hints, &r->list);
+  for (struct fi_info* i = r->list; rc == 0 && i; i = i->next)
+    if (i->addr_format == FI_SOCKADDR_IN && info == NULL) info = i; /* the backend's format */
+  if (info == NULL) { /* the backend's addresses are IPv4 wherever the provider offers it */
+    fprintf(stderr, "note: no IPv4 libfabric endpoint to send from (%s)\n", fi_strerror(-rc));
+    return -1;
+  }
+  rc = fi_fabric(info->fabric_attr, &r->fabric, NULL);
+  if (rc == 0) rc = fi_domain(r->fabric, info, &r->domain, NULL);
+  if (rc == 0) rc = fi_endpoint(r->domain, info, &r->ep, NULL);
+  if (rc == 0) rc = fi_av_open(r->domain, &av_attr, &r->av, NULL);
+  if (rc == 0) rc = fi_cq_open(r->domain, &cq_attr, &r->cq, NULL);
+  if (rc == 0) rc = fi_ep_bind(r->ep, &r->av->fid, 0);
+  if (rc == 0) rc = fi_ep_bind(r->ep, &r->cq->fid, FI_TRANSMIT | FI_RECV);
+  if (rc == 0) rc = fi_enable(r->ep);
+  if (rc == 0) rc = fi_mr_reg(r->domain, r->buf, r->buf_size, FI_SEND, 0, 0, 0, &r->mr, NULL);
+  if (rc == 0) rc = fi_av_insert(r->av, name, 1, &r->peer, 0, NULL) == 1 ? 0 : -FI_EINVAL;
+  TEST_CHECK(rc == 0, "setting up a raw libfabric endpoint: %s", fi_strerror(-rc));
+  return rc == 0 ? 0 : -1;
+}
+
+/*
+ * Sends `size` bytes (`data`, or the buffer's 'x's when NULL) with `tag`; waits up to `sec`
+ * for the send's completion. 1: it completed (or the provider refused it: either way it
+ * left), 0: posted but not complete yet, -1: it could not be posted.
+ */
+static int ofi_raw_send(struct ofi_raw* r, const void* data, size_t size, uint64_t tag,
+                        double sec) {
+  /* FI_CONTEXT: the provider uses each send's context until it completes; the callers post
+     far fewer than this many sends. */
+  static struct fi_context ctx[256];
+  static unsigned next;
+  if (size > r->buf_size) return -1;
+  if (data) memcpy(r->buf, data, size);
+  double end = boot_now() + sec;
+  int rc;
+  struct fi_cq_tagged_entry e;
+  struct fi_cq_err_entry err;
+  do {
+    rc = (int)fi_tsend(r->ep, r->buf, size, fi_mr_desc(r->mr), r->peer, tag, &ctx[next % 256]);
+    if (rc == -FI_EAGAIN && fi_cq_read(r->cq, &e, 1) == -FI_EAVAIL) fi_cq_readerr(r->cq, &err, 0);
+  } while (rc == -FI_EAGAIN && boot_now() < end);
+  if (rc != 0) return -1;
+  next++;
+  while (boot_now() < end) {
+    ssize_t n = fi_cq_read(r->cq, &e, 1);
+    if (n == -FI_EAVAIL) {
+      memset(&err, 0, sizeof err);
+      fi_cq_readerr(r->cq, &err, 0);
+    }
+    if (n == 1 || (n < 0 && n != -FI_EAGAIN)) return 1;
+  }
+  return 0;
+}
+
 /*
  * A raw libfabric endpoint sends the listener a connection request far larger than the
  * handshake message (its receive is posted for anyone): the listener must drop it and go on.
  */
 static void ofi_stray_oversize(struct net_shared* sh) {
   struct ofi_handle_head h;
-  struct fi_info *hints = fi_allocinfo(), *list = NULL, *info = NULL;
-  struct fid_fabric* fabric = NULL;
-  struct fid_domain* domain = NULL;
-  struct fid_ep* ep = NULL;
-  struct fid_av* av = NULL;
-  struct fid_cq* cq = NULL;
-  struct fid_mr* mr = NULL;
-  struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
-  struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED};
-  struct fi_context ctx;
-  fi_addr_t peer = FI_ADDR_UNSPEC;
-  static char junk[64 << 10];
+  struct ofi_raw r;
   memcpy(&h, sh->handle[0], sizeof h);
-  memset(junk, 'x', sizeof junk);
-  if (hints == NULL) return;
-  hints->caps = FI_TAGGED | FI_MSG;
-  hints->mode = FI_CONTEXT;
-  hints->ep_attr->type = FI_EP_RDM;
-  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-  hints->fabric_attr->prov_name = strdup(getenv("BRAID_OFI_PROVIDER"));
-  int rc = fi_getinfo(FI_VERSION(1, 10), NULL, NULL, 0, hints, &list); /* net_ofi.c's OFI_API */
-  for (struct fi_info* i = list; rc == 0 && i; i = i->next)
-    if (i->addr_format == FI_SOCKADDR_IN && info == NULL) info = i; /* the listener's format */
-  if (info == NULL) { /* the listener's address is IPv4 wherever the provider offers it */
-    fprintf(stderr,
-            "note: no IPv4 libfabric endpoint to send the oversized request from (%s); "
-            "not sent\n",
-            fi_strerror(-rc));
-    goto out;
+  if (ofi_raw_open(&r, h.name) == 0) {
+    int sent = ofi_raw_send(&r, NULL, r.buf_size, TEST_OFI_TAG_CONNECT, 5.0);
+    TEST_CHECK(sent >= 0, "posting the stray failed");
+    mp_sleep(0.2);
   }
-  rc = fi_fabric(info->fabric_attr, &fabric, NULL);
-  if (rc == 0) rc = fi_domain(fabric, info, &domain, NULL);
-  if (rc == 0) rc = fi_endpoint(domain, info, &ep, NULL);
-  if (rc == 0) rc = fi_av_open(domain, &av_attr, &av, NULL);
-  if (rc == 0) rc = fi_cq_open(domain, &cq_attr, &cq, NULL);
-  if (rc == 0) rc = fi_ep_bind(ep, &av->fid, 0);
-  if (rc == 0) rc = fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV);
-  if (rc == 0) rc = fi_enable(ep);
-  if (rc == 0) rc = fi_mr_reg(domain, junk, sizeof junk, FI_SEND, 0, 0, 0, &mr, NULL);
-  if (rc == 0) rc = fi_av_insert(av, h.name, 1, &peer, 0, NULL) == 1 ? 0 : -FI_EINVAL;
-  TEST_CHECK(rc == 0, "setting up the stray endpoint: %s", fi_strerror(-rc));
-  if (rc != 0) goto out;
-  double end = boot_now() + 5.0;
-  do {
-    rc = (int)fi_tsend(ep, junk, sizeof junk, fi_mr_desc(mr), peer, TEST_OFI_TAG_CONNECT, &ctx);
-    if (rc == -FI_EAGAIN) {
-      struct fi_cq_tagged_entry e;
-      (void)fi_cq_read(cq, &e, 1);
-    }
-  } while (rc == -FI_EAGAIN && boot_now() < end);
-  TEST_CHECK(rc == 0, "posting the stray: %s", fi_strerror(-rc));
-  for (int done = 0; rc == 0 && !done && boot_now() < end;) {
-    struct fi_cq_tagged_entry e;
-    ssize_t n = fi_cq_read(cq, &e, 1);
-    if (n == 1 || (n < 0 && n != -FI_EAGAIN)) done = 1; /* sent, or refused: either will do */
-  }
-  mp_sleep(0.2);
-out:
-  if (mr) fi_close(&mr->fid);
-  if (ep) fi_close(&ep->fid);
-  if (av) fi_close(&av->fid);
-  if (cq) fi_close(&cq->fid);
-  if (domain) fi_close(&domain->fid);
-  if (fabric) fi_close(&fabric->fid);
-  if (list) fi_freeinfo(list);
-  fi_freeinfo(hints);
+  ofi_raw_close(&r);
 }
 #endif
 
@@ -700,6 +748,250 @@ static int abandon_child(const struct mp_child* c) {
   return child_verdict();
 }
 
+/* ------------------------------------------------------------ handlestate */
+
+/* Bytes of a handle that the listener fills: magic, version, then the address (name). */
+static size_t handle_fields_bytes(void) {
+  if (strcmp(backend, "ofi") == 0) return 4 + 2 + 2 + 80; /* magic, version, namelen, name */
+  return sizeof(struct sock_handle_head);                  /* socket, ib: magic, version, addr */
+}
+
+/*
+ * A handle is bytes from a peer: a connecting side must take nothing in it for its own state.
+ * With 0x41 in every byte after the listener's fields (where a connect's progress was once kept,
+ * as a pointer) a connect must succeed or fail cleanly; with 0x41 in the fields after magic and
+ * version (the address) it must fail with an error. Then a normal connect works. The listener
+ * receives one message on each connection made.
+ */
+static int handlestate_child(const struct mp_child* c) {
+  struct net_shared* sh = c->arg;
+  const struct braid_net_ops* ops;
+  int ndev, rc = child_open(&ops, &ndev);
+  if (rc) return rc;
+  void* comms[2] = {NULL, NULL};
+  int n = 0;
+  if (c->index == 0) {
+    void* l = NULL;
+    int want = -1;
+    if (listen_publish(sh, ops, 0, &l) != 0) return 1;
+    double end = boot_now() + WAIT_SEC;
+    while (boot_now() < end && (want < 0 || n < want)) {
+      void* comm = NULL;
+      if (want < 0 && __atomic_load_n(&sh->flags[F_POSTED], __ATOMIC_ACQUIRE) > 0)
+        want = sh->flags[F_POSTED] - 1; /* the connections the sender made */
+      ncclResult_t res = ops->accept(l, &comm);
+      TEST_CHECK(res == ncclSuccess, "accept failed: %d (%s)", (int)res, braid_err_last());
+      if (res != ncclSuccess) break;
+      if (comm && n < 2) {
+        comms[n++] = comm;
+      } else if (comm) {
+        TEST_CHECK(0, "more connections than were made");
+        ops->close_recv(comm);
+      } else {
+        mp_sleep(0.001);
+      }
+    }
+    TEST_CHECK(want >= 1 && n == want, "%d connections accepted, the sender made %d", n, want);
+    uint64_t seen = 0;
+    for (int i = 0; i < n; i++) {
+      uint64_t word = 0;
+      void* req = NULL;
+      TEST_EXPECT_RES(net_util_post(ops, comms[i], 0, &word, sizeof word, &req, WAIT_SEC),
+                      ncclSuccess);
+      if (req) TEST_EXPECT_RES(net_util_wait(ops, req, NULL, WAIT_SEC), ncclSuccess);
+      TEST_CHECK(word >= 1000 && word < 1002, "connection %d carried %llu", i,
+                 (unsigned long long)word);
+      seen |= 1ull << (word & 63);
+    }
+    TEST_CHECK(n < 2 || seen == ((1ull << (1000 & 63)) | (1ull << (1001 & 63))),
+               "the two connections carried the same message");
+    boot_set_flag(&sh->flags[F_DONE], 1);
+    for (int i = 0; i < n; i++) ops->close_recv(comms[i]);
+    ops->close_listen(l);
+    return child_verdict();
+  }
+  uint8_t handle[BRAID_NET_HANDLE_BYTES] __attribute__((aligned(8)));
+  void* s = NULL;
+  if (boot_wait_flag(&sh->flags[F_LISTENING], 1, WAIT_SEC) != 0) return 1;
+  /* Garbage for the address: an error, at once. */
+  memcpy(handle, sh->handle[0], sizeof handle);
+  memset(handle + 8, 0x41, sizeof handle - 8);
+  ncclResult_t res = net_util_connect(ops, 0, sh->key, handle, &s, 5.0);
+  TEST_CHECK(res != ncclSuccess && res != NET_UTIL_TIMEOUT_RES && s == NULL,
+             "a handle with 0x41 for its address: %d, comm %p", (int)res, s);
+  fprintf(stderr, "handle with garbage for its address: error %d: %s\n", (int)res,
+          braid_err_last());
+  if (s) ops->close_send(s);
+  /* Garbage after the listener's fields: connected, or refused cleanly. */
+  s = NULL;
+  memcpy(handle, sh->handle[0], sizeof handle);
+  memset(handle + handle_fields_bytes(), 0x41, sizeof handle - handle_fields_bytes());
+  res = net_util_connect(ops, 0, sh->key, handle, &s, WAIT_SEC);
+  TEST_CHECK(res != NET_UTIL_TIMEOUT_RES, "a handle with 0x41 after its fields: no answer");
+  fprintf(stderr, "handle with garbage after its fields: %s (%d)\n", s ? "connected" : "refused",
+          (int)res);
+  if (s) comms[n++] = s;
+  /* The handle as it came. */
+  s = connect_to(sh, ops, 0, sh->key);
+  if (s) comms[n++] = s;
+  for (int i = 0; i < n; i++) {
+    uint64_t word = 1000 + (uint64_t)i;
+    void* req = NULL;
+    TEST_EXPECT_RES(net_util_post(ops, comms[i], 1, &word, sizeof word, &req, WAIT_SEC),
+                    ncclSuccess);
+    if (req) TEST_EXPECT_RES(net_util_wait(ops, req, NULL, WAIT_SEC), ncclSuccess);
+  }
+  boot_set_flag(&sh->flags[F_POSTED], n + 1);
+  boot_wait_flag(&sh->flags[F_DONE], 1, WAIT_SEC); /* keep the sends' data until it landed */
+  for (int i = 0; i < n; i++) ops->close_send(comms[i]);
+  return s ? child_verdict() : 1;
+}
+
+/* --------------------------------------------------------------- stranger */
+
+#ifdef BRAID_TEST_HAVE_LIBFABRIC
+/* The OFI backend's liveness tags and message (net_ofi.c). */
+#define TEST_OFI_TAG_PROBE ((1ull << 62) | 3)
+#define TEST_OFI_TAG_BYE ((1ull << 62) | 4)
+struct ofi_live_msg_copy {
+  uint32_t magic;
+  uint16_t version, kind;
+  uint8_t key[BRAID_NET_KEY_BYTES];
+  uint64_t token, seq;
+};
+/* Where child 0 publishes its connection's endpoint name (in handle[1]). */
+struct stranger_target {
+  uint16_t len;
+  char name[80];
+};
+
+/*
+ * The sender of the stranger case, in a grandchild: connects, keeps its end progressing while
+ * the stranger works, sends one message, and dies once the receiver waits for a second one.
+ */
+static int stranger_victim(const struct mp_child* c) {
+  struct net_shared* sh = c->arg;
+  const struct braid_net_ops* ops;
+  int ndev, rc = child_open(&ops, &ndev);
+  if (rc) return rc;
+  void *s = connect_to(sh, ops, 0, sh->key), *req = NULL;
+  uint64_t word = 77;
+  if (s == NULL) return 1;
+  for (int step = 0; step < 2; step++) {
+    int* flag = step == 0 ? &sh->flags[F_STEP] : &sh->flags[F_POSTED];
+    double end = boot_now() + WAIT_SEC;
+    while (__atomic_load_n(flag, __ATOMIC_ACQUIRE) < (step == 0 ? 2 : 1) && boot_now() < end) {
+      ops->idle(s); /* the receiver probes a peer that stays silent */
+      mp_sleep(0.001);
+    }
+    if (step == 0) {
+      TEST_EXPECT_RES(net_util_post(ops, s, 1, &word, sizeof word, &req, WAIT_SEC), ncclSuccess);
+      if (req) TEST_EXPECT_RES(net_util_wait(ops, req, NULL, WAIT_SEC), ncclSuccess);
+    }
+  }
+  if (test_failures) return 1;
+  raise(SIGKILL);
+  return 1;
+}
+
+/* Child 1 beside the victim: a raw endpoint that sends the receiver's connection strays. */
+static void stranger_sends(struct net_shared* sh) {
+  struct stranger_target t;
+  struct ofi_raw r;
+  struct ofi_live_msg_copy m;
+  uint64_t legacy_bye = UINT64_MAX; /* a probe carrying this once meant "the peer closed" */
+  if (boot_wait_flag(&sh->flags[F_STEP], 1, WAIT_SEC) != 0) return;
+  memcpy(&t, sh->handle[1], sizeof t);
+  if (ofi_raw_open(&r, t.name) != 0) {
+    TEST_CHECK(0, "no raw endpoint to play the stranger with");
+    ofi_raw_close(&r);
+    return;
+  }
+  /* Well formed, with the job's key, but not this connection's token. */
+  memset(&m, 0, sizeof m);
+  m.magic = 0x2049464fu; /* "OFI " */
+  m.version = 3;
+  m.kind = 2; /* goodbye */
+  memcpy(m.key, sh->key, sizeof m.key);
+  m.token = 1;
+  TEST_CHECK(ofi_raw_send(&r, &legacy_bye, sizeof legacy_bye, TEST_OFI_TAG_PROBE, 5.0) == 1,
+             "the stranger's old-style goodbye did not leave");
+  TEST_CHECK(ofi_raw_send(&r, &m, sizeof m, TEST_OFI_TAG_BYE, 5.0) == 1,
+             "the stranger's goodbye did not leave");
+  m.kind = 1; /* a probe */
+  TEST_CHECK(ofi_raw_send(&r, &m, sizeof m, TEST_OFI_TAG_PROBE, 5.0) == 1,
+             "the stranger's probe did not leave");
+  /* Larger than any liveness message: once, a truncation that failed the connection. */
+  TEST_CHECK(ofi_raw_send(&r, NULL, r.buf_size, TEST_OFI_TAG_PROBE, 2.0) >= 0,
+             "the stranger's oversized probe could not be posted");
+  mp_sleep(0.2);
+  boot_set_flag(&sh->flags[F_STEP], 2);
+  /* Probes all along (they once counted as the peer's sign of life), until the receiver is done. */
+  double end = boot_now() + WAIT_SEC;
+  while (__atomic_load_n(&sh->flags[F_DONE], __ATOMIC_ACQUIRE) < 1 && boot_now() < end) {
+    ofi_raw_send(&r, &legacy_bye, sizeof legacy_bye, TEST_OFI_TAG_PROBE, 0.25);
+    mp_sleep(0.05);
+  }
+  ofi_raw_close(&r);
+}
+#endif
+
+/*
+ * OFI: a stranger who learnt a connection's endpoint address sends it goodbyes and probes (old
+ * and new style, with the job's key but not the connection's token, and one too large): the
+ * connection must carry on as if nothing came, and still notice its peer's death.
+ */
+static int stranger_child(const struct mp_child* c) {
+#ifndef BRAID_TEST_HAVE_LIBFABRIC
+  (void)c;
+  TEST_SKIP("built without libfabric's headers: no raw endpoint to play the stranger with");
+#else
+  struct net_shared* sh = c->arg;
+  if (strcmp(backend, "ofi") != 0) TEST_SKIP("the stranger case is OFI's");
+  if (c->index == 1) {
+    fflush(stderr);
+    pid_t pid = fork(); /* before this process touches libfabric */
+    if (pid == 0) _exit(stranger_victim(c));
+    const struct braid_net_ops* ops;
+    int ndev, rc = child_open(&ops, &ndev), status = 0;
+    if (pid < 0) return 1;
+    if (rc == 0) stranger_sends(sh);
+    if (waitpid(pid, &status, 0) != pid) return 1;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == TEST_SKIP_CODE) return TEST_SKIP_CODE;
+    TEST_CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+               "the victim did not reach its end (status 0x%x)", status);
+    return rc ? rc : child_verdict();
+  }
+  const struct braid_net_ops* ops;
+  int ndev, rc = child_open(&ops, &ndev);
+  if (rc) return rc;
+  void *l = NULL, *comm = NULL, *req = NULL;
+  uint64_t word = 0;
+  struct stranger_target t;
+  if (listen_publish(sh, ops, 0, &l) != 0) return 1;
+  TEST_EXPECT_RES(net_util_accept(ops, l, &comm, WAIT_SEC), ncclSuccess);
+  if (comm == NULL) return 1;
+  memset(&t, 0, sizeof t);
+  t.len = (uint16_t)net_ofi_comm_name(comm, t.name, sizeof t.name);
+  TEST_CHECK(t.len > 0, "no endpoint name for the connection");
+  memcpy(sh->handle[1], &t, sizeof t);
+  boot_set_flag(&sh->flags[F_STEP], 1);
+  /* The strays come while this receive waits: it must still get the sender's message. */
+  TEST_EXPECT_RES(net_util_post(ops, comm, 0, &word, sizeof word, &req, WAIT_SEC), ncclSuccess);
+  if (req) TEST_EXPECT_RES(net_util_wait(ops, req, NULL, WAIT_SEC), ncclSuccess);
+  TEST_CHECK(word == 77, "the connection carried %llu", (unsigned long long)word);
+  /* Then the sender dies: the stranger's goodbye and probes must not hide it. */
+  req = NULL;
+  TEST_EXPECT_RES(net_util_post(ops, comm, 0, &word, sizeof word, &req, WAIT_SEC), ncclSuccess);
+  boot_set_flag(&sh->flags[F_POSTED], 1);
+  if (req) expect_error(ops, req, 12.0, "receiver, sender died while a stranger sent goodbyes");
+  boot_set_flag(&sh->flags[F_DONE], 1);
+  ops->close_recv(comm);
+  ops->close_listen(l);
+  return child_verdict();
+#endif
+}
+
 int main(int argc, char** argv) {
   static const struct {
     const char* name;
@@ -708,12 +1000,13 @@ int main(int argc, char** argv) {
                {"many", many_child},           {"order", order_child},
                {"secret", secret_child},       {"bandwidth", bandwidth_child},
                {"peerclose", NULL},            {"netns", netns_child},
-               {"refused", refused_child},     {"abandon", abandon_child}};
+               {"refused", refused_child},     {"abandon", abandon_child},
+               {"handlestate", handlestate_child}, {"stranger", stranger_child}};
   const char* arg = argc > 1 ? argv[1] : "";
   const char* sep = strchr(arg, '_');
   if (sep == NULL || (size_t)(sep - arg) >= sizeof backend) {
     fprintf(stderr, "usage: %s <socket|ofi|ib>_<connect|sizes|many|order|secret|bandwidth|peerclose|"
-                    "netns|refused|abandon>\n",
+                    "netns|refused|abandon|handlestate|stranger>\n",
             argv[0]);
     return 2;
   }
