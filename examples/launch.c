@@ -133,7 +133,11 @@ static void launch_self(example_world_t* w, int nranks) {
     close(fds[r][0]);
     close(fds[r][1]);
   }
-  exit(launch_wait(pids, nranks));
+  free(fds);
+  free(w->id_fds);
+  int result = launch_wait(pids, nranks);
+  free(pids);
+  exit(result);
 }
 
 void example_world_init(example_world_t* w, int argc, char** argv) {
@@ -170,7 +174,7 @@ void example_world_init(example_world_t* w, int argc, char** argv) {
              getenv("PMIX_NAMESPACE") ? getenv("PMIX_NAMESPACE") : "job", (int)getppid());
 }
 
-int example_gpu_select(const example_world_t* w) {
+int example_gpu_select(example_world_t* w) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver) {
@@ -191,6 +195,7 @@ int example_gpu_select(const example_world_t* w) {
              : err == cudaErrorInsufficientDriver ? " (no CUDA driver, or one too old)"
                                                   : "");
     fflush(stdout);
+    example_unique_id_done(w); /* nothing to share: the id's pipes go */
     exit(EXAMPLE_EXIT_SKIP);
   }
   int dev = w->local_rank % count;

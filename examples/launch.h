@@ -46,7 +46,7 @@ void example_world_init(example_world_t* w, int argc, char** argv);
 
 /* Sets this rank's CUDA device and returns its index; exits with
  * EXAMPLE_EXIT_SKIP, saying why, when there are not enough GPUs. */
-int example_gpu_select(const example_world_t* w);
+int example_gpu_select(example_world_t* w);
 
 void example_unique_id_share(example_world_t* w, ncclUniqueId* id);
 void example_unique_id_done(example_world_t* w);
