@@ -13,6 +13,7 @@
 #define BRAID_GRAPH_GRAPH_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "abi/coll.h"
@@ -116,12 +117,32 @@ int tune_proto_named_topo(const struct braid_topo* topo, braid_coll_t coll);
 /*
  * Chooses algorithm, protocol, channels and threads for `coll` moving `bytes`
  * (the per-rank message size as nccl-tests counts it). Honors BRAID_ALGO /
- * BRAID_PROTO. The masks hold (1 << algo) and (1 << proto) that the caller
- * can run.
+ * BRAID_PROTO, and within them the tuner plugin opened for `topo` (not for
+ * send/receive, as NCCL). The masks hold (1 << algo) and (1 << proto) that
+ * the caller can run.
  */
 ncclResult_t tune_choose_topo(const struct braid_topo* topo, braid_coll_t coll, size_t bytes,
                               unsigned algo_mask, unsigned proto_mask,
                               struct braid_tune_choice* out);
+/*
+ * NCCL tuner plugins (NCCL_TUNER_PLUGIN, docs/tuning.md): loads the
+ * process's tuner when none is loaded yet (NCCL's search: the setting as a
+ * name or path, libnccl-tuner-<name>.so; unset, libnccl-tuner.so; then the
+ * net plugin's library) and starts an instance of it for `topo` with the
+ * topology's rank and host counts. From then on tune_choose_topo lets it
+ * edit the model's cost table for each collective. No tuner asked for and
+ * none found: nothing changes. One asked for but missing or of no known
+ * version: a WARN, and the model decides. Fails (ncclInternalError, nothing
+ * left open) when the plugin's own init fails, as NCCL fails the
+ * communicator then.
+ */
+struct tune_plugin_args {
+  uint64_t comm_id;    /* given to v5 tuners' init */
+  const char* net_lib; /* the loaded net plugin's library file, searched last; NULL: none */
+};
+ncclResult_t tune_plugin_open(struct braid_topo* topo, const struct tune_plugin_args* args);
+/* Finalizes topo's tuner instance; the library closes with its last user. Safe without one. */
+void tune_plugin_close(struct braid_topo* topo);
 /* One sentence: why the rings have this many channels. */
 const char* topo_explain(const struct braid_topo* topo);
 /* Writes the rings and trees as NCCL's graph XML (NCCL_GRAPH_DUMP_FILE), seen from host `host`. */

@@ -10,7 +10,8 @@
  * where small messages use fewer channels (a channel needs
  * nthreads x thread_bytes bytes to be worth its launch). The caller's masks
  * say what the data path can run; BRAID_ALGO / BRAID_PROTO narrow that (see
- * tune_override.c); the choice is explained in one INFO line.
+ * tune_override.c); a tuner plugin (tune_plugin.c) may then edit the
+ * predicted times; the choice is explained in one INFO line.
  */
 #include <math.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "base/utils.h"
 #include "graph/topo.h"
 #include "graph/tune_override.h"
+#include "graph/tune_plugin.h"
 
 static int tune_link_class(int path_type) {
   if (path_type <= BRAID_PATH_NVB) return TUNE_LINK_NVL;
@@ -158,17 +160,21 @@ static float tune_time(const struct tune_model* m, int coll, int algo, int p, si
 /*
  * What the model can run for `coll`: trees and the direct exchange for
  * all-reduce across hosts (direct from three ranks: two have the one-hop
- * exchange of the ring already, pair.h), unless forced.
+ * exchange of the ring already, pair.h), unless `asked` names them.
  */
-static unsigned tune_algo_available(const struct tune_model* m, int coll) {
+static unsigned tune_algo_with(const struct tune_model* m, int coll, unsigned asked) {
   unsigned mask = 1u << BRAID_ALGO_RING;
   if (coll != BRAID_COLL_ALLREDUCE) return mask;
-  const unsigned asked = m->algo_named[coll]; /* "^tree" asks for nothing more */
   if (m->nhosts > 1 || (asked >> BRAID_ALGO_TREE & 1)) mask |= 1u << BRAID_ALGO_TREE;
   if (m->nranks >= 2 && m->nranks <= BRAID_DIRECT_MAX_RANKS &&
       ((m->nhosts > 1 && m->nranks >= 3) || (asked >> BRAID_ALGO_DIRECT & 1)))
     mask |= 1u << BRAID_ALGO_DIRECT;
   return mask;
+}
+
+/* The model's own candidates: BRAID_ALGO names ask for more ("^tree" asks for nothing more). */
+static unsigned tune_algo_available(const struct tune_model* m, int coll) {
+  return tune_algo_with(m, coll, m->algo_named[coll]);
 }
 
 /* Narrows `mask` by `pref` unless that leaves nothing (then the caller's mask wins). */
@@ -208,7 +214,7 @@ static unsigned tune_proto_pref(const struct tune_model* m, int coll) {
  */
 static void tune_explain(const struct tune_model* m, int coll, size_t bytes, unsigned caller_amask,
                          unsigned caller_pmask, unsigned amask, unsigned pmask,
-                         const struct braid_tune_choice* out) {
+                         const struct braid_tune_choice* out, const char* note) {
   char others[512] = "";
   size_t len = 0;
   for (int a = 0; a < BRAID_ALGO_COUNT; a++) {
@@ -229,10 +235,66 @@ static void tune_explain(const struct tune_model* m, int coll, size_t bytes, uns
       (float)out->nchannels * m->busbw_ch[coll][out->algo][out->proto] * m->ratio[coll][out->algo];
   INFO(BRAID_LOG_TUNING,
        "%s %zu B on %d ranks: %s/%s, %d channels x %d threads, %.1f us predicted "
-       "(%.1f us latency + %.1f GB/s algbw); others in us: %s",
+       "(%.1f us latency + %.1f GB/s algbw); others in us: %s%s%s",
        braid_coll_name(coll), bytes, m->nranks, braid_algo_name(out->algo),
        braid_proto_name(out->proto), out->nchannels, out->nthreads, out->time_us, lat, algbw,
-       others[0] ? others : "none");
+       others[0] ? others : "none", note[0] ? "; " : "", note);
+}
+
+/*
+ * The tuner plugin's say. It sees the predicted time of every combination
+ * the caller, the topology and BRAID_ALGO / BRAID_PROTO allow (Tree and
+ * LL128 too where the model would not pick them itself) and may change
+ * those times and ask for a channel count. A table it leaves as it was
+ * keeps the model's choice; otherwise the least time of 0 or more wins, and
+ * when it left no such time the model's choice stands. Its channel count is
+ * bounded by the algorithm's channels. `note` says what it did.
+ */
+static void tune_plugin_choose(const struct tune_model* m, int coll, size_t bytes,
+                               unsigned algo_mask, unsigned proto_mask,
+                               struct braid_tune_choice* out, char* note, size_t size) {
+  unsigned amask =
+      tune_narrow(tune_narrow(algo_mask, tune_algo_with(m, coll, ~0u)), m->algo_override[coll]);
+  unsigned pmask =
+      tune_narrow(tune_narrow(proto_mask, m->proto_topo_mask), m->proto_override[coll]);
+  float cost[BRAID_ALGO_COUNT][BRAID_PROTO_COUNT];
+  for (int a = 0; a < BRAID_ALGO_COUNT; a++)
+    for (int p = 0; p < BRAID_PROTO_COUNT; p++)
+      cost[a][p] = ((amask >> a) & 1) && ((pmask >> p) & 1) && m->busbw_ch[coll][a][p] > 0.0f
+                       ? tune_time(m, coll, a, p, bytes, tune_channels(m, a, p, bytes))
+                       : TUNE_PLUGIN_IGNORE;
+  int nch = 0, changed = 0, chose = 0;
+  const struct braid_tune_choice model = *out;
+  if (tune_plugin_cost(m->plugin, (braid_coll_t)coll, bytes, cost, &nch, &changed) != ncclSuccess) {
+    snprintf(note, size, "tuner %s failed: the model's choice", tune_plugin_label(m->plugin));
+    return;
+  }
+  float best = INFINITY;
+  for (int a = 0; changed && a < BRAID_ALGO_COUNT; a++)
+    for (int p = 0; p < BRAID_PROTO_COUNT; p++) {
+      if (!((amask >> a) & 1) || !((pmask >> p) & 1) || m->busbw_ch[coll][a][p] <= 0.0f ||
+          !(cost[a][p] >= 0.0f && cost[a][p] < best))
+        continue;
+      best = cost[a][p];
+      chose = 1;
+      out->algo = (braid_algo_t)a;
+      out->proto = (braid_proto_t)p;
+      out->nchannels = tune_channels(m, a, p, bytes);
+    }
+  if (nch > 0) out->nchannels = BRAID_MAX(1, BRAID_MIN(nch, m->nchannels[out->algo]));
+  out->time_us = tune_time(m, coll, out->algo, out->proto, bytes, out->nchannels);
+  int len = snprintf(note, size, "tuner %s: %s", tune_plugin_label(m->plugin),
+                     !changed ? "the model's choice"
+                     : chose  ? "its choice"
+                              : "no cost it left is one Braid can run: the model's choice");
+  if (chose && len > 0 && (size_t)len < size)
+    len += snprintf(note + len, size - (size_t)len, " (the model's: %s/%s)",
+                    braid_algo_name(model.algo), braid_proto_name(model.proto));
+  if (nch > 0 && len > 0 && (size_t)len < size)
+    len += snprintf(note + len, size - (size_t)len, ", %d channels asked", nch);
+  if ((m->algo_override[coll] != ~0u || m->proto_override[coll] != ~0u) && len > 0 &&
+      (size_t)len < size)
+    snprintf(note + len, size - (size_t)len, ", within BRAID_ALGO/BRAID_PROTO");
 }
 
 int tune_proto_named_topo(const struct braid_topo* topo, braid_coll_t coll) {
@@ -273,9 +335,12 @@ ncclResult_t tune_choose_topo(const struct braid_topo* topo, braid_coll_t coll, 
           .algo = (braid_algo_t)a, .proto = (braid_proto_t)p, .nchannels = nch, .time_us = t};
     }
   }
+  char note[192] = "";
+  if (m->plugin != NULL && coll != BRAID_COLL_SENDRECV)
+    tune_plugin_choose(m, coll, bytes, algo_mask, proto_mask, out, note, sizeof note);
   int nt = m->nthreads_override > 0 ? m->nthreads_override : tune_nthreads(out->proto);
   out->nthreads = BRAID_MIN(BRAID_MAX(nt / 32 * 32, 64), BRAID_MAX_NTHREADS);
   if (braid_log_enabled(BRAID_LOG_INFO, BRAID_LOG_TUNING))
-    tune_explain(m, coll, bytes, algo_mask, proto_mask, amask, pmask, out);
+    tune_explain(m, coll, bytes, algo_mask, proto_mask, amask, pmask, out, note);
   return ncclSuccess;
 }

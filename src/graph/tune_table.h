@@ -75,6 +75,8 @@ enum {
   TUNE_CPU_MODEL_ERP = 4
 };
 
+struct tune_plugin;
+
 /* What the model derived from a communicator's topology (tune.c). */
 struct tune_model {
   int nranks, nhosts;
@@ -91,6 +93,7 @@ struct tune_model {
   unsigned algo_named[BRAID_COLL_COUNT];
   unsigned proto_named[BRAID_COLL_COUNT];
   int nthreads_override;                     /* BRAID_NTHREADS, 0 = automatic */
+  struct tune_plugin* plugin;                /* the tuner plugin's instance, NULL: none */
 };
 
 #endif

@@ -184,6 +184,8 @@ ncclResult_t topo_comm_init(struct ncclComm* comm) {
   BRAID_TRY(topo_comm_check_agreement(comm, topo));
   comm->topo = topo; /* the comm owns it now */
   topo = NULL;
+  struct tune_plugin_args tuner = {.comm_id = comm->comm_hash};
+  BRAID_TRY(tune_plugin_open(comm->topo, &tuner)); /* NCCL_TUNER_PLUGIN, when there is one */
   const char* graph_file = braid_param_str(BRAID_P_GRAPH_DUMP_FILE);
   if (comm->rank == 0 && graph_file && graph_file[0])
     (void)topo_dump_graphs(comm->topo, rank_host[0], graph_file); /* reported if it fails */
@@ -201,6 +203,7 @@ fail:
 
 void topo_comm_free(struct ncclComm* comm) {
   if (comm == NULL) return;
+  tune_plugin_close(comm->topo);
   topo_free(comm->topo);
   comm->topo = NULL;
 }
