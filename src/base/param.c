@@ -71,10 +71,6 @@ static const struct param_row rows[BRAID_P_COUNT] = {
   ROW(PROTO, "NCCL_PROTO", STRING, NULL,
       "Force the protocol (Simple, LL, LL128); a list after ^ only removes from the model's "
       "choice (LL128 stays off unless named); default: chosen by the tuning model."),
-  ROW(TUNER_PLUGIN, "NCCL_TUNER_PLUGIN", STRING, NULL,
-      "NCCL tuner plugin: a name (libnccl-tuner-<name>.so), a library file or path, or none. "
-      "Unset: libnccl-tuner.so where the loader finds it. It may edit the tuning model's cost "
-      "table per collective (ncclTunerPlugin_v5 to _v2); BRAID_ALGO/BRAID_PROTO still win."),
   ROW(P2P_DISABLE, "NCCL_P2P_DISABLE", INT, "0",
       "1: never use GPU peer-to-peer (NVLink/PCIe) between GPUs; fall back to shared memory."),
   ROW(P2P_READ, "NCCL_P2P_READ_ENABLE", INT, "-1",
@@ -83,7 +79,14 @@ static const struct param_row rows[BRAID_P_COUNT] = {
   ROW(SHM_DISABLE, "NCCL_SHM_DISABLE", INT, "0",
       "1: never use host shared memory between GPUs of one host."),
   ROW(NET, "NCCL_NET", STRING, NULL,
-      "Network backend between hosts: Socket, IB or OFI; default: IB when a port is usable, else Socket."),
+      "Network backend between hosts: Socket, IB, OFI, or the loaded net plugin (its network's "
+      "name, or Plugin); default: the net plugin when one loads, else IB when a port is usable, "
+      "else Socket."),
+  ROW(NET_PLUGIN, "NCCL_NET_PLUGIN", STRING, NULL,
+      "NCCL net plugin to load (ncclNetPlugin_v11 to _v6): a name (libnccl-net-<name>.so), a "
+      "library file or path, a comma list tried in order, or none. Unset: libnccl-net.so where "
+      "the loader finds it. A plugin that loads is the default network; one that cannot be used "
+      "is reported (WARN), and the list's next entry, else Braid's own backends, used."),
   ROW(IB_HCA, "NCCL_IB_HCA", STRING, NULL,
       "InfiniBand/RoCE devices to use: prefixes, ^ to exclude, = for exact, :port to pick a port."),
   ROW(IB_GID_INDEX, "NCCL_IB_GID_INDEX", INT, "-1",

@@ -2,9 +2,10 @@
  * Net backends: how bytes leave the host. A backend is one ops table
  * (size first, append-only, every slot filled) in one file or folder:
  * net_socket.c (TCP, always built), net_ib.c (rdma-core verbs, dlopen),
- * net_ofi.c (libfabric, dlopen). The proxy thread (core/proxy.c) is the only
- * caller of the data-path slots; the net transport (net.c) sets connections
- * up; tests/mp/net_conformance_test.c runs one suite over every backend.
+ * net_ofi.c (libfabric, dlopen), net_plugin.c (an NCCL net plugin, dlopen).
+ * The proxy thread (core/proxy.c) is the only caller of the data-path slots;
+ * the net transport (net.c) sets connections up;
+ * tests/mp/net_conformance_test.c runs one suite over every backend.
  *
  * The model is NCCL's net plugin model, minus tags:
  *   - a receiver listens on a device and hands the opaque `handle` to the
@@ -64,7 +65,7 @@ struct braid_net_props {
 
 struct braid_net_ops {
   size_t size;      /* sizeof(struct braid_net_ops): tables only grow by appending */
-  const char* name; /* "Socket", "IB", "OFI" (BRAID_NET matches it, case-insensitive) */
+  const char* name; /* "Socket", "IB", "OFI", "Plugin" (BRAID_NET matches it, case-insensitive) */
   /*
    * Loads what the backend needs and counts its devices. Idempotent and
    * thread-safe. A backend that cannot run here returns ncclSuccess with
@@ -166,6 +167,13 @@ struct braid_net_ops {
 extern const struct braid_net_ops braid_net_socket;
 extern const struct braid_net_ops braid_net_ib;
 extern const struct braid_net_ops braid_net_ofi;
+/*
+ * An NCCL net plugin's network (net_plugin.c); its init loads the plugin once
+ * per process (BRAID_NET_PLUGIN) and logs what it found, as NCCL does.
+ */
+extern const struct braid_net_ops braid_net_plugin;
+/* The loaded net plugin's network name (loading it on first use), or NULL when there is none. */
+const char* net_plugin_network_name(void);
 
 /* Every backend this build knows, in order of preference for the default choice. */
 int net_backend_count(void);
@@ -175,9 +183,10 @@ const struct braid_net_ops* net_backend_find(const char* name);
 
 /*
  * The backend the process uses (chosen once, logged at INFO with why):
- * BRAID_NET / NCCL_NET when set (failing, with the reason, if that backend
- * cannot run here), else IB when it has a usable port, else Socket. OFI is
- * used only when asked for.
+ * BRAID_NET / NCCL_NET when set (a backend's name, or the net plugin's
+ * network name; failing, with the reason, if that backend cannot run here),
+ * else the net plugin's network when one loads, else IB when it has a usable
+ * port, else Socket. OFI is used only when asked for.
  */
 ncclResult_t net_backend_select(const struct braid_net_ops** out, int* ndev);
 

@@ -1,6 +1,7 @@
 /*
  * The list of net backends and the process's choice among them
- * (BRAID_NET / NCCL_NET, else IB when a port is usable, else Socket). The
+ * (BRAID_NET / NCCL_NET, else the net plugin's network when one loads, as
+ * NCCL prefers it, else IB when a port is usable, else Socket). The
  * choice is made once per process and logged with the reason, so a job log
  * always says which network carried the data and why.
  */
@@ -17,8 +18,8 @@
 #include "transport/net.h"
 
 /* Preference order of the default choice; OFI is listed but only taken when asked for. */
-static const struct braid_net_ops* const backends[] = {&braid_net_ib, &braid_net_socket,
-                                                       &braid_net_ofi};
+static const struct braid_net_ops* const backends[] = {&braid_net_plugin, &braid_net_ib,
+                                                       &braid_net_socket, &braid_net_ofi};
 
 int net_backend_count(void) { return (int)BRAID_ARRAY_LEN(backends); }
 
@@ -118,14 +119,32 @@ static const char* net_param_name(void) {
   return braid_param_source(BRAID_P_NET) == BRAID_PARAM_FROM_NCCL_ENV ? "NCCL_NET" : "BRAID_NET";
 }
 
-/* The backend the user named; fails with the reason when it cannot run here. */
+/*
+ * The backend the user named, or the net plugin's network by its name; fails with the reason
+ * when it cannot run here.
+ */
 static ncclResult_t net_select_named(const char* name) {
-  char why[256] = "";
+  char why[BRAID_ERROR_MAX] = "";
   int ndev = 0;
   const struct braid_net_ops* ops = net_backend_find(name);
+  const char* plugin_net = NULL;
+  if (ops == NULL) { /* perhaps the plugin's network: loading it says what happened */
+    braid_net_plugin.init(&ndev, why, sizeof why);
+    plugin_net = net_plugin_network_name();
+    if (plugin_net && strcasecmp(plugin_net, name) == 0) ops = &braid_net_plugin;
+  }
+  if (ops == NULL && plugin_net)
+    return braid_err(ncclInvalidUsage,
+                     "%s=\"%s\" names no network backend; use Socket, IB, OFI, or the net "
+                     "plugin's network \"%s\" (or Plugin)",
+                     net_param_name(), name, plugin_net);
   if (ops == NULL)
-    return braid_err(ncclInvalidUsage, "%s=\"%s\" names no network backend; use Socket, IB or OFI",
-                     net_param_name(), name);
+    return braid_err(ncclInvalidUsage,
+                     "%s=\"%s\" names no network backend; use Socket, IB or OFI (there is no "
+                     "net plugin's network to name: %s)",
+                     net_param_name(), name, why);
+  ndev = 0;
+  why[0] = '\0';
   ncclResult_t res = ops->init(&ndev, why, sizeof why);
   if (res != ncclSuccess) return res;
   if (ndev == 0)
@@ -138,10 +157,24 @@ static ncclResult_t net_select_named(const char* name) {
   return ncclSuccess;
 }
 
+/* The net plugin's network when one loads (its loading logs what happened otherwise). */
+static int net_select_plugin(void) {
+  char why[BRAID_ERROR_MAX] = "";
+  int ndev = 0;
+  if (braid_net_plugin.init(&ndev, why, sizeof why) != ncclSuccess || ndev == 0) return 0;
+  selected.ops = &braid_net_plugin;
+  selected.ndev = ndev;
+  INFO(BRAID_LOG_INIT, "NET/Plugin selected: Using network %s, the net plugin's (%d device%s; "
+       "set BRAID_NET=IB or Socket to use Braid's own)", net_plugin_network_name(), ndev,
+       ndev == 1 ? "" : "s");
+  return 1;
+}
+
 /* IB when it has a usable port, else Socket; the log line says why IB was passed over. */
 static ncclResult_t net_select_default(void) {
   char why[256] = "", sock_why[256] = "";
   int ndev = 0;
+  if (net_select_plugin()) return ncclSuccess;
   ncclResult_t res = braid_net_ib.init(&ndev, why, sizeof why);
   if (res == ncclSuccess && ndev > 0) {
     selected.ops = &braid_net_ib;

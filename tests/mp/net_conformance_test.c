@@ -22,7 +22,7 @@
  *   stranger   OFI: goodbyes and probes from a stranger's endpoint change nothing; the
  *              peer's death is still noticed
  *
- *   net_conformance_test <backend>_<case>     (backend: socket, ofi, ib)
+ *   net_conformance_test <backend>_<case>     (backend: socket, ofi, ib, plugin)
  */
 #include <sched.h>
 #include <signal.h>
@@ -753,6 +753,7 @@ static int abandon_child(const struct mp_child* c) {
 /* Bytes of a handle that the listener fills: magic, version, then the address (name). */
 static size_t handle_fields_bytes(void) {
   if (strcmp(backend, "ofi") == 0) return 4 + 2 + 2 + 80; /* magic, version, namelen, name */
+  if (strcmp(backend, "plugin") == 0) return 36; /* tests/plugins/net_tcp_plugin.c's handle */
   return sizeof(struct sock_handle_head);                  /* socket, ib: magic, version, addr */
 }
 
@@ -1005,7 +1006,7 @@ int main(int argc, char** argv) {
   const char* arg = argc > 1 ? argv[1] : "";
   const char* sep = strchr(arg, '_');
   if (sep == NULL || (size_t)(sep - arg) >= sizeof backend) {
-    fprintf(stderr, "usage: %s <socket|ofi|ib>_<connect|sizes|many|order|secret|bandwidth|peerclose|"
+    fprintf(stderr, "usage: %s <socket|ofi|ib|plugin>_<connect|sizes|many|order|secret|bandwidth|peerclose|"
                     "netns|refused|abandon|handlestate|stranger>\n",
             argv[0]);
     return 2;

@@ -40,7 +40,7 @@ struct net_fifo_mem {
 };
 
 /*
- * Opens backend `name` ("socket", "ofi", "ib") in this process: OFI is
+ * Opens backend `name` ("socket", "ofi", "ib", "plugin") in this process: OFI is
  * pointed at the "tcp;ofi_rxm" provider unless BRAID_OFI_PROVIDER says
  * otherwise. Returns 0, or TEST_SKIP_CODE after printing why it cannot run.
  */

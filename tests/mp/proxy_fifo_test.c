@@ -298,7 +298,7 @@ int main(int argc, char** argv) {
   const char* arg = argc > 1 ? argv[1] : "";
   const char* sep = strchr(arg, '_');
   if (sep == NULL || (size_t)(sep - arg) >= sizeof backend) {
-    fprintf(stderr, "usage: %s <socket|ofi|ib>_<steps|sizes|peerdeath|removefirst|removelast|idle>\n", argv[0]);
+    fprintf(stderr, "usage: %s <socket|ofi|ib|plugin>_<steps|sizes|peerdeath|removefirst|removelast|idle>\n", argv[0]);
     return 2;
   }
   memcpy(backend, arg, (size_t)(sep - arg));

@@ -21,7 +21,7 @@
 #include "transport/net_socket.h"
 
 static void test_ops_tables(void) {
-  TEST_CHECK(net_backend_count() == 3, "%d backends", net_backend_count());
+  TEST_CHECK(net_backend_count() == 4, "%d backends", net_backend_count());
   for (int i = 0; i < net_backend_count(); i++) {
     const struct braid_net_ops* ops = net_backend_at(i);
     TEST_CHECK(ops->size == sizeof *ops, "%s: size %zu", ops->name, ops->size);
