@@ -275,7 +275,7 @@ void suite_p2p(struct gpu_world* w);      /* gpu_p2p.c */
 void suite_inflight(struct gpu_world* w); /* gpu_inflight.c */
 void suite_errors(struct gpu_world* w);   /* gpu_errors.c */
 void suite_api(struct gpu_world* w);      /* gpu_api.c: split, shrink, nonblocking, graphs, ... */
-void suite_leaks(struct gpu_world* w);    /* gpu_leaks.c: 1000 communicators made and destroyed */
+void suite_leaks(struct gpu_world* w);    /* gpu_leaks.c: 100, then 1000 communicators */
 void suite_deadpeer(struct gpu_world* w); /* gpu_faults.c: a rank SIGKILLed mid-collective */
 void suite_hang(struct gpu_world* w);     /* gpu_faults.c: a rank skips a collective */
 void suite_hang_send(struct gpu_world* w); /* gpu_faults.c: a rank skips a large receive */
