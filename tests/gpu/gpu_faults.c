@@ -1,6 +1,6 @@
 /*
  * Faults, one suite each, run alone (they leave the world's communicator
- * aborted): procs, hosts and sharegpu modes.
+ * aborted): the modes of one process per rank.
  *
  * deadpeer: a rank killed with SIGKILL in the middle of collectives (the
  * runner takes that death as planned): every survivor's
@@ -39,7 +39,7 @@
 #define DEAD_PEER_ABORT_S 10.0 /* a peer's abort seen as an error by then (BRAID_TIMEOUT: 600) */
 
 #define FAULT_PROCS_WHY \
-  "needs one process per rank (--mode procs, hosts or sharegpu), 2 ranks or more"
+  "needs one process per rank (--mode procs, hosts, sharegpu, isolated or mixed), 2 ranks or more"
 #define FAULT_BRAID_WHY "Braid's watchdog only (this libnccl is not Braid)"
 
 /* A fault case's end: the comm aborted if it is still there (the suites run alone), buf freed. */
@@ -296,7 +296,8 @@ void suite_abort_wait(struct gpu_world* w) {
   snprintf(name, sizeof name, "Abort from another thread while ncclSend waits to connect mode=%s",
            w->opts->mode);
   if (!world_case_fits(w, name, w->nlocal < w->nranks && w->nranks == 2,
-                       "needs one process per rank (--mode procs, hosts or sharegpu), 2 ranks") ||
+                       "needs one process per rank (--mode procs, hosts, sharegpu, isolated or "
+                       "mixed), 2 ranks") ||
       !world_case_begin(w, name))
     return;
   volatile double* done = world_stamp(w, 1);

@@ -1,7 +1,8 @@
 /*
  * gpu_coll: the GPU correctness suite's command line.
  *
- *   gpu_coll [--mode threads|procs|hosts|sharegpu] [--suite all|...|hang|hangsend|abortwait]
+ *   gpu_coll [--mode threads|procs|hosts|sharegpu|isolated|mixed]
+ *            [--suite all|...|hang|hangsend|abortwait]
  *            [--nranks N] [--quick] [--filter SUBSTR] [--seed S]
  *            [--case-timeout SEC] [--timeout SEC] [--list] [--verbose]
  *            [--no-cases | --init-fails]
@@ -27,13 +28,17 @@ static void main_usage(FILE* f) {
   fprintf(
       f,
       "usage: gpu_coll [options]\n"
-      "  --mode threads|procs|hosts|sharegpu\n"
+      "  --mode threads|procs|hosts|sharegpu|isolated|mixed\n"
       "                         one process over all GPUs (default), one process per GPU, or\n"
       "                         one process per rank posing as separate hosts (BRAID_HOSTID,\n"
       "                         NCCL_HOSTID), sharing the visible GPUs: the network path;\n"
       "                         sharegpu: one process per rank on the visible GPUs, rank i\n"
       "                         posing as GPU i of BRAID_TOPO_FILE (bus ids in GPU_COLL_BUSIDS,\n"
-      "                         comma-separated; Braid only): the intra-node path on one GPU\n"
+      "                         comma-separated; Braid only): the intra-node path on one GPU;\n"
+      "                         isolated: one process per GPU, each seeing only its own\n"
+      "                         (CUDA_VISIBLE_DEVICES set per rank: the i-th entry of the\n"
+      "                         caller's, or i); mixed: the even ranks so, the odd ones seeing\n"
+      "                         every GPU\n"
       "  --suite NAME           all (default), coll, p2p, inflight, errors, api,\n"
       "                         leaks, deadpeer, hang, hangsend, hanggraph, abortwait, abortpeer\n"
       "                         (not in all)\n"
@@ -169,7 +174,8 @@ static int main_parse(int argc, char** argv, struct gpu_opts* o) {
   }
   if (optind == argc &&
       (strcmp(o->mode, "threads") == 0 || strcmp(o->mode, "procs") == 0 ||
-       strcmp(o->mode, "hosts") == 0 || strcmp(o->mode, "sharegpu") == 0) &&
+       strcmp(o->mode, "hosts") == 0 || strcmp(o->mode, "sharegpu") == 0 ||
+       strcmp(o->mode, "isolated") == 0 || strcmp(o->mode, "mixed") == 0) &&
       (strcmp(o->suite, "all") == 0 || strcmp(o->suite, "coll") == 0 ||
        strcmp(o->suite, "p2p") == 0 || strcmp(o->suite, "inflight") == 0 ||
        strcmp(o->suite, "errors") == 0 || strcmp(o->suite, "api") == 0 ||

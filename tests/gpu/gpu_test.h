@@ -97,7 +97,9 @@ void ref_format(ncclDataType_t t, const void* buf, size_t i, char* out, size_t l
 /* ---- the ranks (gpu_world.c) ----------------------------------------------------------------- */
 
 struct gpu_opts {
-  const char* mode;  /* "threads", "procs" or "hosts" (procs, each rank its own host) */
+  const char* mode;  /* "threads", "procs", "hosts" (procs, each rank its own host),
+                        "sharegpu", "isolated" (procs, each rank seeing its GPU alone) or
+                        "mixed" (the even ranks isolated) */
   const char* suite; /* "all", "coll", "p2p", "inflight", "errors", "api", "leaks",
                         "deadpeer", "hang", "hangsend", "abortwait",
                         "abortpeer" */

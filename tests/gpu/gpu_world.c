@@ -22,8 +22,23 @@
  * node's GPUs and connect through P2P and SHM: the intra-node path, run on
  * one GPU. Braid only (NCCL has no such override).
  *
- * In procs, hosts and sharegpu, GPU_COLL_RANK_ENV="I:NAME=VALUE" sets NAME in
- * child I only, before its first call (a setting that differs between ranks).
+ * isolated: procs where child i, before its first CUDA call, sets
+ * CUDA_VISIBLE_DEVICES to its own GPU alone (the i-th entry of the parent's
+ * CUDA_VISIBLE_DEVICES, or i when that is unset) and drives device 0, as
+ * under a scheduler that hands each process one GPU (SLURM's
+ * --gpus-per-task=1, a Kubernetes pod): no process can name another's GPU.
+ * mixed: the even ranks isolated so, the odd ones seeing every GPU of the
+ * parent and driving GPU i, as in procs.
+ *
+ * In every mode of one process per rank, the children agree on whether the
+ * run can go ahead before any of them starts its init: a child without its
+ * GPU makes every child skip (77), where the others would wait for it until
+ * the time limit (isolated and mixed children see different GPUs). In
+ * isolated and mixed mode they also check that no two ranks got one GPU.
+ *
+ * In procs, hosts, sharegpu, isolated and mixed, GPU_COLL_RANK_ENV="I:NAME=VALUE"
+ * sets NAME in child I only, before its first call (a setting that differs
+ * between ranks).
  *
  * Every process runs the same sequence of cases (same options, same filter),
  * so the ordinal of a case is the same everywhere; a failure seen by any
@@ -67,8 +82,14 @@ struct gpu_shared {
   int ids_ready[GPU_ID_SLOTS];
   ncclUniqueId ids[GPU_ID_SLOTS];
   double stamps[4]; /* world_stamp */
+  /* world_gpus_agree: each child's GPU check (WORLD_GPU_*), then the bus id of its GPU */
+  int gpu_check[GPU_MAX_RANKS];
+  char busid[GPU_MAX_RANKS][32];
   struct gpu_tally tally;
 };
+
+/* A child's GPU check, as world_gpus_agree publishes it (0: not yet). */
+enum { WORLD_GPU_OK = 1, WORLD_GPU_SKIP = 2, WORLD_GPU_FAILED = 3 };
 
 struct world_procs_arg {
   const struct gpu_opts* opts;
@@ -408,13 +429,126 @@ static int world_rank_env(int index) {
   return 0;
 }
 
-/* procs: child `ch->index` drives GPU `ch->index` as that rank. */
+/*
+ * The entries of the parent's CUDA_VISIBLE_DEVICES (comma-separated), or -1
+ * when it is unset (every GPU visible). No CUDA call: the parent makes none.
+ */
+static int world_visible_count(void) {
+  const char* list = getenv("CUDA_VISIBLE_DEVICES");
+  int n = 0;
+  if (list == NULL) return -1;
+  for (const char* p = list; *p; p++) n += *p == ',';
+  return list[0] ? n + 1 : 0;
+}
+
+/* isolated, and the even ranks of mixed: rank `index` sees its own GPU alone. */
+static int world_isolates(const struct gpu_opts* o, int index) {
+  return strcmp(o->mode, "isolated") == 0 || (strcmp(o->mode, "mixed") == 0 && index % 2 == 0);
+}
+
+/*
+ * Sets CUDA_VISIBLE_DEVICES to GPU `index` of the parent's (the index-th entry of its list,
+ * or `index` when it has none), before this child's first CUDA call: CUDA reads the
+ * variable once, when it initializes. 0; GPU_SKIP_CODE when the list has no such entry.
+ */
+static int world_isolate(int index, char* entry, size_t len) {
+  const char* p = getenv("CUDA_VISIBLE_DEVICES");
+  if (p == NULL) {
+    snprintf(entry, len, "%d", index);
+  } else {
+    for (int i = 0; p && i < index; i++) {
+      p = strchr(p, ',');
+      if (p) p++;
+    }
+    size_t n = p ? strcspn(p, ",") : 0;
+    if (n == 0 || n >= len) {
+      fprintf(stderr, "SKIP: rank %d has no GPU of its own: CUDA_VISIBLE_DEVICES=\"%s\" has no "
+              "usable entry %d\n", index, getenv("CUDA_VISIBLE_DEVICES"), index);
+      return GPU_SKIP_CODE;
+    }
+    memcpy(entry, p, n);
+    entry[n] = '\0';
+  }
+  if (setenv("CUDA_VISIBLE_DEVICES", entry, 1) != 0) {
+    perror("setenv");
+    return 1;
+  }
+  return 0;
+}
+
+/*
+ * An isolated child's GPU check: exactly one GPU visible (more would mean CUDA was
+ * initialized before CUDA_VISIBLE_DEVICES was set). 0, GPU_SKIP_CODE or 1.
+ */
+static int world_check_isolated(int index, const char* entry) {
+  int count = 0;
+  int rc = world_check_gpus(1);
+  if (rc != 0) {
+    fprintf(stderr, "SKIP [rank %d]: no GPU with CUDA_VISIBLE_DEVICES=%s\n", index, entry);
+    return rc;
+  }
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count != 1) {
+    fprintf(stderr, "FAIL gpu_coll: rank %d sees %d GPUs with CUDA_VISIBLE_DEVICES=%s (1 "
+            "expected)\n", index, count, entry);
+    return 1;
+  }
+  return 0;
+}
+
+/*
+ * Publishes this child's GPU check `rc` (0, GPU_SKIP_CODE or another failure) and waits
+ * for every child's: returns 0 when all can run, GPU_SKIP_CODE when one cannot (it
+ * said why), 1 on a failure. With `distinct`, the bus ids of the ranks' devices (`dev` here)
+ * are compared too: two ranks on one GPU fail.
+ */
+static int world_gpus_agree(struct gpu_shared* sh, const struct mp_child* ch, int rc, int dev,
+                            int distinct) {
+  int me = ch->index, verdict = 0;
+  if (rc == 0 && distinct &&
+      cudaDeviceGetPCIBusId(sh->busid[me], (int)sizeof sh->busid[me], dev) != cudaSuccess) {
+    fprintf(stderr, "FAIL gpu_coll: rank %d cannot read the bus id of its device %d\n", me, dev);
+    rc = 1;
+  }
+  int mine = rc == 0 ? WORLD_GPU_OK : rc == GPU_SKIP_CODE ? WORLD_GPU_SKIP : WORLD_GPU_FAILED;
+  __atomic_store_n(&sh->gpu_check[me], mine, __ATOMIC_RELEASE);
+  if (rc != 0) return rc;
+  for (int i = 0; i < ch->nprocs; i++) {
+    int v;
+    for (double waited = 0; (v = __atomic_load_n(&sh->gpu_check[i], __ATOMIC_ACQUIRE)) == 0;
+         waited += 0.001) {
+      if (waited > GPU_ID_WAIT_S) {
+        fprintf(stderr, "FAIL gpu_coll: rank %d: no GPU check from rank %d after %.0f s\n", me,
+                i, waited);
+        return 1;
+      }
+      mp_sleep(0.001);
+    }
+    if (v == WORLD_GPU_FAILED) verdict = 1;
+    if (v == WORLD_GPU_SKIP && verdict == 0) verdict = GPU_SKIP_CODE;
+    if (v == WORLD_GPU_OK && distinct && i != me && strcmp(sh->busid[i], sh->busid[me]) == 0) {
+      if (i < me) /* one line for the pair */
+        fprintf(stderr, "FAIL gpu_coll: ranks %d and %d both drive GPU %s (--mode %s needs a GPU "
+                "per rank: does CUDA_VISIBLE_DEVICES list one twice?)\n", i, me, sh->busid[me],
+                ((const struct world_procs_arg*)ch->arg)->opts->mode);
+      verdict = 1;
+    }
+  }
+  return verdict;
+}
+
+/*
+ * procs: child `ch->index` drives GPU `ch->index` as that rank; isolated, and the even ranks
+ * of mixed: device 0, the one GPU it sees.
+ */
 static int world_child(const struct mp_child* ch) {
   const struct world_procs_arg* a = ch->arg;
   struct gpu_shared* sh = a->shared;
   struct gpu_world w;
+  char entry[64] = "";
   int hosts = strcmp(a->opts->mode, "hosts") == 0;
   int share = strcmp(a->opts->mode, "sharegpu") == 0;
+  int alone = world_isolates(a->opts, ch->index);
+  int distinct = strcmp(a->opts->mode, "isolated") == 0 || strcmp(a->opts->mode, "mixed") == 0;
   if (share && world_share_busid(ch->index) != 0) return 1;
   if (world_rank_env(ch->index) != 0) return 1;
   if (hosts) {
@@ -426,15 +560,27 @@ static int world_child(const struct mp_child* ch) {
       return 1;
     }
   }
+  int rc = alone ? world_isolate(ch->index, entry, sizeof entry) : 0;
+  if (rc == 1) return 1;
   /* hosts: the ranks of one emulated host need a GPU each (no two on one GPU in a host). */
-  int rc = world_check_gpus(hosts ? a->opts->ranks_per_host : share ? 1 : ch->nprocs);
-  if (rc != 0) return rc;
+  if (rc == 0)
+    rc = alone ? world_check_isolated(ch->index, entry)
+               : world_check_gpus(hosts ? a->opts->ranks_per_host : share ? 1 : ch->nprocs);
   int ngpus = 1;
-  if ((hosts || share) && cudaGetDeviceCount(&ngpus) != cudaSuccess) return 1;
+  if (rc == 0 && (hosts || share) && cudaGetDeviceCount(&ngpus) != cudaSuccess) rc = 1;
+  int dev = alone ? 0 : hosts || share ? ch->index % ngpus : ch->index;
+  rc = world_gpus_agree(sh, ch, rc, dev, distinct);
+  if (rc != 0) return rc;
+  if (alone)
+    printf("%s [rank %d]: CUDA_VISIBLE_DEVICES=%s, device 0 = GPU %s\n", a->opts->mode,
+           ch->index, entry, sh->busid[ch->index]);
+  else if (distinct)
+    printf("%s [rank %d]: every GPU visible, device %d = GPU %s\n", a->opts->mode, ch->index,
+           dev, sh->busid[ch->index]);
   world_init(&w, a->opts, &sh->tally);
   w.nlocal = 1;
   w.rank0 = ch->index;
-  w.dev[0] = hosts || share ? ch->index % ngpus : ch->index;
+  w.dev[0] = dev;
   w.ids = sh->ids;
   w.shared = sh;
   watchdog_install();
@@ -455,6 +601,13 @@ static int world_child(const struct mp_child* ch) {
 static int world_procs(const struct gpu_opts* o, void (*suites)(struct gpu_world* w),
                        struct gpu_shared* sh) {
   struct world_procs_arg a = {.opts = o, .suites = suites, .shared = sh};
+  int listed = world_visible_count();
+  if ((strcmp(o->mode, "isolated") == 0 || strcmp(o->mode, "mixed") == 0) && listed >= 0 &&
+      listed < o->nranks) {
+    fprintf(stderr, "SKIP: CUDA_VISIBLE_DEVICES=\"%s\" lists %d GPU(s), --mode %s needs %d (one "
+            "per rank)\n", getenv("CUDA_VISIBLE_DEVICES"), listed, o->mode, o->nranks);
+    return GPU_SKIP_CODE;
+  }
   struct mp_opts mo = {
       .name = "gpu_coll", .nprocs = o->nranks, .timeout_sec = o->timeout_s, .arg = &a};
   if (strcmp(o->suite, "deadpeer") == 0) mo.sigkill_ok = 1u << (o->nranks - 1); /* the victim */
@@ -501,7 +654,8 @@ static int world_verdict(const struct gpu_opts* o, const struct gpu_tally* t, in
 
 int world_main(const struct gpu_opts* o, void (*suites)(struct gpu_world* w)) {
   int procs = strcmp(o->mode, "procs") == 0 || strcmp(o->mode, "hosts") == 0 ||
-              strcmp(o->mode, "sharegpu") == 0;
+              strcmp(o->mode, "sharegpu") == 0 || strcmp(o->mode, "isolated") == 0 ||
+              strcmp(o->mode, "mixed") == 0;
   /* Shared with the children in procs mode; ordinary memory would do otherwise. */
   struct gpu_shared* sh = mp_shared_alloc(sizeof *sh);
   int rc;
