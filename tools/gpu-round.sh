@@ -16,7 +16,8 @@
 #   TEST_LIMIT     seconds for the whole test step (0: none)
 #   NP             ranks for compare, one per GPU (default: every GPU nvidia-smi lists)
 #   COMPARE_ROUNDS alternating runs per library (2); COMPARE_COLLECTIVES narrows the list;
-#   COMPARE_BF16=0 skips the bfloat16 all-reduce; COMPARE_LIMIT seconds per comparison (0: none)
+#   COMPARE_BF16=0 skips the bfloat16 all-reduce; COMPARE_LIMIT seconds per comparison (0: none);
+#   COMPARE_ISOLATED=1 runs each rank seeing only its own GPU (perf/compare --isolated)
 #   NCCL_LIB_DIR   directory of NVIDIA's libnccl.so.2 (default: perf/compare finds it)
 # NVLink multicast (NVLS) stays off for both libraries: NCCL_NVLS_ENABLE=0.
 set -uo pipefail
@@ -81,8 +82,10 @@ for step in $steps; do
       [ "$np" -ge 2 ] || { log "compare: needs 2 GPUs or more, found $np"; status=1; continue; }
       C=(python3 "$BUILD_DIR/perf/compare" --mpirun "$np" --rounds "${COMPARE_ROUNDS:-2}"
          ${NCCL_LIB_DIR:+--nccl-lib "$NCCL_LIB_DIR"})
+      iso=""
+      [ "${COMPARE_ISOLATED:-0}" = 1 ] && { C+=(--isolated); iso=", each seeing only its GPU"; }
       F=(-b 8 -e 2G -f 4 -w 5 -n 20)
-      log "perf/compare, $np ranks"
+      log "perf/compare, $np ranks$iso"
       run compare "${COMPARE_LIMIT:-0}" "${C[@]}" --plot "$OUT/compare.png" \
         --markdown "$OUT/compare.md" \
         --collectives "${COMPARE_COLLECTIVES:-all_reduce,all_gather,reduce_scatter,broadcast,sendrecv,alltoall}" \
