@@ -80,6 +80,15 @@ static const struct param_row rows[BRAID_P_COUNT] = {
   ROW(P2P_READ, "NCCL_P2P_READ_ENABLE", INT, "-1",
       "Accepted so job scripts keep working; changes nothing: Braid's P2P transport always has "
       "the sender write into the receiver's buffer (push)."),
+  ROW(P2P_LEVEL, "NCCL_P2P_LEVEL", STRING, NULL,
+      "Farthest path between two GPUs of a host over which they talk peer to peer: LOC, NVL, NVB, "
+      "PIX, PXB, PHB or SYS (or 0-4: LOC, PIX, PXB, PHB, SYS). Default: NVLink always, PCIe up to "
+      "PXB (switches below one host bridge). Farther pairs go through host memory."),
+  ROW(CUMEM_ENABLE, "NCCL_CUMEM_ENABLE", INT, "1",
+      "1: GPU buffers shared between processes (P2P FIFOs, copy-engine scratch) and ncclMemAlloc "
+      "come from cuMem, exported as file descriptors passed over a Unix socket, so P2P works when "
+      "each process sees only its own GPU. 0: cudaMalloc and legacy CUDA IPC (needs every GPU "
+      "visible in every process)."),
   ROW(SHM_DISABLE, "NCCL_SHM_DISABLE", INT, "0",
       "1: never use host shared memory between GPUs of one host."),
   ROW(NET, "NCCL_NET", STRING, NULL,

@@ -59,6 +59,7 @@
 #include "base/utils.h"
 #include "graph/tune_table.h"
 #include "runtime/channels.h"
+#include "transport/ipc.h"
 
 #define CE_TAG 0x30000000 /* beside the transport's 0x4... and the checker's 0x2... tags */
 
@@ -83,7 +84,8 @@ struct braid_ce {
   int mapped_ok;  /* this rank mapped the peer's scratch and made its streams (ce_connect) */
   char* mem;      /* flag page, then the slots */
   char* peer_mem; /* the peer's, as mapped here */
-  void* opened;   /* IPC mapping to close, or NULL (same process) */
+  struct ipc_mem own;  /* `mem`'s allocation, shared with the peer */
+  struct ipc_map map;  /* the peer's scratch as mapped here (`peer_mem`) */
   size_t slot_bytes;
   uint32_t nslots;
   uint64_t send_seq;    /* chunks sent so far (the peer's recv_seq) */
@@ -102,11 +104,8 @@ struct braid_ce {
 #define CE_TRACE_CHUNKS 1024
 
 struct ce_info {
-  uint64_t pid_hash;
-  int cuda_dev;
   int usable;
-  void* ptr;
-  cudaIpcMemHandle_t handle;
+  struct ipc_desc scratch;
   uint64_t slot_bytes;
   uint32_t nslots;
 };
@@ -186,17 +185,18 @@ fail:
  * is not the caller's: the exchange is left off on both ranks (the peer
  * learns it from the info sent) and the kernels run instead.
  */
-static ncclResult_t ce_scratch(struct braid_ce* ce, struct ce_info* info) {
+static ncclResult_t ce_scratch(struct ncclComm* comm, struct braid_ce* ce, struct ce_info* info) {
   ncclResult_t res = ncclSuccess;
+  char why[512];
   size_t bytes = CE_SLOTS_OFFSET + ce->nslots * ce->slot_bytes;
+  ipc_kind_t kind =
+      ipc_choose(&comm->peers[1 - comm->rank], &comm->peers[comm->rank], why, sizeof why);
+  BRAID_CHECK(kind != IPC_NONE, ncclInternalError, "%s", why);
   BRAID_TRY(ce_kernels_load(ce->step_kernel));
-  BRAID_CUDA_TRY(cudaMalloc((void**)&ce->mem, bytes));
-  /* Zeroed before the peer learns the address (a legacy-stream memset may still be queued). */
   BRAID_CUDA_TRY(cudaStreamCreateWithFlags(&ce->aux, cudaStreamNonBlocking));
-  BRAID_CUDA_TRY(cudaMemsetAsync(ce->mem, 0, BRAID_CE_FLAGS_BYTES, ce->aux));
-  BRAID_CUDA_TRY(cudaStreamSynchronize(ce->aux));
-  BRAID_CUDA_TRY(cudaIpcGetMemHandle(&info->handle, ce->mem));
-  info->ptr = ce->mem;
+  /* Zeroed before the peer learns the address (ipc_mem_alloc). */
+  BRAID_TRY(ipc_mem_alloc(kind, comm->rank, bytes, &ce->own, &info->scratch));
+  ce->mem = ce->own.ptr;
   INFO(BRAID_LOG_ALLOC, "copy-engine scratch: %u slots of %zu bytes at %p", ce->nslots,
        ce->slot_bytes, ce->mem);
   return ncclSuccess;
@@ -214,18 +214,27 @@ ncclResult_t ce_setup(struct ncclComm* comm) {
   ce->slot_bytes = ce_slot_bytes();
   ce->nslots = ce_nslots();
   ce->usable = ce_usable_here(ce);
-  if (ce->usable && ce_scratch(ce, &info) != ncclSuccess) {
+  /*
+   * The copy engines reach a GPU this process cannot see (CUDA_VISIBLE_DEVICES) one copy at a
+   * time, at about what the kernels move (docs/tuning.md, BRAID_CE_MIN_BYTES): the exchange is
+   * then left to the kernels. The peer learns it from the info below.
+   */
+  const struct braid_peer_info* peer_info = &comm->peers[1 - comm->rank];
+  if (ce->usable && !ipc_sees_gpu(&comm->peers[comm->rank], peer_info->dev_bus_id)) {
+    INFO(BRAID_LOG_INIT, "copy-engine exchange off: rank %d cannot see rank %d's GPU "
+         "(CUDA_VISIBLE_DEVICES), the kernels move the data", comm->rank, 1 - comm->rank);
+    ce->usable = 0;
+  }
+  if (ce->usable && ce_scratch(comm, ce, &info) != ncclSuccess) {
     WARN(
         "rank %d: copy-engine exchange left off, its scratch could not be set up (%u x %zu "
         "bytes): %s",
         comm->rank, ce->nslots, ce->slot_bytes, braid_err_last());
     (void)cudaGetLastError();
-    if (ce->mem) (void)cudaFree(ce->mem);
+    ipc_mem_free(&ce->own);
     ce->mem = NULL;
     ce->usable = 0;
   }
-  info.pid_hash = comm->peers[comm->rank].pid_hash;
-  info.cuda_dev = comm->cuda_dev;
   info.usable = ce->usable;
   info.slot_bytes = ce->slot_bytes;
   info.nslots = ce->nslots;
@@ -240,24 +249,11 @@ fail:
 static ncclResult_t ce_map(struct ncclComm* comm, struct braid_ce* ce,
                            const struct ce_info* theirs) {
   ncclResult_t res = ncclSuccess;
-  const int peer = 1 - comm->rank;
   BRAID_CHECK(braid_param_int(BRAID_P_CE_FAIL_CONNECT) != comm->rank, ncclInternalError,
               "rank %d's copy-engine setup fails on purpose (BRAID_CE_FAIL_CONNECT)", comm->rank);
-  if (theirs->pid_hash == comm->peers[comm->rank].pid_hash) {
-    ce->peer_mem = theirs->ptr; /* same process: peer access is on (the ring's P2P link) */
-  } else {
-    cudaError_t err =
-        cudaIpcOpenMemHandle(&ce->opened, theirs->handle, cudaIpcMemLazyEnablePeerAccess);
-    if (err != cudaSuccess) {
-      (void)cudaGetLastError();
-      ce->opened = NULL;
-      res = braid_err(ncclUnhandledCudaError,
-                      "rank %d cannot map rank %d's copy-engine scratch (cudaIpcOpenMemHandle: %s)",
-                      comm->rank, peer, cudaGetErrorString(err));
-      goto fail;
-    }
-    ce->peer_mem = ce->opened;
-  }
+  /* Same process: peer access is on (the ring's P2P link); else the peer's export, mapped. */
+  BRAID_TRY(ipc_mem_map(&theirs->scratch, comm->rank, comm->abort_flag, &ce->map));
+  ce->peer_mem = ce->map.ptr;
   for (int i = 0; i < 2; i++) {
     BRAID_CUDA_TRY(cudaStreamCreateWithFlags(&ce->copy[i], cudaStreamNonBlocking));
     BRAID_CUDA_TRY(cudaEventCreateWithFlags(&ce->join[i], cudaEventDisableTiming));
@@ -330,9 +326,8 @@ static void ce_release(struct braid_ce* ce) {
     ce->join[i] = NULL;
   }
   if (ce->fork) (void)cudaEventDestroy(ce->fork);
-  if (ce->opened) (void)cudaIpcCloseMemHandle(ce->opened);
+  ipc_mem_unmap(&ce->map);
   ce->fork = NULL;
-  ce->opened = NULL;
   ce->peer_mem = NULL;
   (void)cudaGetLastError();
 }
@@ -631,8 +626,8 @@ void ce_free(struct ncclComm* comm) {
   for (int i = 0; i < 2; i++)
     if (ce->copy[i]) (void)cudaStreamSynchronize(ce->copy[i]);
   if (ce->mem && ce->state == CE_READY) ce_wait_peer_done(comm, ce);
-  if (ce->opened) (void)cudaIpcCloseMemHandle(ce->opened);
-  if (ce->mem) (void)cudaFree(ce->mem);
+  ipc_mem_unmap(&ce->map);
+  ipc_mem_free(&ce->own);
   for (int i = 0; i < 2; i++) {
     if (ce->copy[i]) (void)cudaStreamDestroy(ce->copy[i]);
     if (ce->join[i]) (void)cudaEventDestroy(ce->join[i]);

@@ -27,6 +27,7 @@
 #include "runtime/watchdog.h"
 #include "runtime/topo_comm.h"
 #include "runtime/channels.h"
+#include "transport/ipc.h"
 
 /*
  * The live communicators: an open-addressing set of their addresses (linear
@@ -298,6 +299,8 @@ static ncclResult_t comm_peer_info_fill(struct ncclComm* comm, struct braid_peer
   for (int i = 0; i < BRAID_PARAMS_AGREED; i++)
     me->agreed[i] = braid_param_int(braid_params_agreed[i]);
   comm->bus_id = me->bus_id;
+  ipc_acquire(comm->cuda_dev, me); /* held to comm_free: the descriptor service */
+  comm->ipc_held = 1;
   return ncclSuccess;
 fail:
   return res;
@@ -517,6 +520,7 @@ void comm_free_timed(struct ncclComm* comm, struct comm_free_times* t) {
   free(comm->peers);
   if (comm->abort_flag_mem) cudaFreeHost(comm->abort_flag_mem);
   share_free(family); /* the last of its family: what the departed members left, too */
+  if (comm->ipc_held) ipc_release(); /* after every FIFO it may have exported is gone */
   (void)cudaGetLastError();
   pthread_mutex_destroy(&comm->lock);
   comm->magic = 0;

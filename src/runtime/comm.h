@@ -71,6 +71,7 @@ struct ncclComm {
   uint32_t split_next, split_turn;   /* split jobs of this parent run one at a time, in call order */
   struct braid_watchdog* watchdog;   /* op ledger and hang verdicts (watchdog.c) */
   struct braid_ce* ce;               /* copy-engine exchange (ce.c), or NULL */
+  int ipc_held;                      /* ipc_acquire'd: ipc_release at free */
   int ce_wanted;                     /* an operation asked for it: set it up at the next connect */
   struct braid_share* share;         /* its family (share.c): kernel order, shared connections */
   struct braid_lender* lender;       /* a sharing child: the parent connections it may borrow */

@@ -27,15 +27,26 @@ ncclResult_t transport_select(const struct braid_transport_comm* comm, int peer,
       return ncclSuccess;
     }
   }
+  /*
+   * Two GPUs of one host that neither P2P nor shared memory can join (both disabled, or
+   * processes without a common /dev/shm) talk through the network transport, over the host's
+   * own interfaces, as NCCL does.
+   */
   int p2p_off = braid_param_int(BRAID_P_P2P_DISABLE) != 0;
   int shm_off = braid_param_int(BRAID_P_SHM_DISABLE) != 0;
-  return braid_err(ncclInvalidUsage,
-                   "no transport between rank %d (GPU %d) and rank %d (GPU %d) on host %s: "
-                   "P2P is %s and shared memory is %s; unset BRAID_P2P_DISABLE/NCCL_P2P_DISABLE "
-                   "or BRAID_SHM_DISABLE/NCCL_SHM_DISABLE",
-                   comm->rank, me->cuda_dev, peer, other->cuda_dev, me->hostname,
-                   p2p_off ? "disabled" : "not possible between these GPUs",
-                   shm_off ? "disabled" : "not possible (different /dev/shm)");
+  if (me->host_hash == other->host_hash) {
+    static int told;
+    if (!__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+      INFO(BRAID_LOG_INIT | BRAID_LOG_NET,
+           "ranks %d and %d share host %s but P2P is %s and shared memory is %s: they connect "
+           "through the network transport",
+           comm->rank, peer, me->hostname, p2p_off ? "disabled" : "not possible",
+           shm_off ? "disabled" : "not possible (different /dev/shm)");
+    *out = &braid_transport_net;
+    return ncclSuccess;
+  }
+  return braid_err(ncclInternalError, "no transport between rank %d and rank %d (hosts %s and %s)",
+                   comm->rank, peer, me->hostname, other->hostname);
 }
 
 void transport_fifo_fill_dev(struct braid_connector* conn, char* base, int ll128) {

@@ -32,6 +32,8 @@
 struct bootstrap;
 struct braid_topo;
 
+#define BRAID_MAX_VISIBLE_GPUS 16
+
 /* What each rank tells every other at init (exchanged by bootstrap_allgather). */
 struct braid_peer_info {
   int rank;
@@ -46,6 +48,13 @@ struct braid_peer_info {
   uint64_t pid_ns;       /* inode of /proc/self/ns/pid: equal means pids compare */
   uint8_t gpu_uuid[16];
   char hostname[64];
+  /* Sharing device memory with other processes of the host (transport/ipc.h). */
+  uint64_t ipc_service;  /* id of this process's descriptor service; 0: none */
+  int ipc_cumem;         /* 1: cuMem allocations can be exported and imported here */
+  uint32_t uid;
+  uint64_t net_ns;       /* inode of /proc/self/ns/net: equal means Unix sockets meet */
+  int nvisible;          /* GPUs this process sees (bus ids of the first BRAID_MAX_VISIBLE_GPUS) */
+  int64_t visible_bus[BRAID_MAX_VISIBLE_GPUS];
   int64_t agreed[BRAID_PARAMS_AGREED]; /* braid_params_agreed's values on this rank */
 };
 

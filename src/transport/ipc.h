@@ -1,0 +1,130 @@
+/*
+ * Device memory that another process of this host maps: the FIFOs of the P2P
+ * transport and the copy engines' scratch.
+ *
+ * Three ways, chosen per pair of ranks by ipc_choose from what both told the
+ * other at init (so both ends reach the same verdict):
+ *   - LOCAL: the same process; the other GPU's pointer is used as it is
+ *     (peer access enabled once per pair of devices);
+ *   - CUMEM: the memory comes from cuMemCreate with a POSIX file descriptor as
+ *     its shareable handle; the importer receives the descriptor over a Unix
+ *     socket (SCM_RIGHTS) from the owner's descriptor service, imports it and
+ *     maps it on its own device. Neither process needs to see the other's GPU,
+ *     so this works when each rank sees only its own (CUDA_VISIBLE_DEVICES per
+ *     rank);
+ *   - LEGACY: cudaMalloc + cudaIpcGetMemHandle; needs both GPUs visible in
+ *     both processes.
+ *
+ * The descriptor service is one thread per process, started with the first
+ * communicator and stopped with the last. It listens on an abstract Unix
+ * socket whose name holds a random 64-bit id, learnt by the peers through the
+ * authenticated bootstrap; it hands a descriptor only to a request carrying
+ * that export's 128-bit random token, which travels the same way. A stranger
+ * on the host that connects gets nothing.
+ */
+#ifndef BRAID_TRANSPORT_IPC_H
+#define BRAID_TRANSPORT_IPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "nccl.h"
+
+struct braid_peer_info;
+
+typedef enum { IPC_NONE = 0, IPC_LOCAL = 1, IPC_CUMEM = 2, IPC_LEGACY = 3 } ipc_kind_t;
+const char* ipc_kind_name(ipc_kind_t kind);
+
+/* What an owner sends the process that maps its memory (inside a transport's connection info). */
+struct ipc_desc {
+  uint32_t kind;  /* ipc_kind_t */
+  uint32_t owner_rank;
+  int32_t owner_dev; /* the owner's device, as numbered in its process (LOCAL) */
+  uint32_t pad;
+  uint64_t bytes; /* as mapped by the owner (CUMEM: a multiple of `align`) */
+  uint64_t align; /* CUMEM: the owner's allocation granularity */
+  void* ptr;      /* the owner's address (LOCAL) */
+  union {
+    cudaIpcMemHandle_t legacy;
+    struct {
+      uint64_t service;   /* the owner's descriptor service */
+      uint8_t token[16];  /* this export's capability */
+    } cumem;
+  } u;
+};
+
+/* Memory this process owns and exports. */
+struct ipc_mem {
+  ipc_kind_t kind;
+  void* ptr;
+  size_t bytes;
+  int fd;                     /* CUMEM: the exported descriptor, -1 when none */
+  struct ipc_export* export_; /* CUMEM: its entry in the descriptor service */
+};
+
+/* Another process's memory as mapped here. */
+struct ipc_map {
+  ipc_kind_t kind;
+  void* ptr;
+  size_t bytes;
+};
+
+/*
+ * Process-wide state a communicator holds from init to destroy: the descriptor
+ * service runs while anyone holds it. Fills the IPC fields of `me`
+ * (ipc_service, ipc_cumem, uid, net_ns, the visible GPUs). Never fails: what
+ * cannot be had is left out and reported by ipc_choose.
+ */
+void ipc_acquire(int cuda_dev, struct braid_peer_info* me);
+void ipc_release(void);
+
+/*
+ * How `me` maps memory `owner` exports (both ends compute the same for the
+ * pair). IPC_NONE when the two processes cannot share device memory; `why`
+ * then says why and which setting would change it.
+ */
+ipc_kind_t ipc_choose(const struct braid_peer_info* me, const struct braid_peer_info* owner,
+                      char* why, size_t why_size);
+
+/* Whether the process of `p` sees the GPU at PCI bus id `bus` (CUDA_VISIBLE_DEVICES). */
+int ipc_sees_gpu(const struct braid_peer_info* p, int64_t bus);
+
+/* Allocates `bytes` of the current device's memory, zeroed, exportable as `kind`; fills *desc. */
+ncclResult_t ipc_mem_alloc(ipc_kind_t kind, int owner_rank, size_t bytes, struct ipc_mem* mem,
+                           struct ipc_desc* desc);
+/* Releases what ipc_mem_alloc made (safe on a zeroed or half-made ipc_mem). */
+void ipc_mem_free(struct ipc_mem* mem);
+
+/*
+ * Maps `desc` (from rank desc->owner_rank) on the current device. `abort_flag`
+ * (may be NULL) ends a wait for the owner's descriptor service early.
+ */
+ncclResult_t ipc_mem_map(const struct ipc_desc* desc, int my_rank, volatile uint32_t* abort_flag,
+                         struct ipc_map* map);
+void ipc_mem_unmap(struct ipc_map* map);
+
+/*
+ * ncclMemAlloc's memory: cuMem on the current device, mapped for every GPU of
+ * the process that can reach it, exportable (NCCL_CUMEM_ENABLE=0, or no cuMem:
+ * cudaMalloc). ipc_user_free releases either kind.
+ */
+ncclResult_t ipc_user_alloc(void** out, size_t bytes);
+ncclResult_t ipc_user_free(void* ptr);
+
+/*
+ * The descriptor service's two ends, used by the above and by tests: offer
+ * `fd` (kept open by the caller until it withdraws it) and fill the service
+ * and token of `desc`; fetch the descriptor `desc` names from its owner's
+ * service (a new descriptor, the caller's to close).
+ */
+ncclResult_t ipc_fd_offer(int fd, struct ipc_desc* desc, struct ipc_export** out);
+void ipc_fd_withdraw(struct ipc_export* e);
+ncclResult_t ipc_fd_fetch(const struct ipc_desc* desc, int my_rank, volatile uint32_t* abort_flag,
+                          int* out_fd);
+
+/* For tests: exports whose descriptors the service still holds, in this process. */
+int ipc_exports_live(void);
+
+#endif

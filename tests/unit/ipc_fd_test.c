@@ -1,0 +1,230 @@
+/*
+ * The descriptor service that hands cuMem file descriptors to the local peers
+ * (transport/ipc.c), with ordinary descriptors standing in for cuMem ones: an
+ * offered descriptor reaches whoever names its token, and nobody else; a
+ * client that sends garbage, or nothing, does not stop it; a withdrawn
+ * descriptor is gone; the service's sockets and thread go with the last
+ * holder. And the choice of sharing method for a pair of ranks: both ends
+ * reach the same verdict, and a refusal says why.
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "base/param.h"
+#include "base/utils.h"
+#include "test.h"
+#include "transport/ipc.h"
+#include "transport/transport.h"
+
+static int count_fds(void) {
+  int n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == NULL) return -1;
+  while (readdir(d) != NULL) n++;
+  closedir(d);
+  return n;
+}
+
+/*
+ * Open descriptors, once `want` is reached or a second has passed: the service thread of
+ * this process closes its end of a connection just after answering it.
+ */
+static int count_fds_settled(int want) {
+  int n = count_fds();
+  for (int i = 0; i < 100 && n != want; i++) {
+    usleep(10 * 1000);
+    n = count_fds();
+  }
+  return n;
+}
+
+/* Connects to the service as a stranger would, writes `bytes` (may be 0) and keeps the socket. */
+static int raw_client(uint64_t service, const void* bytes, size_t n) {
+  struct sockaddr_un addr;
+  memset(&addr, 0, sizeof addr);
+  addr.sun_family = AF_UNIX;
+  int len = snprintf(addr.sun_path + 1, sizeof addr.sun_path - 1, "braid-ipc-%016llx",
+                     (unsigned long long)service);
+  int s = socket(AF_UNIX, SOCK_STREAM, 0);
+  if (s < 0) return -1;
+  if (connect(s, (struct sockaddr*)&addr, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len)) != 0) {
+    close(s);
+    return -1;
+  }
+  if (n && write(s, bytes, n) != (ssize_t)n) {
+    close(s);
+    return -1;
+  }
+  return s;
+}
+
+/* Whether reading `fd` gives back what was written into `wfd`. */
+static int same_pipe(int fd, int wfd, const char* text) {
+  char buf[64] = "";
+  if (write(wfd, text, strlen(text)) != (ssize_t)strlen(text)) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  return n == (ssize_t)strlen(text) && memcmp(buf, text, (size_t)n) == 0;
+}
+
+static void test_service(void) {
+  int fds_before = count_fds();
+  struct braid_peer_info me;
+  memset(&me, 0, sizeof me);
+  ipc_acquire(0, &me);
+  TEST_CHECK(me.ipc_service != 0, "the descriptor service runs");
+  TEST_CHECK(me.uid == (uint32_t)getuid(), "uid %u", me.uid);
+  TEST_CHECK(me.net_ns != 0, "the network namespace is known");
+
+  int p[2];
+  TEST_CHECK(pipe(p) == 0, "pipe");
+  struct ipc_desc desc;
+  struct ipc_export* e = NULL;
+  memset(&desc, 0, sizeof desc);
+  desc.kind = IPC_CUMEM;
+  desc.owner_rank = 3;
+  TEST_EXPECT_RES(ipc_fd_offer(p[0], &desc, &e), ncclSuccess);
+  TEST_CHECK(desc.u.cumem.service == me.ipc_service, "the desc names this process's service");
+  TEST_CHECK(ipc_exports_live() == 1, "%d exports", ipc_exports_live());
+
+  int got = -1;
+  TEST_EXPECT_RES(ipc_fd_fetch(&desc, 1, NULL, &got), ncclSuccess);
+  TEST_CHECK(got >= 0 && got != p[0], "a new descriptor came (%d)", got);
+  TEST_CHECK(got >= 0 && same_pipe(got, p[1], "through the socket"), "it is the offered pipe");
+  if (got >= 0) close(got);
+
+  /* A token nobody offered: refused at once, nothing attached. */
+  struct ipc_desc wrong = desc;
+  wrong.u.cumem.token[5] ^= 0x40;
+  int fds_mid = count_fds();
+  double t0 = braid_time_sec();
+  got = -1;
+  TEST_EXPECT_RES(ipc_fd_fetch(&wrong, 1, NULL, &got), ncclInternalError);
+  TEST_CHECK(got == -1, "no descriptor for a wrong token");
+  TEST_CHECK(braid_time_sec() - t0 < 2, "refused in %.2f s", braid_time_sec() - t0);
+  TEST_CHECK(strstr(braid_err_last(), "does not know") != NULL, "message: %s", braid_err_last());
+  int fds_after = count_fds_settled(fds_mid);
+  TEST_CHECK(fds_after == fds_mid, "no descriptor left over by the refusal (%d, then %d)", fds_mid,
+             fds_after);
+
+  /* Strangers: garbage, a short request, a silent connection. The service goes on. */
+  char garbage[64];
+  memset(garbage, 0xa5, sizeof garbage);
+  int g = raw_client(me.ipc_service, garbage, sizeof garbage);
+  int h = raw_client(me.ipc_service, garbage, 5);
+  int silent = raw_client(me.ipc_service, NULL, 0);
+  TEST_CHECK(g >= 0 && h >= 0 && silent >= 0, "strangers connect");
+  if (g >= 0) {
+    char rep[64];
+    ssize_t n = read(g, rep, sizeof rep);
+    TEST_CHECK(n <= 0, "garbage gets no answer (read %zd)", n); /* EOF, or a reset */
+    close(g);
+  }
+  t0 = braid_time_sec();
+  got = -1;
+  TEST_EXPECT_RES(ipc_fd_fetch(&desc, 1, NULL, &got), ncclSuccess);
+  TEST_CHECK(braid_time_sec() - t0 < 5, "served in %.2f s past the strangers", braid_time_sec() - t0);
+  if (got >= 0) {
+    TEST_CHECK(same_pipe(got, p[1], "again"), "the offered pipe again");
+    close(got);
+  }
+  if (h >= 0) close(h);
+  if (silent >= 0) close(silent);
+
+  /* Withdrawn: gone. */
+  ipc_fd_withdraw(e);
+  TEST_CHECK(ipc_exports_live() == 0, "%d exports", ipc_exports_live());
+  got = -1;
+  TEST_EXPECT_RES(ipc_fd_fetch(&desc, 1, NULL, &got), ncclInternalError);
+  TEST_CHECK(got == -1, "no descriptor after the withdrawal");
+  close(p[0]);
+  close(p[1]);
+
+  /* A second holder keeps the service; the last release stops it and closes its sockets. */
+  struct braid_peer_info other;
+  memset(&other, 0, sizeof other);
+  ipc_acquire(0, &other);
+  TEST_CHECK(other.ipc_service == me.ipc_service, "one service per process");
+  ipc_release();
+  int s = raw_client(me.ipc_service, NULL, 0);
+  TEST_CHECK(s >= 0, "still there with one holder");
+  if (s >= 0) close(s);
+  ipc_release();
+  s = raw_client(me.ipc_service, NULL, 0);
+  TEST_CHECK(s < 0, "gone after the last release");
+  if (s >= 0) close(s);
+  int fds_end = count_fds_settled(fds_before);
+  TEST_CHECK(fds_end == fds_before, "descriptors: %d before, %d after", fds_before, fds_end);
+
+  /* Offering with no service: refused with a reason. */
+  int q[2];
+  TEST_CHECK(pipe(q) == 0, "pipe");
+  TEST_EXPECT_RES(ipc_fd_offer(q[0], &desc, &e), ncclInternalError);
+  close(q[0]);
+  close(q[1]);
+}
+
+static void peer(struct braid_peer_info* p, int rank, uint64_t pid, int cumem, uint32_t uid,
+                 uint64_t ns, int64_t bus, const int64_t* visible, int nvisible) {
+  memset(p, 0, sizeof *p);
+  p->rank = rank;
+  p->pid_hash = pid;
+  p->ipc_cumem = cumem;
+  p->ipc_service = cumem ? pid * 7 + 1 : 0;
+  p->uid = uid;
+  p->net_ns = ns;
+  p->dev_bus_id = bus;
+  p->nvisible = nvisible;
+  for (int i = 0; i < nvisible; i++) p->visible_bus[i] = visible[i];
+}
+
+static void test_choose(void) {
+  const int64_t both[] = {0x1b000, 0x43000}, own_a[] = {0x1b000}, own_b[] = {0x43000};
+  struct braid_peer_info a, b;
+  char why[512];
+  struct {
+    const char* what;
+    int same_pid, cumem_a, cumem_b, uid_b, ns_b, vis_a, vis_b;
+    ipc_kind_t want;
+    const char* why_has;
+  } cases[] = {
+      {"one process", 1, 1, 1, 1000, 1, 2, 2, IPC_LOCAL, NULL},
+      {"cuMem on both, each sees its own GPU", 0, 1, 1, 1000, 1, 1, 1, IPC_CUMEM, NULL},
+      {"cuMem on both, mixed visibility", 0, 1, 1, 1000, 1, 2, 1, IPC_CUMEM, NULL},
+      {"cuMem off on one, both see both", 0, 1, 0, 1000, 1, 2, 2, IPC_LEGACY, NULL},
+      {"cuMem off on one, mixed visibility", 0, 0, 1, 1000, 1, 2, 1, IPC_NONE, "NCCL_CUMEM_ENABLE"},
+      {"different users, isolated", 0, 1, 1, 1001, 1, 1, 1, IPC_NONE, "different users"},
+      {"different users, both see both", 0, 1, 1, 1001, 1, 2, 2, IPC_LEGACY, NULL},
+      {"network namespaces differ, isolated", 0, 1, 1, 1000, 2, 1, 1, IPC_NONE, "namespaces"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    uint64_t pa = 11, pb = cases[i].same_pid ? 11 : 22;
+    peer(&a, 0, pa, cases[i].cumem_a, 1000, 1, 0x1b000, cases[i].vis_a == 2 ? both : own_a,
+         cases[i].vis_a);
+    peer(&b, 1, pb, cases[i].cumem_b, cases[i].uid_b, (uint64_t)cases[i].ns_b, 0x43000,
+         cases[i].vis_b == 2 ? both : own_b, cases[i].vis_b);
+    why[0] = '\0';
+    ipc_kind_t ab = ipc_choose(&a, &b, why, sizeof why);
+    char why2[512] = "";
+    ipc_kind_t ba = ipc_choose(&b, &a, why2, sizeof why2);
+    TEST_CHECK(ab == cases[i].want, "%s: %s, want %s", cases[i].what, ipc_kind_name(ab),
+               ipc_kind_name(cases[i].want));
+    TEST_CHECK(ab == ba, "%s: the two ends disagree (%s / %s)", cases[i].what, ipc_kind_name(ab),
+               ipc_kind_name(ba));
+    if (cases[i].why_has)
+      TEST_CHECK(strstr(why, cases[i].why_has) && strstr(why, "CUDA_VISIBLE_DEVICES"),
+                 "%s: why: %s", cases[i].what, why);
+  }
+}
+
+int main(void) {
+  braid_param_reload();
+  test_service();
+  test_choose();
+  return test_summary();
+}
