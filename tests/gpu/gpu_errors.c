@@ -519,14 +519,19 @@ static void err_after_finalize(struct gpu_world* w, struct err_env* env) {
 
 /*
  * A communicator whose init failed: two nonblocking inits that disagree
- * about nranks fail at the bootstrap root. Each handle then reports the
- * error, refuses work and splits naming the failure, and is destroyed.
+ * about nranks. The rendezvous keeps the nranks of the first join and refuses
+ * the other join alone (a stranger's join must not end the job): that handle
+ * reports the error, refuses work and splits naming the failure, and is
+ * destroyed. The first rank waits on for the ranks it was promised (until
+ * BRAID_BOOTSTRAP_TIMEOUT), so it is still in progress, and an abort ends it.
  */
 static void err_init_failed(struct gpu_world* w, struct err_env* env) {
   struct err_env* e = err_begin(w, env, "calls on a communicator whose nonblocking init failed");
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   ncclComm_t c[2] = {NULL, NULL}, child = NULL;
+  ncclResult_t async[2] = {ncclInProgress, ncclInProgress};
   ncclUniqueId id;
+  int refused = -1;
   if (e == NULL) return;
   config.blocking = 0;
   if (world_nccl(w, ncclGetUniqueId(&id), NULL, "ncclGetUniqueId") != 0) goto done;
@@ -536,32 +541,50 @@ static void err_init_failed(struct gpu_world* w, struct err_env* env) {
       world_case_fail(w, "nonblocking init %d returned %s; expected ncclInProgress", i,
                       ncclGetErrorString(r));
   }
-  for (int i = 0; i < 2 && c[i] != NULL; i++) {
-    ncclResult_t async = ncclInProgress;
-    double start = world_now();
-    while (ncclCommGetAsyncError(c[i], &async) == ncclSuccess && async == ncclInProgress &&
-           world_now() - start < 30.0)
-      usleep(1000);
-    if (async != ncclInvalidArgument) {
-      world_case_fail(w, "rank %d's async error is %s, expected ncclInvalidArgument (%s)", i,
-                      ncclGetErrorString(async), ncclGetLastError(c[i]));
-      continue;
-    }
-    if (strstr(ncclGetLastError(c[i]), "disagree") == NULL)
-      world_case_fail(w, "rank %d's last error does not say the ranks disagree: %s", i,
-                      ncclGetLastError(c[i]));
-    err_expect_text(w,
-                    ncclAllReduce(e->send, e->recv, ERR_COUNT, ncclFloat32, ncclSum, c[i],
-                                  e->stream),
-                    ncclInvalidUsage, c[i], "ncclAllReduce after a failed init", "disagree");
-    err_expect_text(w, ncclCommSplit(c[i], 0, 0, &child, NULL), ncclInvalidUsage, c[i],
-                    "ncclCommSplit after a failed init", "failed");
-    if (child != NULL) world_case_fail(w, "a refused split gave a communicator");
+  if (c[0] == NULL || c[1] == NULL) goto done;
+  for (double start = world_now(); refused < 0 && world_now() - start < 30.0;) {
+    for (int i = 0; i < 2 && refused < 0; i++)
+      if (ncclCommGetAsyncError(c[i], &async[i]) != ncclSuccess || async[i] != ncclInProgress)
+        refused = i;
+    if (refused < 0) usleep(1000);
   }
+  if (refused < 0) {
+    world_case_fail(w, "neither init was refused within 30 s");
+    goto done;
+  }
+  int waiting = 1 - refused;
+  if (async[refused] != ncclInvalidArgument)
+    world_case_fail(w, "rank %d's async error is %s, expected ncclInvalidArgument (%s)", refused,
+                    ncclGetErrorString(async[refused]), ncclGetLastError(c[refused]));
+  if (strstr(ncclGetLastError(c[refused]), "same nranks") == NULL)
+    world_case_fail(w, "rank %d's last error does not say the ranks disagree: %s", refused,
+                    ncclGetLastError(c[refused]));
+  err_expect_text(w,
+                  ncclAllReduce(e->send, e->recv, ERR_COUNT, ncclFloat32, ncclSum, c[refused],
+                                e->stream),
+                  ncclInvalidUsage, c[refused], "ncclAllReduce after a failed init", "same nranks");
+  err_expect_text(w, ncclCommSplit(c[refused], 0, 0, &child, NULL), ncclInvalidUsage, c[refused],
+                  "ncclCommSplit after a failed init", "failed");
+  if (child != NULL) world_case_fail(w, "a refused split gave a communicator");
+  if (ncclCommGetAsyncError(c[waiting], &async[waiting]) != ncclSuccess ||
+      async[waiting] != ncclInProgress)
+    world_case_fail(w, "the rank that joined first (%d) stopped waiting: %s (%s)", waiting,
+                    ncclGetErrorString(async[waiting]), ncclGetLastError(c[waiting]));
+  double t0 = world_now();
+  err_expect_text(w, ncclCommAbort(c[waiting]), ncclSuccess, NULL,
+                  "ncclCommAbort of an init waiting for its ranks", NULL);
+  if (world_now() - t0 > 10.0)
+    world_case_fail(w, "ncclCommAbort of a waiting init took %.1f s", world_now() - t0);
+  c[waiting] = NULL;
 done:
-  for (int i = 0; i < 2; i++)
-    if (c[i] != NULL) err_expect_text(w, ncclCommDestroy(c[i]), ncclSuccess, NULL,
-                                      "ncclCommDestroy after a failed init", NULL);
+  for (int i = 0; i < 2; i++) {
+    if (c[i] == NULL) continue;
+    if (i == refused)
+      err_expect_text(w, ncclCommDestroy(c[i]), ncclSuccess, NULL,
+                      "ncclCommDestroy after a failed init", NULL);
+    else /* still waiting for its ranks (a failed case above): a destroy would wait too */
+      (void)ncclCommAbort(c[i]);
+  }
   world_case_end(w);
 }
 
