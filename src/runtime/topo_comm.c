@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "runtime/topo_comm.h"
+#include "transport/net.h"
 
 #include "bootstrap/bootstrap.h"
 #include "runtime/comm.h"
@@ -184,7 +185,8 @@ ncclResult_t topo_comm_init(struct ncclComm* comm) {
   BRAID_TRY(topo_comm_check_agreement(comm, topo));
   comm->topo = topo; /* the comm owns it now */
   topo = NULL;
-  struct tune_plugin_args tuner = {.comm_id = comm->comm_hash};
+  struct tune_plugin_args tuner = {.comm_id = comm->comm_hash,
+                                   .net_lib = net_plugin_library_path()};
   BRAID_TRY(tune_plugin_open(comm->topo, &tuner)); /* NCCL_TUNER_PLUGIN, when there is one */
   const char* graph_file = braid_param_str(BRAID_P_GRAPH_DUMP_FILE);
   if (comm->rank == 0 && graph_file && graph_file[0])

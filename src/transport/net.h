@@ -174,6 +174,8 @@ extern const struct braid_net_ops braid_net_ofi;
 extern const struct braid_net_ops braid_net_plugin;
 /* The loaded net plugin's network name (loading it on first use), or NULL when there is none. */
 const char* net_plugin_network_name(void);
+/* The loaded net plugin's library file (NCCL also looks there for a tuner), or NULL. */
+const char* net_plugin_library_path(void);
 
 /* Every backend this build knows, in order of preference for the default choice. */
 int net_backend_count(void);

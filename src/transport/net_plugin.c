@@ -519,3 +519,8 @@ const char* net_plugin_network_name(void) {
   const struct net_plugin* p = plugin();
   return p ? p->name : NULL;
 }
+
+const char* net_plugin_library_path(void) {
+  const struct net_plugin* p = plugin();
+  return p ? p->path : NULL;
+}
