@@ -73,7 +73,8 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "choice (LL128 stays off unless named); default: chosen by the tuning model."),
   ROW(TUNER_PLUGIN, "NCCL_TUNER_PLUGIN", STRING, NULL,
       "NCCL tuner plugin: a name (libnccl-tuner-<name>.so), a library file or path, or none. "
-      "Unset: libnccl-tuner.so where the loader finds it. It may edit the tuning model's cost "
+      "Unset: libnccl-tuner.so where the loader finds it, else a tuner in the loaded net plugin's "
+      "library. It may edit the tuning model's cost "
       "table per collective (ncclTunerPlugin_v5 to _v2); BRAID_ALGO/BRAID_PROTO still win."),
   ROW(P2P_DISABLE, "NCCL_P2P_DISABLE", INT, "0",
       "1: never use GPU peer-to-peer (NVLink/PCIe) between GPUs; fall back to shared memory."),
