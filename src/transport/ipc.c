@@ -640,12 +640,16 @@ ncclResult_t ipc_fd_fetch(const struct ipc_desc* desc, int my_rank, volatile uin
     }
     err = errno;
     close(s);
+    /* The service runs from before the owner's info went out until its communicators are gone:
+     * no listener means the owner process is gone or unreachable. Only a full backlog waits. */
+    if (err != EAGAIN && err != EINTR) break;
     if (braid_time_sec() - start >= timeout_sec || (abort_flag && *abort_flag)) break;
     usleep(10 * 1000);
   }
   return braid_err(ncclSystemError,
-                   "rank %d cannot reach rank %u's descriptor service to map its GPU memory (%s); "
-                   "processes in different network namespaces cannot pass handles: set "
+                   "rank %d cannot reach rank %u's descriptor service to map its GPU memory (%s): "
+                   "the process is gone, or in another network namespace, where handles cannot "
+                   "be passed: set "
                    "NCCL_CUMEM_ENABLE=0 (legacy CUDA IPC, needs every GPU visible) or "
                    "NCCL_P2P_DISABLE=1 (through host memory, slower)",
                    my_rank, desc->owner_rank, abort_flag && *abort_flag ? "aborted" : strerror(err));

@@ -32,14 +32,17 @@ static int count_fds(void) {
 }
 
 /*
- * Open descriptors, once `want` is reached or a second has passed: the service thread of
- * this process closes its end of a connection just after answering it.
+ * Open descriptors, once `want` is reached (-1: once the count held for 50 ms) or a second
+ * has passed: the service thread of this process closes its end of a connection just after
+ * answering it.
  */
 static int count_fds_settled(int want) {
-  int n = count_fds();
-  for (int i = 0; i < 100 && n != want; i++) {
+  int n = count_fds(), same = 0;
+  for (int i = 0; i < 100 && n != want && same < 5; i++) {
     usleep(10 * 1000);
-    n = count_fds();
+    int m = count_fds();
+    same = m == n ? same + 1 : 0;
+    n = m;
   }
   return n;
 }
@@ -101,7 +104,7 @@ static void test_service(void) {
   /* A token nobody offered: refused at once, nothing attached. */
   struct ipc_desc wrong = desc;
   wrong.u.cumem.token[5] ^= 0x40;
-  int fds_mid = count_fds();
+  int fds_mid = count_fds_settled(-1); /* once the service closed the last connection */
   double t0 = braid_time_sec();
   got = -1;
   TEST_EXPECT_RES(ipc_fd_fetch(&wrong, 1, NULL, &got), ncclInternalError);
@@ -160,6 +163,13 @@ static void test_service(void) {
   if (s >= 0) close(s);
   int fds_end = count_fds_settled(fds_before);
   TEST_CHECK(fds_end == fds_before, "descriptors: %d before, %d after", fds_before, fds_end);
+
+  /* The owner's service gone (its process exited): the fetch fails at once, saying so. */
+  t0 = braid_time_sec();
+  got = -1;
+  TEST_EXPECT_RES(ipc_fd_fetch(&desc, 1, NULL, &got), ncclSystemError);
+  TEST_CHECK(braid_time_sec() - t0 < 1, "a gone service noticed in %.2f s", braid_time_sec() - t0);
+  TEST_CHECK(strstr(braid_err_last(), "is gone") != NULL, "message: %s", braid_err_last());
 
   /* Offering with no service: refused with a reason. */
   int q[2];
