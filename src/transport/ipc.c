@@ -474,6 +474,8 @@ static ncclResult_t cumem_alloc(size_t bytes, struct ipc_mem* mem, struct ipc_de
   DRV_TRY(drv.set_access(va, size, &access, 1), "cuMemSetAccess");
   DRV_TRY(drv.export_(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
           "cuMemExportToShareableHandle");
+  /* Not inherited by programs this process starts. */
+  (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
   /* The mapping holds the memory from here on; the handle is not needed any more. */
   (void)drv.release(h);
   have_handle = 0;
