@@ -2,8 +2,8 @@
  * Bootstrap, the ranks' side: the unique id, joining the rendezvous, and the
  * out-of-band service later layers use before and beside any GPU transport
  * (all-gather, barrier, send/recv, split). Connections and the message queue
- * live in bootstrap_conn.c, the root in bootstrap_root.c, the wire layouts in
- * bootstrap_internal.h.
+ * live in bootstrap_conn.c, the root in bootstrap_root.c, what both listeners
+ * share in bootstrap_listen.c, the wire layouts in bootstrap_internal.h.
  *
  * Joining: a rank opens its listener, sends the root a JOIN hello (secret,
  * rank, nranks, listener), and gets back the listener of the next rank. The
@@ -185,7 +185,7 @@ static ncclResult_t bootstrap_alloc(int rank, int nranks, volatile uint32_t* abo
   b->listen_fd = -1;
   b->deadline = -1.0;
   b->timeout = bootstrap_timeout_param();
-  b->queue_tail = &b->queue;
+  bootstrap_conn_init(b);
   b->failed_peer = -1;
   b->nout = 0;
   pthread_mutex_init(&b->lock, NULL);
@@ -546,7 +546,6 @@ ncclResult_t bootstrap_close(struct bootstrap* b) {
   if (b == NULL) return ncclSuccess;
   bootstrap_conn_release(b);
   socket_close(&b->listen_fd);
-  free(b->in);
   free(b->pfds);
   free(b->out_peers);
   free(b->peers);

@@ -84,117 +84,61 @@ ncclResult_t bootstrap_wait_check(struct bootstrap* b, int peer, const char* wha
   return ncclSuccess;
 }
 
-/* ------------------------------------------------ rejected connections */
-
-void bootstrap_reject_note(struct bootstrap_reject_log* log, const char* who,
-                           const union braid_sockaddr* remote, const char* why) {
-  char addr[BOOTSTRAP_TEXT];
-  const double now = braid_time_sec();
-  socket_addr_str(remote, addr, sizeof addr);
-  if (log->warned > 0 && now - log->warned < BOOTSTRAP_REJECT_WARN_S) {
-    log->quiet++;
-    TRACE(BRAID_LOG_BOOTSTRAP, "%s rejected connection from %s: %s", who, addr, why);
-    return;
-  }
-  if (log->quiet > 0)
-    WARN("%s rejected connection from %s: %s (and %u more since the last such warning)", who, addr,
-         why, log->quiet);
-  else
-    WARN("%s rejected connection from %s: %s (more within %.0f s are counted, not listed)", who,
-         addr, why, BOOTSTRAP_REJECT_WARN_S);
-  log->warned = now > 0 ? now : 1e-9;
-  log->quiet = 0;
-}
-
-void bootstrap_reject_flush(struct bootstrap_reject_log* log, const char* who) {
-  if (log->quiet > 0)
-    INFO(BRAID_LOG_BOOTSTRAP, "%s rejected %u more connections after its last warning", who,
-         log->quiet);
-  log->quiet = 0;
-}
-
-void bootstrap_reply_now(int fd, ncclResult_t status, const char* text) {
-  struct {
-    struct bootstrap_reply head;
-    char text[BOOTSTRAP_MAX_REPLY_TEXT];
-  } out;
-  const size_t len = text ? BRAID_MIN(strlen(text), (size_t)BOOTSTRAP_MAX_REPLY_TEXT) : 0;
-  size_t moved = 0;
-  memset(&out.head, 0, sizeof out.head);
-  out.head.magic = BOOTSTRAP_WIRE_MAGIC;
-  out.head.status = (int32_t)status;
-  out.head.text_len = (uint32_t)len;
-  if (len) memcpy(out.text, text, len);
-  /* A refused sender's unread bytes would turn the close that follows into a reset. */
-  for (int i = 0; status != ncclSuccess && i < 16; i++) {
-    char sink[512];
-    if (socket_recv_some(fd, sink, sizeof sink, &moved) != ncclSuccess || moved == 0) break;
-  }
-  socket_send_some(fd, &out, sizeof out.head + len, &moved);
-}
-
 /* ------------------------------------------------- incoming connections */
 
 void bootstrap_in_close(struct bootstrap_in* c) {
-  socket_close(&c->fd);
+  socket_close(&c->base.fd);
   free(c->msg);
   c->msg = NULL;
 }
 
 /* "bootstrap: rank 3 (listener 10.0.0.3:41234)", for the log of rejected connections. */
-static const char* bootstrap_listener_name(const struct bootstrap* b, char* buf, size_t size) {
+static const char* bootstrap_in_name(const void* owner, char* buf, size_t size) {
+  const struct bootstrap* b = owner;
   char self[BOOTSTRAP_TEXT];
   snprintf(buf, size, "bootstrap: rank %d (listener %s)", b->rank,
            socket_addr_str(&b->listen_addr, self, sizeof self));
   return buf;
 }
 
-/* Drops a connection that is not a rank of this job (scanner, stale job, garbage), then closes it. */
-static void bootstrap_in_reject(struct bootstrap* b, struct bootstrap_in* c, const char* why) {
-  char who[BOOTSTRAP_TEXT + 48];
-  bootstrap_reject_note(&b->rejects, bootstrap_listener_name(b, who, sizeof who), &c->remote, why);
-  bootstrap_in_close(c);
-}
-
 /* The connection of an accepted rank ended (err: why, 0 closed): waits on that rank fail. */
 static void bootstrap_in_lost(struct bootstrap* b, struct bootstrap_in* c, const char* why, int err) {
   char who[160];
   if (why) WARN("bootstrap: rank %d closes the connection of %s: %s", b->rank,
-                bootstrap_peer_describe(b, c->rank, who, sizeof who), why);
-  else TRACE(BRAID_LOG_BOOTSTRAP, "bootstrap: rank %d: rank %d closed its connection", b->rank, c->rank);
-  b->peers[c->rank].closed = 1;
-  if (b->peers[c->rank].lost_errno == 0) b->peers[c->rank].lost_errno = err;
+                bootstrap_peer_describe(b, c->base.rank, who, sizeof who), why);
+  else TRACE(BRAID_LOG_BOOTSTRAP, "bootstrap: rank %d: rank %d closed its connection", b->rank, c->base.rank);
+  b->peers[c->base.rank].closed = 1;
+  if (b->peers[c->base.rank].lost_errno == 0) b->peers[c->base.rank].lost_errno = err;
   bootstrap_in_close(c);
 }
 
 /* A complete hello: take the connection (and say so), or refuse it with the reason. */
 static void bootstrap_in_hello(struct bootstrap* b, struct bootstrap_in* c) {
   char text[BOOTSTRAP_MAX_REPLY_TEXT], self[BOOTSTRAP_TEXT];
-  const char* why = bootstrap_hello_check(&c->hello, b->secret);
-  int rank = c->hello.rank;
-  if (why == NULL && c->hello.kind != BOOTSTRAP_HELLO_PEER) why = "not a rank-to-rank hello";
-  if (why == NULL && (c->hello.nranks != b->nranks || rank < 0 || rank >= b->nranks || rank == b->rank))
+  const struct bootstrap_hello* h = &c->base.hello;
+  const char* why = bootstrap_hello_check(&c->base.hello, b->secret);
+  int rank = h->rank;
+  if (why == NULL && h->kind != BOOTSTRAP_HELLO_PEER) why = "not a rank-to-rank hello";
+  if (why == NULL && (h->nranks != b->nranks || rank < 0 || rank >= b->nranks || rank == b->rank))
     why = "rank or number of ranks does not fit this job";
-  for (int i = 0; why == NULL && i < b->nin; i++)
-    if (b->in[i] != c && b->in[i]->fd >= 0 && b->in[i]->rank == rank)
+  for (int i = 0; why == NULL && i < b->listener.n; i++) {
+    const struct bootstrap_incoming* other = b->listener.conns[i];
+    if (other != &c->base && other->fd >= 0 && other->rank == rank)
       why = "a second connection claiming the same rank";
+  }
   if (why == NULL && b->peers[rank].closed) why = "a rank whose connection already ended";
-  if (why != NULL) {
-    if (bootstrap_hello_is_ours(&c->hello)) { /* a Braid process: it reads the reason */
-      snprintf(text, sizeof text,
-               "bootstrap: rank %d of %d (pid %d on %s, listener %s) refused the connection of "
-               "rank %d of %d (pid %d on %s): %s",
-               b->rank, b->nranks, (int)getpid(), braid_log_hostname(),
-               socket_addr_str(&b->listen_addr, self, sizeof self), (int)c->hello.rank,
-               (int)c->hello.nranks, (int)c->hello.pid, c->hello.host, why);
-      bootstrap_reply_now(c->fd, ncclRemoteError, text);
-    }
-    bootstrap_in_reject(b, c, why);
+  if (why != NULL) { /* refused: a Braid process is told why */
+    snprintf(text, sizeof text,
+             "bootstrap: rank %d of %d (pid %d on %s, listener %s) refused the connection of "
+             "rank %d of %d (pid %d on %s): %s",
+             b->rank, b->nranks, (int)getpid(), braid_log_hostname(),
+             socket_addr_str(&b->listen_addr, self, sizeof self), (int)h->rank, (int)h->nranks,
+             (int)h->pid, h->host, why);
+    bootstrap_listener_refuse(&b->listener, &c->base, ncclRemoteError, text, why);
     return;
   }
-  bootstrap_reply_now(c->fd, ncclSuccess, NULL);
-  c->rank = rank;
-  c->got = 0;
+  bootstrap_reply_now(c->base.fd, ncclSuccess, NULL);
+  c->base.rank = rank;
 }
 
 /* A complete header: check it and make room for the payload. Returns -1 if the stream is bad. */
@@ -214,7 +158,7 @@ static int bootstrap_in_header(struct bootstrap* b, struct bootstrap_in* c) {
     return -1;
   }
   c->msg->next = NULL;
-  c->msg->peer = c->rank;
+  c->msg->peer = c->base.rank;
   c->msg->channel = h->channel;
   c->msg->tag = h->tag;
   c->msg->size = (size_t)h->size;
@@ -261,13 +205,15 @@ static void bootstrap_failure_note(struct bootstrap* b, struct bootstrap_msg* ms
 /* Reads what is there: the hello, then header/payload pairs, queueing each message whole. */
 void bootstrap_in_read(struct bootstrap* b, struct bootstrap_in* c) {
   char why[128];
-  for (int budget = 64; budget > 0 && c->fd >= 0; budget--) {
+  for (int budget = 64; budget > 0 && c->base.fd >= 0; budget--) {
     void* dst;
     size_t want;
-    if (c->rank < 0) {
-      dst = (char*)&c->hello + c->got;
-      want = sizeof c->hello - c->got;
-    } else if (c->msg == NULL) {
+    if (c->base.rank < 0) {
+      if (bootstrap_listener_hello_read(&b->listener, &c->base) <= 0) return;
+      bootstrap_in_hello(b, c); /* accepted: its messages follow */
+      continue;
+    }
+    if (c->msg == NULL) {
       dst = (char*)&c->header + c->got;
       want = sizeof c->header - c->got;
     } else {
@@ -275,30 +221,16 @@ void bootstrap_in_read(struct bootstrap* b, struct bootstrap_in* c) {
       want = c->msg->size - c->got;
     }
     size_t got = 0;
-    if (want > 0 && socket_recv_some(c->fd, dst, want, &got) != ncclSuccess) {
+    if (want > 0 && socket_recv_some(c->base.fd, dst, want, &got) != ncclSuccess) {
       const int err = errno;
       snprintf(why, sizeof why, "connection ended: %s", err ? strerror(err) : "closed by the peer");
-      if (c->rank < 0) {
-        snprintf(why, sizeof why, "it closed after %zu of the %zu bytes of a hello", c->got, sizeof c->hello);
-        bootstrap_in_reject(b, c, why);
-      } else {
-        bootstrap_in_lost(b, c, c->msg || c->got ? why : NULL, err);
-      }
+      bootstrap_in_lost(b, c, c->msg || c->got ? why : NULL, err);
       return;
     }
     if (want > 0 && got == 0) return;
     c->got += got;
-    if (c->rank < 0) {
-      const char* bad = bootstrap_hello_prefix_check(&c->hello, c->got);
-      if (bad != NULL) {
-        bootstrap_in_reject(b, c, bad);
-        return;
-      }
-      if (c->got == sizeof c->hello) bootstrap_in_hello(b, c);
-    } else if (c->msg == NULL) {
-      if (c->got == sizeof c->header && bootstrap_in_header(b, c) != 0) return;
-    }
-    if (c->rank >= 0 && c->msg != NULL && c->got == c->msg->size) {
+    if (c->msg == NULL && c->got == sizeof c->header && bootstrap_in_header(b, c) != 0) return;
+    if (c->msg != NULL && c->got == c->msg->size) {
       if (c->msg->channel == BOOTSTRAP_CH_FAIL) /* not for any recv: every wait fails now */
         bootstrap_failure_note(b, c->msg);
       else
@@ -309,96 +241,33 @@ void bootstrap_in_read(struct bootstrap* b, struct bootstrap_in* c) {
   }
 }
 
-/* Appends a connection in its hello phase; -1 when out of memory. */
-int bootstrap_in_add(struct bootstrap* b, int fd, const union braid_sockaddr* remote) {
-  if (b->nin == b->in_cap) {
-    int cap = b->in_cap ? 2 * b->in_cap : 16;
-    struct bootstrap_in** grown = realloc(b->in, (size_t)cap * sizeof *grown);
-    if (grown == NULL) return -1;
-    b->in = grown;
-    b->in_cap = cap;
-  }
-  struct bootstrap_in* c = calloc(1, sizeof *c);
-  if (c == NULL) return -1;
-  c->fd = fd;
-  c->rank = -1;
-  c->remote = *remote;
-  c->since = braid_time_sec();
-  c->hello_deadline = c->since + BOOTSTRAP_HELLO_SEC;
-  b->in[b->nin++] = c;
-  return 0;
+static int bootstrap_in_read_op(void* owner, struct bootstrap_incoming* c) {
+  bootstrap_in_read(owner, bootstrap_in_of(c));
+  return 0; /* a rank's listener takes connections as long as it lives */
 }
 
-/* Past BOOTSTRAP_MAX_PENDING connections without a hello, the oldest one makes room. */
-static void bootstrap_in_make_room(struct bootstrap* b) {
-  char why[160];
-  struct bootstrap_in* oldest = NULL;
-  int pending = 0;
-  for (int i = 0; i < b->nin; i++) {
-    struct bootstrap_in* c = b->in[i];
-    if (c->fd < 0 || c->rank >= 0) continue;
-    pending++;
-    if (oldest == NULL || c->since < oldest->since) oldest = c;
-  }
-  if (pending <= BOOTSTRAP_MAX_PENDING) return;
-  snprintf(why, sizeof why,
-           "dropped after %.2f s without a hello (%zu of %zu bytes) to make room: %d connections "
-           "were waiting to present one", braid_time_sec() - oldest->since, oldest->got,
-           sizeof oldest->hello, pending);
-  bootstrap_in_reject(b, oldest, why);
+static void bootstrap_in_close_op(void* owner, struct bootstrap_incoming* c) {
+  (void)owner;
+  bootstrap_in_close(bootstrap_in_of(c));
 }
 
-/*
- * Takes up to BOOTSTRAP_ACCEPT_BATCH connections waiting on the listener, reading each at once:
- * a rank's hello is usually there already, and it is then taken before strangers that arrive
- * after it can crowd it out.
- */
-static void bootstrap_accept(struct bootstrap* b) {
-  for (int taken = 0; taken < BOOTSTRAP_ACCEPT_BATCH; taken++) {
-    int fd = -1;
-    union braid_sockaddr remote;
-    if (socket_accept_some(b->listen_fd, &fd, &remote) != ncclSuccess) {
-      char who[48];
-      snprintf(who, sizeof who, "bootstrap: rank %d", b->rank);
-      socket_accept_failed(who);
-      return;
-    }
-    if (fd < 0) return;
-    socket_keepalive(fd, socket_keepalive_sec());
-    if (bootstrap_in_add(b, fd, &remote) != 0) {
-      struct bootstrap_in lone = {.fd = fd, .rank = -1, .remote = remote};
-      bootstrap_in_reject(b, &lone, "out of memory");
-      continue;
-    }
-    bootstrap_in_read(b, b->in[b->nin - 1]);
-    bootstrap_in_make_room(b);
-  }
-}
+static const struct bootstrap_listener_ops bootstrap_in_ops = {
+    .conn_size = sizeof(struct bootstrap_in),
+    .read = bootstrap_in_read_op,
+    .close = bootstrap_in_close_op,
+    .name = bootstrap_in_name,
+};
 
-/* Drops connections that sat without a hello too long, and forgets closed ones. */
-static void bootstrap_in_sweep(struct bootstrap* b) {
-  char why[96];
-  double now = braid_time_sec();
-  int kept = 0;
-  for (int i = 0; i < b->nin; i++) {
-    struct bootstrap_in* c = b->in[i];
-    if (c->fd >= 0 && c->rank < 0 && now >= c->hello_deadline) {
-      snprintf(why, sizeof why, "no hello within %.0f s (%zu of %zu bytes)", BOOTSTRAP_HELLO_SEC,
-               c->got, sizeof c->hello);
-      bootstrap_in_reject(b, c, why);
-    }
-    if (c->fd >= 0)
-      b->in[kept++] = c;
-    else
-      free(c);
-  }
-  b->nin = kept;
+void bootstrap_conn_init(struct bootstrap* b) {
+  b->queue = NULL;
+  b->queue_tail = &b->queue;
+  bootstrap_listener_init(&b->listener, &bootstrap_in_ops, b);
 }
 
 /* Whether `peer`'s connection to us is open (messages may still come over it). */
 static int bootstrap_in_alive(const struct bootstrap* b, int peer) {
-  for (int i = 0; i < b->nin; i++)
-    if (b->in[i]->rank == peer && b->in[i]->fd >= 0) return 1;
+  for (int i = 0; i < b->listener.n; i++)
+    if (b->listener.conns[i]->rank == peer && b->listener.conns[i]->fd >= 0) return 1;
   return 0;
 }
 
@@ -426,7 +295,7 @@ static void bootstrap_out_check(struct bootstrap* b, int peer) {
  * serves whatever is ready. The caller then retries what it waits for.
  */
 static void bootstrap_progress_for(struct bootstrap* b, int fd, short events, int wait_ms) {
-  const int n = b->nin, nout = b->nout, total = 1 + n + nout + (fd >= 0);
+  const int n = b->listener.n, nout = b->nout, total = 1 + n + nout + (fd >= 0);
   if (total > b->pfd_cap) {
     struct pollfd* grown = realloc(b->pfds, (size_t)total * sizeof *grown);
     if (grown == NULL) { /* serve nothing this turn; the caller's wait still ends on time */
@@ -439,24 +308,27 @@ static void bootstrap_progress_for(struct bootstrap* b, int fd, short events, in
   struct pollfd* in = b->pfds + 1;
   struct pollfd* out = in + n;
   b->pfds[0] = (struct pollfd){.fd = b->listen_fd, .events = POLLIN};
-  for (int i = 0; i < n; i++) in[i] = (struct pollfd){.fd = b->in[i]->fd, .events = POLLIN};
+  bootstrap_listener_poll_fill(&b->listener, in);
   for (int j = 0; j < nout; j++) {
     const struct bootstrap_peer* p = &b->peers[b->out_peers[j]];
     out[j] = (struct pollfd){.fd = p->gone ? -1 : p->out_fd, .events = POLLIN};
   }
   if (fd >= 0) out[nout] = (struct pollfd){.fd = fd, .events = events};
   if (poll(b->pfds, (nfds_t)total, wait_ms) > 0) {
-    for (int i = 0; i < n; i++)
-      if (in[i].revents && b->in[i]->fd >= 0) bootstrap_in_read(b, b->in[i]);
+    bootstrap_listener_poll_read(&b->listener, in, n);
     for (int j = 0; j < nout; j++) {
       const int peer = b->out_peers[j];
       if (out[j].revents && out[j].fd >= 0 && b->peers[peer].out_fd == out[j].fd && !b->peers[peer].gone)
         bootstrap_out_check(b, peer);
     }
     /* Accept last: new connections go past the end, so index i still names in[i]. */
-    if (b->pfds[0].revents) bootstrap_accept(b);
+    if (b->pfds[0].revents && bootstrap_listener_accept(&b->listener, b->listen_fd) != 0) {
+      char who[48];
+      snprintf(who, sizeof who, "bootstrap: rank %d", b->rank);
+      socket_accept_failed(who);
+    }
   }
-  bootstrap_in_sweep(b);
+  bootstrap_listener_sweep(&b->listener);
 }
 
 static void bootstrap_progress(struct bootstrap* b, int fd, short events) {
@@ -888,17 +760,9 @@ fail:
 }
 
 void bootstrap_conn_release(struct bootstrap* b) {
-  char who[BOOTSTRAP_TEXT + 48];
   for (int r = 0; b->peers && r < b->nranks; r++) socket_close(&b->peers[r].out_fd);
   b->nout = 0;
-  for (int i = 0; i < b->nin; i++) {
-    if (b->in[i]->fd >= 0 && b->in[i]->rank < 0)
-      bootstrap_in_reject(b, b->in[i], "the bootstrap closed before it presented a hello");
-    bootstrap_in_close(b->in[i]);
-    free(b->in[i]);
-  }
-  b->nin = 0;
-  bootstrap_reject_flush(&b->rejects, bootstrap_listener_name(b, who, sizeof who));
+  bootstrap_listener_close(&b->listener, "the bootstrap closed before it presented a hello");
   while (b->queue) {
     struct bootstrap_msg* m = b->queue;
     b->queue = m->next;

@@ -1,8 +1,8 @@
 /*
- * The bootstrap's insides, shared by its three files and its tests (nothing
+ * The bootstrap's insides, shared by its four files and its tests (nothing
  * else should include this): bootstrap.c (id, init, collectives, split),
  * bootstrap_conn.c (connections and the message queue), bootstrap_root.c (the
- * rendezvous root).
+ * rendezvous root), bootstrap_listen.c (how both listeners admit connections).
  *
  * Wire layouts first.
  *
@@ -216,6 +216,113 @@ static inline const char* bootstrap_hello_check(struct bootstrap_hello* hello, c
 }
 
 /* ------------------------------------------------------------------------
+ * Admission of incoming connections, bootstrap_listen.c: what a rank's
+ * listener and the root's share. Each keeps a table of the connections it
+ * took, reads their hellos, drops the oldest one still without a valid hello
+ * when more than BOOTSTRAP_MAX_PENDING wait, drops those past their hello
+ * deadline, and logs rejections one WARN per burst. What a connection carries
+ * after its hello (a rank's messages, a JOIN waiting for the root's answer)
+ * is the owner's, reached through struct bootstrap_listener_ops.
+ */
+
+/*
+ * A connection a listener took. An owner that keeps more per connection puts this first in
+ * its own record (ops->conn_size says how large that is).
+ */
+struct bootstrap_incoming {
+  int fd;                /* -1 once closed; freed by bootstrap_listener_sweep */
+  int rank;              /* -1 until the owner accepts its hello */
+  double since;          /* when it was accepted */
+  double hello_deadline; /* still without an accepted hello then: dropped */
+  union braid_sockaddr remote;
+  size_t got;            /* bytes of the hello received */
+  struct bootstrap_hello hello;
+};
+
+/* What a listener's owner does with its connections; every slot is filled. */
+struct bootstrap_listener_ops {
+  /* Bytes of the owner's record of a connection, which starts with struct bootstrap_incoming. */
+  size_t conn_size;
+  /*
+   * Reads what has arrived on `c` (open), its hello through bootstrap_listener_hello_read
+   * while c->rank < 0. Returns nonzero when the owner takes no more connections now.
+   */
+  int (*read)(void* owner, struct bootstrap_incoming* c);
+  /*
+   * Closes `c` (open): its fd, and whatever the owner keeps for it, since the listener frees
+   * the record itself once it is closed.
+   */
+  void (*close)(void* owner, struct bootstrap_incoming* c);
+  /* Who the listener is, for its log lines ("bootstrap root 10.0.0.1:41234"). */
+  const char* (*name)(const void* owner, char* buf, size_t size);
+};
+
+struct bootstrap_listener {
+  const struct bootstrap_listener_ops* ops;
+  void* owner;
+  struct bootstrap_incoming** conns; /* in the order they were taken */
+  int n, cap;
+  /*
+   * Rejected connections: the first of a burst is a WARN naming its address and the reason,
+   * the others within BOOTSTRAP_REJECT_WARN_S are only counted (TRACE), and the count comes
+   * with the next WARN, or at INFO when the listener closes.
+   */
+  double warned;  /* when the last WARN was printed; 0: never */
+  unsigned quiet; /* rejections since, not printed */
+};
+
+/* An empty table whose connections `owner` serves through `ops`. */
+void bootstrap_listener_init(struct bootstrap_listener* l, const struct bootstrap_listener_ops* ops,
+                             void* owner);
+/* Registers an accepted connection in its hello phase; NULL when out of memory. */
+struct bootstrap_incoming* bootstrap_listener_add(struct bootstrap_listener* l, int fd,
+                                                  const union braid_sockaddr* remote);
+/*
+ * Takes up to BOOTSTRAP_ACCEPT_BATCH connections waiting on `listen_fd`, reading each at once:
+ * a rank's hello is usually there already, and it is then taken before strangers that arrive
+ * after it can crowd it out. Stops early when ops->read says the owner is done. Returns -1,
+ * errno telling why, when accept() failed (the caller reports it: socket_accept_failed).
+ */
+int bootstrap_listener_accept(struct bootstrap_listener* l, int listen_fd);
+/* One pollfd (POLLIN) per connection, l->n of them; a closed one's fd is -1, which poll skips. */
+void bootstrap_listener_poll_fill(const struct bootstrap_listener* l, struct pollfd* pfds);
+/*
+ * Reads each of the first n connections (still open) whose pollfd, from
+ * bootstrap_listener_poll_fill, shows activity, stopping once ops->read says the owner is
+ * done; returns whether it did.
+ */
+int bootstrap_listener_poll_read(struct bootstrap_listener* l, const struct pollfd* pfds, int n);
+/*
+ * Reads what has arrived of c's hello. Returns 1 once all of it is there (the owner checks
+ * it), 0 while the rest is on its way, -1 when `c` was rejected: it closed early, or its first
+ * bytes are not a hello.
+ */
+int bootstrap_listener_hello_read(struct bootstrap_listener* l, struct bootstrap_incoming* c);
+/* Rejects `c` (a stranger, garbage, a stale job): logged by burst, then closed. */
+void bootstrap_listener_reject(struct bootstrap_listener* l, struct bootstrap_incoming* c,
+                               const char* why);
+/*
+ * Refuses c's hello: a sender in Braid's format gets `status` and `text` as its answer (it
+ * fails at once with that reason), and `c` is rejected for `why`.
+ */
+void bootstrap_listener_refuse(struct bootstrap_listener* l, struct bootstrap_incoming* c,
+                               ncclResult_t status, const char* text, const char* why);
+/* Drops connections past their hello deadline, and frees the closed ones. */
+void bootstrap_listener_sweep(struct bootstrap_listener* l);
+/*
+ * Closes every connection and frees the table. With `why`, each one still without an
+ * accepted hello is rejected for it, and what was only counted is said (INFO); NULL closes
+ * without a word (a teardown after the listener's close was said).
+ */
+void bootstrap_listener_close(struct bootstrap_listener* l, const char* why);
+/*
+ * Answers a hello with `status` and `text` without waiting (best effort: a fresh connection's
+ * socket buffer holds it), reading first what the sender sent, so that closing the connection
+ * afterwards ends it with the answer rather than a reset that could discard it.
+ */
+void bootstrap_reply_now(int fd, ncclResult_t status, const char* text);
+
+/* ------------------------------------------------------------------------
  * A rank's bootstrap state (struct bootstrap) and its message engine,
  * bootstrap_conn.c.
  */
@@ -241,18 +348,17 @@ struct bootstrap_msg {
   unsigned char data[];
 };
 
-/* An incoming connection: a hello, then messages of one rank, each a header and a payload. */
+/* An incoming connection of a rank's listener: a hello, then messages of one rank. */
 struct bootstrap_in {
-  int fd;                    /* -1 once closed; removed by bootstrap_in_sweep */
-  int rank;                  /* -1 until its hello is accepted */
-  double since;              /* when it was accepted */
-  double hello_deadline;
-  union braid_sockaddr remote;
-  size_t got;                /* bytes of the hello, header or payload being read */
-  struct bootstrap_hello hello;
+  struct bootstrap_incoming base; /* first: the listener's record (rank: the sender, once known) */
+  size_t got;                     /* bytes of the header or payload being read */
   struct bootstrap_msg_header header;
-  struct bootstrap_msg* msg; /* payload being read; NULL while reading a header */
+  struct bootstrap_msg* msg;      /* payload being read; NULL while reading a header */
 };
+
+static inline struct bootstrap_in* bootstrap_in_of(struct bootstrap_incoming* c) {
+  return (struct bootstrap_in*)c;
+}
 
 struct bootstrap_peer {
   union braid_sockaddr addr; /* its listener */
@@ -274,27 +380,6 @@ struct __attribute__((packed)) bootstrap_peer_wire {
   char host[BOOTSTRAP_HOST_LEN];
 };
 
-/*
- * Rejected connections of one listener: the first of a burst is a WARN naming its address and
- * the reason, the others within BOOTSTRAP_REJECT_WARN_S are only counted (TRACE), and the count
- * comes with the next WARN, or at INFO when the listener closes.
- */
-struct bootstrap_reject_log {
-  double warned;  /* when the last WARN was printed; 0: never */
-  unsigned quiet; /* rejections since, not printed */
-};
-/* Notes one rejection by the listener `who` ("bootstrap: rank 3 (listener ...)"). */
-void bootstrap_reject_note(struct bootstrap_reject_log* log, const char* who,
-                           const union braid_sockaddr* remote, const char* why);
-/* The listener closes: what was only counted is said (INFO). */
-void bootstrap_reject_flush(struct bootstrap_reject_log* log, const char* who);
-/*
- * Answers a hello with `status` and `text` without waiting (best effort: a fresh connection's
- * socket buffer holds it), reading first what the sender sent, so that closing the connection
- * afterwards ends it with the answer rather than a reset that could discard it.
- */
-void bootstrap_reply_now(int fd, ncclResult_t status, const char* text);
-
 struct bootstrap {
   int rank, nranks;
   uint8_t secret[BOOTSTRAP_SECRET_BYTES];
@@ -308,9 +393,7 @@ struct bootstrap {
   struct bootstrap_peer* peers;   /* [nranks] */
   int* out_peers;                 /* [nranks]: ranks we have a connection to, watched for its end */
   int nout;
-  struct bootstrap_in** in;
-  int nin, in_cap;
-  struct bootstrap_reject_log rejects;
+  struct bootstrap_listener listener; /* connections to listen_fd: struct bootstrap_in */
   struct pollfd* pfds;
   int pfd_cap;
   struct bootstrap_msg* queue;    /* unexpected messages, oldest first */
@@ -387,6 +470,8 @@ ncclResult_t bootstrap_msg_send(struct bootstrap* b, int peer, int channel, int 
  */
 ncclResult_t bootstrap_msg_recv(struct bootstrap* b, int peer, int channel, int tag, int any_tag,
                                 void* data, size_t size);
+/* Readies the message engine of a new `b`: an empty queue, a listener table without connections. */
+void bootstrap_conn_init(struct bootstrap* b);
 /* Closes every connection of `b` and frees its queue (the listener stays). */
 void bootstrap_conn_release(struct bootstrap* b);
 
@@ -421,11 +506,11 @@ int bootstrap_root_serve(struct bootstrap_root* root, int wait_ms);
 void bootstrap_root_destroy(struct bootstrap_root* root);
 
 /*
- * An incoming connection of the listener (bootstrap_conn.c): registered (0, or -1 when out of
- * memory), read as far as its bytes go (hello, then header/payload pairs; a bad one is
- * rejected and closed), closed. Used by the listener's progress and by the parser's fuzzer.
+ * An incoming connection of the listener (bootstrap_conn.c), registered with
+ * bootstrap_listener_add(&b->listener, ...): read as far as its bytes go (hello, then
+ * header/payload pairs; a bad one is rejected and closed), closed. Used by the listener's
+ * progress and by the parser's fuzzer.
  */
-int bootstrap_in_add(struct bootstrap* b, int fd, const union braid_sockaddr* remote);
 void bootstrap_in_read(struct bootstrap* b, struct bootstrap_in* c);
 void bootstrap_in_close(struct bootstrap_in* c);
 

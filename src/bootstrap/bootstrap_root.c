@@ -51,17 +51,6 @@
 /* How long bootstrap_roots_stop waits for the threads it stopped. */
 #define ROOT_STOP_WAIT_S 2
 
-struct root_conn {
-  int fd;
-  int rank;        /* -1 until a valid JOIN arrived */
-  int dead;        /* closed; removed at the end of the poll round */
-  double since;    /* when it was accepted */
-  double deadline; /* a connection still without a full hello is dropped then */
-  size_t got;      /* hello bytes received */
-  struct bootstrap_hello hello;
-  union braid_sockaddr remote;
-};
-
 struct bootstrap_root {
   int listen_fd;
   char addr_text[ROOT_ADDR_TEXT];
@@ -74,15 +63,14 @@ struct bootstrap_root {
   uint32_t stop;               /* set by bootstrap_root_join or bootstrap_roots_stop (atomic) */
   int done;
   int nranks;                  /* 0 until the first JOIN */
-  struct root_conn first;      /* copy of the first JOIN, to name it in a nranks conflict */
-  struct root_conn** conns;
-  int nconns, cap;
-  struct root_conn** joined;   /* [nranks] */
+  struct bootstrap_incoming first; /* copy of the first JOIN, to name it in a nranks conflict */
+  /* Connections to listen_fd; rank: the one a valid JOIN claimed, else -1. */
+  struct bootstrap_listener listener;
+  struct bootstrap_incoming** joined; /* [nranks] */
   int njoined;
   ncclResult_t failure;
   char failure_text[BOOTSTRAP_MAX_REPLY_TEXT];
   char refused_text[BOOTSTRAP_MAX_REPLY_TEXT]; /* the last JOIN refused for its nranks */
-  struct bootstrap_reject_log rejects;
   struct pollfd* pfds;
   int pfd_cap;
   struct bootstrap_root* next_live; /* in roots_live, while a detached root's thread runs */
@@ -169,35 +157,31 @@ __attribute__((destructor)) static void roots_unload(void) {
 /* ------------------------------------------------------- connections */
 
 /* "pid 4242 on node1 (10.0.0.1:41234)": who a joined connection is. */
-static const char* root_conn_describe(const struct root_conn* c, char* buf, size_t size) {
+static const char* root_conn_describe(const struct bootstrap_incoming* c, char* buf, size_t size) {
   char addr[ROOT_ADDR_TEXT];
   snprintf(buf, size, "pid %d on %s at %s", (int)c->hello.pid, c->hello.host,
            socket_addr_str(&c->remote, addr, sizeof addr));
   return buf;
 }
 
-static void root_conn_kill(struct bootstrap_root* root, struct root_conn* c) {
+/* Closes a connection; a joined rank's leaves the table of joined ranks. */
+static void root_conn_kill(struct bootstrap_root* root, struct bootstrap_incoming* c) {
   if (c->rank >= 0 && root->joined && root->joined[c->rank] == c) {
     root->joined[c->rank] = NULL;
     root->njoined--;
   }
   socket_close(&c->fd);
-  c->dead = 1;
 }
 
-static const char* root_name(const struct bootstrap_root* root, char* buf, size_t size) {
+static void root_conn_close_op(void* owner, struct bootstrap_incoming* c) { root_conn_kill(owner, c); }
+
+static const char* root_name(const void* owner, char* buf, size_t size) {
+  const struct bootstrap_root* root = owner;
   snprintf(buf, size, "bootstrap root %s", root->addr_text);
   return buf;
 }
 
-/* Refuses a connection (a scanner, garbage, another job): logged by burst, then closed. */
-static void root_conn_reject(struct bootstrap_root* root, struct root_conn* c, const char* why) {
-  char who[ROOT_ADDR_TEXT + 32];
-  bootstrap_reject_note(&root->rejects, root_name(root, who, sizeof who), &c->remote, why);
-  root_conn_kill(root, c);
-}
-
-static void root_reply(struct bootstrap_root* root, struct root_conn* c, ncclResult_t status,
+static void root_reply(struct bootstrap_root* root, struct bootstrap_incoming* c, ncclResult_t status,
                        const char* text, const struct bootstrap_wire_addr* next) {
   struct bootstrap_reply reply;
   memset(&reply, 0, sizeof reply);
@@ -220,14 +204,14 @@ static void root_reply(struct bootstrap_root* root, struct root_conn* c, ncclRes
  * and this thread with them.
  */
 static void root_fail(struct bootstrap_root* root, ncclResult_t status, const char* text,
-                      struct root_conn* also) {
+                      struct bootstrap_incoming* also) {
   INFO(BRAID_LOG_BOOTSTRAP, "bootstrap root %s: rendezvous failed: %s", root->addr_text, text);
   root->failure = status;
   snprintf(root->failure_text, sizeof root->failure_text, "%s", text);
   int self = (int)getpid();
   for (int ours = 0; ours <= 1; ours++) {
     for (int r = 0; r < root->nranks; r++) {
-      struct root_conn* c = root->joined[r];
+      struct bootstrap_incoming* c = root->joined[r];
       if (c && (c->hello.pid == self) == ours) root_reply(root, c, status, text, NULL);
     }
     if (also && (also->hello.pid == self) == ours) root_reply(root, also, status, text, NULL);
@@ -248,7 +232,7 @@ static void root_finish(struct bootstrap_root* root) {
 }
 
 /* The first JOIN fixes nranks and starts the clock: the timeout counts from the first arrival. */
-static int root_first_join(struct bootstrap_root* root, struct root_conn* c) {
+static int root_first_join(struct bootstrap_root* root, struct bootstrap_incoming* c) {
   root->joined = calloc((size_t)c->hello.nranks, sizeof *root->joined);
   if (root->joined == NULL) {
     root_reply(root, c, ncclSystemError, "bootstrap: the root is out of memory", NULL);
@@ -273,7 +257,7 @@ static void root_forget_nranks(struct bootstrap_root* root) {
 }
 
 /* A JOIN that says another nranks than the first: refused alone, the rendezvous goes on. */
-static void root_refuse_nranks(struct bootstrap_root* root, struct root_conn* c) {
+static void root_refuse_nranks(struct bootstrap_root* root, struct bootstrap_incoming* c) {
   char who[160], first[160];
   const struct bootstrap_hello* h = &c->hello;
   snprintf(root->refused_text, sizeof root->refused_text,
@@ -288,7 +272,7 @@ static void root_refuse_nranks(struct bootstrap_root* root, struct root_conn* c)
 }
 
 /* Checks a JOIN against the ones before it; a rank claimed twice fails the whole rendezvous. */
-static void root_handle_join(struct bootstrap_root* root, struct root_conn* c) {
+static void root_handle_join(struct bootstrap_root* root, struct bootstrap_incoming* c) {
   const struct bootstrap_hello* h = &c->hello;
   char text[BOOTSTRAP_MAX_REPLY_TEXT], who[160], other[160];
   union braid_sockaddr listen;
@@ -323,18 +307,15 @@ static void root_handle_join(struct bootstrap_root* root, struct root_conn* c) {
   if (root->njoined == root->nranks) root_finish(root);
 }
 
-static void root_handle_hello(struct bootstrap_root* root, struct root_conn* c) {
+static void root_handle_hello(struct bootstrap_root* root, struct bootstrap_incoming* c) {
   char text[BOOTSTRAP_MAX_REPLY_TEXT];
   const char* why = bootstrap_hello_check(&c->hello, root->secret);
   if (why == NULL && c->hello.kind == BOOTSTRAP_HELLO_PEER) why = "a rank-to-rank hello sent to the root";
-  if (why != NULL) {
-    if (bootstrap_hello_is_ours(&c->hello)) { /* a Braid process: it reads the reason */
-      snprintf(text, sizeof text,
-               "bootstrap: the root at %s refused the hello of rank %d (pid %d on %s): %s",
-               root->addr_text, (int)c->hello.rank, (int)c->hello.pid, c->hello.host, why);
-      bootstrap_reply_now(c->fd, ncclInvalidArgument, text);
-    }
-    root_conn_reject(root, c, why);
+  if (why != NULL) { /* refused: a Braid process is told why */
+    snprintf(text, sizeof text,
+             "bootstrap: the root at %s refused the hello of rank %d (pid %d on %s): %s",
+             root->addr_text, (int)c->hello.rank, (int)c->hello.pid, c->hello.host, why);
+    bootstrap_listener_refuse(&root->listener, c, ncclInvalidArgument, text, why);
     return;
   }
   if (c->hello.kind == BOOTSTRAP_HELLO_DISMISS) {
@@ -346,101 +327,39 @@ static void root_handle_hello(struct bootstrap_root* root, struct root_conn* c) 
   root_handle_join(root, c);
 }
 
-static void root_conn_read(struct bootstrap_root* root, struct root_conn* c) {
-  char addr[ROOT_ADDR_TEXT], why[128];
+/* Reads a connection: its hello, or a joined rank leaving. Returns whether the rendezvous is over. */
+static int root_conn_read(void* owner, struct bootstrap_incoming* c) {
+  struct bootstrap_root* root = owner;
+  char addr[ROOT_ADDR_TEXT];
   size_t got = 0;
   if (c->rank >= 0) {
     /* A joined rank only waits for our answer: input here means it left (or misbehaves). */
     char byte;
-    if (socket_recv_some(c->fd, &byte, 1, &got) == ncclSuccess && got == 0) return;
+    if (socket_recv_some(c->fd, &byte, 1, &got) == ncclSuccess && got == 0) return root->done;
     INFO(BRAID_LOG_BOOTSTRAP, "bootstrap root %s: rank %d (%s) left before everyone joined",
          root->addr_text, c->rank, socket_addr_str(&c->remote, addr, sizeof addr));
     root_conn_kill(root, c);
     if (root->njoined == 0 && root->failure == ncclSuccess && !root->done) root_forget_nranks(root);
-    return;
+    return root->done;
   }
-  ncclResult_t r = socket_recv_some(c->fd, (char*)&c->hello + c->got, sizeof c->hello - c->got, &got);
-  if (r != ncclSuccess) {
-    snprintf(why, sizeof why, "it closed after %zu of the %zu bytes of a hello", c->got,
-             sizeof c->hello);
-    root_conn_reject(root, c, why);
-    return;
-  }
-  c->got += got;
-  const char* bad = bootstrap_hello_prefix_check(&c->hello, c->got);
-  if (bad != NULL)
-    root_conn_reject(root, c, bad);
-  else if (c->got == sizeof c->hello)
-    root_handle_hello(root, c);
+  if (bootstrap_listener_hello_read(&root->listener, c) > 0) root_handle_hello(root, c);
+  return root->done;
 }
+
+static const struct bootstrap_listener_ops root_listener_ops = {
+    .conn_size = sizeof(struct bootstrap_incoming),
+    .read = root_conn_read,
+    .close = root_conn_close_op,
+    .name = root_name,
+};
 
 int bootstrap_root_add(struct bootstrap_root* root, int fd, const union braid_sockaddr* remote) {
-  if (root->nconns == root->cap) {
-    int cap = root->cap ? 2 * root->cap : 16;
-    struct root_conn** grown = realloc(root->conns, (size_t)cap * sizeof *grown);
-    if (grown == NULL) return -1;
-    root->conns = grown;
-    root->cap = cap;
-  }
-  struct root_conn* c = calloc(1, sizeof *c);
-  if (c == NULL) return -1;
-  c->fd = fd;
-  c->rank = -1;
-  c->remote = *remote;
-  c->since = braid_time_sec();
-  c->deadline = c->since + BOOTSTRAP_HELLO_SEC;
-  root->conns[root->nconns++] = c;
-  return 0;
-}
-
-/* Past BOOTSTRAP_MAX_PENDING connections without a hello, the oldest one makes room. */
-static void root_make_room(struct bootstrap_root* root) {
-  char why[160];
-  struct root_conn* oldest = NULL;
-  int pending = 0;
-  for (int i = 0; i < root->nconns; i++) {
-    struct root_conn* c = root->conns[i];
-    if (c->dead || c->rank >= 0) continue;
-    pending++;
-    if (oldest == NULL || c->since < oldest->since) oldest = c;
-  }
-  if (pending <= BOOTSTRAP_MAX_PENDING) return;
-  snprintf(why, sizeof why,
-           "dropped after %.2f s without a hello (%zu of %zu bytes) to make room: %d connections "
-           "were waiting to present one", braid_time_sec() - oldest->since, oldest->got,
-           sizeof oldest->hello, pending);
-  root_conn_reject(root, oldest, why);
-}
-
-/*
- * Takes up to BOOTSTRAP_ACCEPT_BATCH waiting connections, reading each at once: a rank's JOIN
- * is usually there already, and it is then taken before strangers can crowd it out.
- */
-static void root_accept(struct bootstrap_root* root) {
-  for (int taken = 0; taken < BOOTSTRAP_ACCEPT_BATCH && !root->done; taken++) {
-    int fd = -1;
-    union braid_sockaddr remote;
-    if (socket_accept_some(root->listen_fd, &fd, &remote) != ncclSuccess) {
-      char who[ROOT_ADDR_TEXT + 32];
-      socket_accept_failed(root_name(root, who, sizeof who));
-      return;
-    }
-    if (fd < 0) return;
-    socket_keepalive(fd, socket_keepalive_sec());
-    if (bootstrap_root_add(root, fd, &remote) != 0) {
-      char who[ROOT_ADDR_TEXT + 32];
-      bootstrap_reject_note(&root->rejects, root_name(root, who, sizeof who), &remote, "out of memory");
-      close(fd);
-      continue;
-    }
-    root_conn_read(root, root->conns[root->nconns - 1]);
-    root_make_room(root);
-  }
+  return bootstrap_listener_add(&root->listener, fd, remote) != NULL ? 0 : -1;
 }
 
 /* One poll round over the listener and every connection, of at most wait_ms. */
 static void root_poll(struct bootstrap_root* root, int wait_ms) {
-  int n = root->nconns;
+  const int n = root->listener.n;
   if (n + 1 > root->pfd_cap) {
     struct pollfd* grown = realloc(root->pfds, (size_t)(n + 1) * sizeof *grown);
     if (grown == NULL) {
@@ -452,27 +371,21 @@ static void root_poll(struct bootstrap_root* root, int wait_ms) {
     root->pfd_cap = n + 1;
   }
   root->pfds[0] = (struct pollfd){.fd = root->listen_fd, .events = POLLIN};
-  for (int i = 0; i < n; i++) root->pfds[1 + i] = (struct pollfd){.fd = root->conns[i]->fd, .events = POLLIN};
+  bootstrap_listener_poll_fill(&root->listener, root->pfds + 1);
   if (poll(root->pfds, (nfds_t)(n + 1), wait_ms) <= 0) return;
-  /* Connections are only appended during this round, so index i still names pfds[1 + i]. */
-  for (int i = 0; i < n && !root->done; i++)
-    if (root->pfds[1 + i].revents && !root->conns[i]->dead) root_conn_read(root, root->conns[i]);
+  bootstrap_listener_poll_read(&root->listener, root->pfds + 1, n);
   /* A stopped root's listener is shut down (to wake this poll): nothing to accept there. */
-  if (root->pfds[0].revents && !root->done && !__atomic_load_n(&root->stop, __ATOMIC_ACQUIRE))
-    root_accept(root);
+  if (root->pfds[0].revents && !root->done && !__atomic_load_n(&root->stop, __ATOMIC_ACQUIRE) &&
+      bootstrap_listener_accept(&root->listener, root->listen_fd) != 0) {
+    char who[ROOT_ADDR_TEXT + 32];
+    socket_accept_failed(root_name(root, who, sizeof who));
+  }
 }
 
-/* Drops hello-less connections past their deadline and ends the rendezvous at the timeout. */
+/* Ends the rendezvous at the timeout, telling every joined rank who is missing. */
 static void root_expire(struct bootstrap_root* root) {
-  char text[2 * BOOTSTRAP_MAX_REPLY_TEXT], why[96]; /* the reply keeps what fits */
+  char text[2 * BOOTSTRAP_MAX_REPLY_TEXT]; /* the reply keeps what fits */
   double now = braid_time_sec();
-  for (int i = 0; i < root->nconns; i++) {
-    struct root_conn* c = root->conns[i];
-    if (c->dead || c->rank >= 0 || now < c->deadline) continue;
-    snprintf(why, sizeof why, "no hello within %.0f s (%zu of %zu bytes)", BOOTSTRAP_HELLO_SEC,
-             c->got, sizeof c->hello);
-    root_conn_reject(root, c, why);
-  }
   if (root->done || root->deadline < 0 || now < root->deadline) return;
   root->done = 1;
   if (root->failure != ncclSuccess) return;
@@ -497,25 +410,9 @@ static void root_expire(struct bootstrap_root* root) {
   root_fail(root, ncclSystemError, text, NULL);
 }
 
-/* Frees connections closed during the round. */
-static void root_sweep(struct bootstrap_root* root) {
-  int kept = 0;
-  for (int i = 0; i < root->nconns; i++) {
-    if (root->conns[i]->dead)
-      free(root->conns[i]);
-    else
-      root->conns[kept++] = root->conns[i];
-  }
-  root->nconns = kept;
-}
-
 static void root_free(struct bootstrap_root* root) {
-  for (int i = 0; i < root->nconns; i++) {
-    socket_close(&root->conns[i]->fd);
-    free(root->conns[i]);
-  }
+  bootstrap_listener_close(&root->listener, NULL);
   socket_close(&root->listen_fd);
-  free(root->conns);
   free(root->joined);
   free(root->pfds);
   free(root);
@@ -523,8 +420,8 @@ static void root_free(struct bootstrap_root* root) {
 
 int bootstrap_root_serve(struct bootstrap_root* root, int wait_ms) {
   root_poll(root, wait_ms);
+  bootstrap_listener_sweep(&root->listener);
   root_expire(root);
-  root_sweep(root);
   return root->done;
 }
 
@@ -539,6 +436,7 @@ ncclResult_t bootstrap_root_create(const uint8_t* secret, double timeout_sec,
   root->deadline = -1.0;
   memcpy(root->secret, secret, BOOTSTRAP_SECRET_BYTES);
   snprintf(root->addr_text, sizeof root->addr_text, "(no listener)");
+  bootstrap_listener_init(&root->listener, &root_listener_ops, root);
   *out = root;
 fail:
   return res;
@@ -550,16 +448,10 @@ void bootstrap_root_destroy(struct bootstrap_root* root) {
 
 static void* root_thread_main(void* arg) {
   struct bootstrap_root* root = arg;
-  char who[ROOT_ADDR_TEXT + 32];
   pthread_setname_np(pthread_self(), "braid-bootroot");
   while (!root->done && !__atomic_load_n(&root->stop, __ATOMIC_ACQUIRE)) bootstrap_root_serve(root, 100);
   /* Close the listener now: a joinable root is freed later, but its port must not linger. */
-  for (int i = 0; i < root->nconns; i++) {
-    if (root->conns[i]->rank < 0 && !root->conns[i]->dead)
-      root_conn_reject(root, root->conns[i], "the rendezvous ended before it presented a hello");
-    socket_close(&root->conns[i]->fd);
-  }
-  bootstrap_reject_flush(&root->rejects, root_name(root, who, sizeof who));
+  bootstrap_listener_close(&root->listener, "the rendezvous ended before it presented a hello");
   if (root->detached) {
     roots_remove(root); /* closes the listener */
     root_free(root);

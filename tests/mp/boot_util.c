@@ -5,15 +5,19 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "base/debug.h"
 #include "base/param.h"
 #include "base/socket.h"
 #include "base/utils.h"
+#include "bootstrap/bootstrap_internal.h"
 #include "mp_runner.h"
 
 void boot_env(const char* name, const char* value) {
@@ -22,6 +26,11 @@ void boot_env(const char* name, const char* value) {
   else
     unsetenv(name);
   braid_param_reload();
+}
+
+void boot_loopback(const char* timeout) {
+  boot_env("BRAID_SOCKET_IFNAME", "lo");
+  boot_env("BRAID_BOOTSTRAP_TIMEOUT", timeout);
 }
 
 int boot_wait_flag(int* flag, int value, double timeout_sec) {
@@ -147,4 +156,110 @@ int boot_ring_tags_check(struct bootstrap* b, int salt) {
     }
   }
   return bad;
+}
+
+int boot_run(const char* name, int nprocs, double timeout_sec, size_t size, mp_child_fn fn) {
+  void* shared = mp_shared_alloc(size);
+  struct mp_opts opts = {.name = name, .nprocs = nprocs, .timeout_sec = timeout_sec, .arg = shared};
+  int rc = mp_run(&opts, fn);
+  mp_shared_free(shared, size);
+  return rc;
+}
+
+void boot_log_to(const char* path, const char* level) {
+  FILE* f = fopen(path, "w");
+  if (f) fclose(f);
+  setenv("BRAID_DEBUG_FILE", path, 1);
+  if (level) setenv("BRAID_DEBUG", level, 1);
+  braid_param_reload();
+  braid_log_reset();
+}
+
+const char* boot_slurp(const char* path) {
+  static char text[1 << 18];
+  FILE* f = fopen(path, "r");
+  size_t n = 0;
+  if (f) {
+    n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+  }
+  text[n] = '\0';
+  return text;
+}
+
+int boot_count_lines(const char* text, const char* needle) {
+  int n = 0;
+  for (const char* line = text; line && *line;) {
+    const char* end = strchr(line, '\n');
+    size_t len = end ? (size_t)(end - line) : strlen(line);
+    const char* hit = strstr(line, needle);
+    if (hit && hit < line + len) n++;
+    line = end ? end + 1 : NULL;
+  }
+  return n;
+}
+
+void boot_hello_wrong_secret(struct bootstrap_hello* h, const struct bootstrap_id_layout* id,
+                             int kind, int nranks, int at, uint8_t flip, const char* host) {
+  memset(h, 0, sizeof *h);
+  h->magic = BOOTSTRAP_WIRE_MAGIC;
+  h->version = BOOTSTRAP_WIRE_VERSION;
+  h->kind = (uint8_t)kind;
+  memcpy(h->secret, id->secret, sizeof h->secret);
+  h->secret[at % BOOTSTRAP_SECRET_BYTES] ^= flip;
+  h->rank = 1;
+  h->nranks = nranks;
+  h->pid = getpid();
+  h->listen = id->root;
+  snprintf(h->host, sizeof h->host, "%s", host);
+}
+
+/* The namespaces to remove at exit (in the parent: children leave with _exit). */
+static struct boot_netns* boot_netns_made;
+
+void boot_netns_remove(void) {
+  char cmd[128];
+  for (int i = 0; boot_netns_made && i < 2; i++) {
+    snprintf(cmd, sizeof cmd, "ip netns del %s 2>/dev/null", boot_netns_made->ns[i]);
+    if (system(cmd) != 0) fprintf(stderr, "note: %s failed\n", cmd);
+  }
+  boot_netns_made = NULL;
+}
+
+const char* boot_netns_unavailable(void) {
+  if (geteuid() != 0) return "network namespaces need root";
+  if (system("ip -V >/dev/null 2>&1") != 0) return "no `ip` command";
+  return NULL;
+}
+
+int boot_netns_setup(struct boot_netns* n, const char* ns_prefix, const char* dev_prefix,
+                     int subnet) {
+  int id = (int)getpid() % 100000, net = 1 + (int)getpid() % 250;
+  char cmd[1024];
+  for (int i = 0; i < 2; i++) {
+    snprintf(n->ns[i], sizeof n->ns[i], "%s%c%d", ns_prefix, "AB"[i], id);
+    snprintf(n->dev[i], sizeof n->dev[i], "%s%c%d", dev_prefix, "ab"[i], id);
+    snprintf(n->addr[i], sizeof n->addr[i], "10.%d.%d.%d", subnet, net, i + 1);
+  }
+  boot_netns_made = n;
+  atexit(boot_netns_remove);
+  snprintf(cmd, sizeof cmd,
+           "ip netns add %1$s && ip netns add %2$s && "
+           "ip link add %3$s netns %1$s type veth peer name %4$s netns %2$s && "
+           "ip -n %1$s addr add %5$s/24 dev %3$s && ip -n %2$s addr add %6$s/24 dev %4$s && "
+           "ip -n %1$s link set %3$s up && ip -n %2$s link set %4$s up && "
+           /* Traffic to a namespace's own address goes through its loopback, down by default. */
+           "ip -n %1$s link set lo up && ip -n %2$s link set lo up",
+           n->ns[0], n->ns[1], n->dev[0], n->dev[1], n->addr[0], n->addr[1]);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+int boot_netns_enter(const struct boot_netns* n, int side) {
+  char path[96];
+  snprintf(path, sizeof path, "/var/run/netns/%s", n->ns[side]);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int rc = fd >= 0 && setns(fd, CLONE_NEWNET) == 0 ? 0 : -1;
+  if (rc != 0) fprintf(stderr, "cannot enter %s\n", path);
+  if (fd >= 0) close(fd);
+  return rc;
 }

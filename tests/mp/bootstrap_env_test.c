@@ -13,14 +13,11 @@
  *
  *   bootstrap_env_test rootless | ifname | netns
  */
-#include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "boot_util.h"
 #include "bootstrap/bootstrap.h"
@@ -244,40 +241,21 @@ static int case_ifname(void) {
   TEST_CHECK(n == 1 && ifs[0].addr.sa.sa_family == AF_INET6, "AF_INET6 on lo gave family %d",
              ifs[0].addr.sa.sa_family);
   boot_env("BRAID_SOCKET_FAMILY", NULL);
-  struct boot_id_slot* slot = mp_shared_alloc(sizeof *slot);
-  struct mp_opts opts = {.name = "ipv6", .nprocs = 3, .timeout_sec = 20, .arg = slot};
-  int rc = mp_run(&opts, ipv6_child);
-  mp_shared_free(slot, sizeof *slot);
-  return rc;
+  return boot_run("ipv6", 3, 20, sizeof(struct boot_id_slot), ipv6_child);
 }
 
 /* ------------------------------------------------------------- netns */
 
 struct netns_shared {
   struct boot_id_slot slot;
-  char ns[2][32];
-  char addr[2][32]; /* each namespace's address */
+  struct boot_netns net; /* two "hosts": braidA<id> and braidB<id>, devices bv* */
 };
-
-static struct netns_shared* netns_cleanup_arg;
-
-static void netns_cleanup(void) {
-  char cmd[128];
-  for (int i = 0; netns_cleanup_arg && i < 2; i++) {
-    snprintf(cmd, sizeof cmd, "ip netns del %s 2>/dev/null", netns_cleanup_arg->ns[i]);
-    if (system(cmd) != 0) fprintf(stderr, "note: %s failed\n", cmd);
-  }
-}
 
 static int netns_child(const struct mp_child* c) {
   struct netns_shared* sh = c->arg;
   int side = c->index < c->nprocs / 2 ? 0 : 1;
-  char path[96];
   child_reset();
-  snprintf(path, sizeof path, "/var/run/netns/%s", sh->ns[side]);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  TEST_CHECK(fd >= 0 && setns(fd, CLONE_NEWNET) == 0, "cannot enter %s", path);
-  if (fd >= 0) close(fd);
+  TEST_CHECK(boot_netns_enter(&sh->net, side) == 0, "cannot enter %s", sh->net.ns[side]);
   boot_env("BRAID_SOCKET_IFNAME", "bv");
   boot_env("BRAID_BOOTSTRAP_TIMEOUT", "10"); /* fail with a message before the runner's limit */
   if (test_failures || boot_id_share(&sh->slot, c->index, 20.0) != 0) return 1;
@@ -286,7 +264,7 @@ static int netns_child(const struct mp_child* c) {
   if (b == NULL) return 1;
   for (int r = 0; r < c->nprocs; r++) {
     char text[80];
-    const char* want = sh->addr[r < c->nprocs / 2 ? 0 : 1];
+    const char* want = sh->net.addr[r < c->nprocs / 2 ? 0 : 1];
     socket_addr_str(bootstrap_peer_addr(b, r), text, sizeof text);
     TEST_CHECK(strncmp(text, want, strlen(want)) == 0 && text[strlen(want)] == ':',
                "rank %d listens at %s, expected %s", r, text, want);
@@ -298,36 +276,15 @@ static int netns_child(const struct mp_child* c) {
   return test_failures ? 1 : 0;
 }
 
-/* Two namespaces with one veth pair between them; 0 when it is ready. */
-static int netns_setup(struct netns_shared* sh) {
-  int id = (int)getpid() % 100000, net = 1 + (int)getpid() % 250;
-  char cmd[1024];
-  snprintf(sh->ns[0], sizeof sh->ns[0], "braidA%d", id);
-  snprintf(sh->ns[1], sizeof sh->ns[1], "braidB%d", id);
-  snprintf(sh->addr[0], sizeof sh->addr[0], "10.213.%d.1", net);
-  snprintf(sh->addr[1], sizeof sh->addr[1], "10.213.%d.2", net);
-  netns_cleanup_arg = sh;
-  atexit(netns_cleanup);
-  snprintf(cmd, sizeof cmd,
-           "ip netns add %1$s && ip netns add %2$s && "
-           "ip link add bva%5$d netns %1$s type veth peer name bvb%5$d netns %2$s && "
-           "ip -n %1$s addr add %3$s/24 dev bva%5$d && ip -n %2$s addr add %4$s/24 dev bvb%5$d && "
-           "ip -n %1$s link set bva%5$d up && ip -n %2$s link set bvb%5$d up && "
-           /* Traffic to a namespace's own address goes through its loopback, down by default. */
-           "ip -n %1$s link set lo up && ip -n %2$s link set lo up",
-           sh->ns[0], sh->ns[1], sh->addr[0], sh->addr[1], id);
-  return system(cmd) == 0 ? 0 : -1;
-}
-
 static int case_netns(void) {
-  if (geteuid() != 0) TEST_SKIP("network namespaces need root");
-  if (system("ip -V >/dev/null 2>&1") != 0) TEST_SKIP("no `ip` command");
+  const char* unavailable = boot_netns_unavailable();
+  if (unavailable) TEST_SKIP("%s", unavailable);
   struct netns_shared* sh = mp_shared_alloc(sizeof *sh);
-  if (netns_setup(sh) != 0) TEST_SKIP("cannot create network namespaces with a veth pair here");
+  if (boot_netns_setup(&sh->net, "braid", "bv", 213) != 0)
+    TEST_SKIP("cannot create network namespaces with a veth pair here");
   struct mp_opts opts = {.name = "netns", .nprocs = 4, .timeout_sec = 30, .arg = sh};
   int rc = mp_run(&opts, netns_child);
-  netns_cleanup();
-  netns_cleanup_arg = NULL;
+  boot_netns_remove();
   mp_shared_free(sh, sizeof *sh);
   return rc;
 }

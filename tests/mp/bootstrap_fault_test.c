@@ -27,7 +27,6 @@
 #include "boot_util.h"
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/bootstrap_internal.h"
-#include "base/debug.h"
 #include "base/error.h"
 #include "base/socket.h"
 #include "base/utils.h"
@@ -41,8 +40,7 @@
 static void child_reset(const char* timeout) {
   test_failures = 0;
   test_checks = 0;
-  boot_env("BRAID_SOCKET_IFNAME", "lo");
-  boot_env("BRAID_BOOTSTRAP_TIMEOUT", timeout);
+  boot_loopback(timeout);
 }
 
 static int child_result(void) { return test_failures ? 1 : 0; }
@@ -86,17 +84,7 @@ static int rogue_closed_within(int fd, double sec) {
 static void rogue_wrong_secret(const union braid_sockaddr* to, const struct bootstrap_id_layout* id,
                                int kind, struct secret_shared* sh) {
   struct bootstrap_hello h;
-  memset(&h, 0, sizeof h);
-  h.magic = BOOTSTRAP_WIRE_MAGIC;
-  h.version = BOOTSTRAP_WIRE_VERSION;
-  h.kind = (uint8_t)kind;
-  memcpy(h.secret, id->secret, sizeof h.secret);
-  h.secret[5] ^= 0x5a;
-  h.rank = 1;
-  h.nranks = SECRET_RANKS;
-  h.pid = getpid();
-  h.listen = id->root;
-  snprintf(h.host, sizeof h.host, "rogue");
+  boot_hello_wrong_secret(&h, id, kind, SECRET_RANKS, 5, 0x5a, "rogue");
   int fd = rogue_connect(to, sh);
   TEST_CHECK(fd >= 0 && send(fd, &h, sizeof h, MSG_NOSIGNAL) == (ssize_t)sizeof h, "rogue hello not sent");
   TEST_CHECK(rogue_closed_within(fd, 3.0), "a hello with a wrong secret was not refused (kind %d)", kind);
@@ -158,22 +146,17 @@ static int secret_rogue(struct secret_shared* sh) {
  * first rogue connection each refused, not one per connection.
  */
 static void secret_check_log(struct secret_shared* sh) {
-  FILE* f = fopen(sh->log_path, "r");
-  TEST_CHECK(f != NULL, "no log at %s", sh->log_path);
-  if (f == NULL) return;
-  static char text[1 << 16];
-  size_t n = fread(text, 1, sizeof text - 1, f);
-  text[n] = '\0';
-  fclose(f);
+  const int found = access(sh->log_path, R_OK) == 0;
+  TEST_CHECK(found, "no log at %s", sh->log_path);
+  if (!found) return;
+  const char* text = boot_slurp(sh->log_path);
   TEST_CHECK(sh->naddrs == ROGUE_ADDRS, "rogue made %d connections", sh->naddrs);
   for (int i = 0; i < sh->naddrs; i += ROGUE_ADDRS / 2) {
     char needle[96];
     snprintf(needle, sizeof needle, "rejected connection from %s:", sh->addrs[i]);
     TEST_CHECK(strstr(text, needle) != NULL, "no WARN names the rogue connection %s", sh->addrs[i]);
   }
-  const char* const said = "rejected connection from";
-  int warned = 0;
-  for (const char* p = strstr(text, said); p != NULL; p = strstr(p + 1, said)) warned++;
+  const int warned = boot_count_lines(text, "rejected connection from");
   TEST_CHECK(warned == 2, "%d WARN lines about rejected connections, expected one per listener",
              warned);
 }
@@ -181,10 +164,7 @@ static void secret_check_log(struct secret_shared* sh) {
 static int secret_rank(const struct mp_child* c, struct secret_shared* sh) {
   struct bootstrap* b = NULL;
   int me = c->index;
-  if (me == 0) {
-    setenv("BRAID_DEBUG_FILE", sh->log_path, 1);
-    braid_log_reset();
-  }
+  if (me == 0) boot_log_to(sh->log_path, NULL);
   if (boot_id_share(&sh->slot, me, 20.0) != 0) return 1;
   TEST_CHECK(boot_wait_flag(&sh->phase, 1, 20.0) == 0, "the rogue never attacked the root");
   TEST_EXPECT_RES(bootstrap_init(&sh->slot.id, 1, me, SECRET_RANKS, NULL, &b), ncclSuccess);
@@ -345,15 +325,9 @@ static int abort_recv_child(const struct mp_child* c) {
 }
 
 static int case_abort(void) {
-  struct abort_shared* sh = mp_shared_alloc(sizeof *sh);
-  struct mp_opts opts = {.name = "abort-init", .nprocs = 3, .timeout_sec = 20, .arg = sh};
-  int rc = mp_run(&opts, abort_init_child);
-  memset(sh, 0, sizeof *sh);
-  opts.name = "abort-recv";
-  opts.nprocs = 2;
-  rc = mp_verdict_merge(rc, mp_run(&opts, abort_recv_child));
-  mp_shared_free(sh, sizeof *sh);
-  return rc;
+  int rc = boot_run("abort-init", 3, 20, sizeof(struct abort_shared), abort_init_child);
+  return mp_verdict_merge(rc, boot_run("abort-recv", 2, 20, sizeof(struct abort_shared),
+                                       abort_recv_child));
 }
 
 /* --------------------------------------------------------------- cut */
@@ -401,13 +375,7 @@ static int cut_child(const struct mp_child* c) {
   return child_result();
 }
 
-static int case_cut(void) {
-  struct abort_shared* sh = mp_shared_alloc(sizeof *sh);
-  struct mp_opts opts = {.name = "cut", .nprocs = 2, .timeout_sec = 30, .arg = sh};
-  int rc = mp_run(&opts, cut_child);
-  mp_shared_free(sh, sizeof *sh);
-  return rc;
-}
+static int case_cut(void) { return boot_run("cut", 2, 30, sizeof(struct abort_shared), cut_child); }
 
 /* --------------------------------------------------------- failure notice */
 
@@ -468,19 +436,11 @@ static int notice_late_child(const struct mp_child* c) {
 }
 
 static int case_notice_late(void) {
-  struct abort_shared* sh = mp_shared_alloc(sizeof *sh);
-  struct mp_opts opts = {.name = "notice_late", .nprocs = 3, .timeout_sec = 40, .arg = sh};
-  int rc = mp_run(&opts, notice_late_child);
-  mp_shared_free(sh, sizeof *sh);
-  return rc;
+  return boot_run("notice_late", 3, 40, sizeof(struct abort_shared), notice_late_child);
 }
 
 static int case_notice(void) {
-  struct abort_shared* sh = mp_shared_alloc(sizeof *sh);
-  struct mp_opts opts = {.name = "notice", .nprocs = 3, .timeout_sec = 40, .arg = sh};
-  int rc = mp_run(&opts, notice_child);
-  mp_shared_free(sh, sizeof *sh);
-  return rc;
+  return boot_run("notice", 3, 40, sizeof(struct abort_shared), notice_child);
 }
 
 /* --------------------------------------------------------- duplicate */

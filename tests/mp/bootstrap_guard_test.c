@@ -28,10 +28,8 @@
  */
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -55,46 +53,10 @@
 static void child_reset(const char* timeout) {
   test_failures = 0;
   test_checks = 0;
-  boot_env("BRAID_SOCKET_IFNAME", "lo");
-  boot_env("BRAID_BOOTSTRAP_TIMEOUT", timeout);
+  boot_loopback(timeout);
 }
 
 static int child_result(void) { return test_failures ? 1 : 0; }
-
-/* Sends this process's log to `path` (created empty). */
-static void log_to(const char* path, const char* level) {
-  FILE* f = fopen(path, "w");
-  if (f) fclose(f);
-  setenv("BRAID_DEBUG_FILE", path, 1);
-  if (level) setenv("BRAID_DEBUG", level, 1);
-  braid_param_reload();
-  braid_log_reset();
-}
-
-/* Reads a whole (small) file into a static buffer; "" when missing. */
-static const char* slurp(const char* path) {
-  static char text[1 << 18];
-  FILE* f = fopen(path, "r");
-  size_t n = 0;
-  if (f) {
-    n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-  }
-  text[n] = '\0';
-  return text;
-}
-
-static int count_lines_with(const char* text, const char* needle) {
-  int n = 0;
-  for (const char* line = text; line && *line;) {
-    const char* end = strchr(line, '\n');
-    size_t len = end ? (size_t)(end - line) : strlen(line);
-    const char* hit = strstr(line, needle);
-    if (hit && hit < line + len) n++;
-    line = end ? end + 1 : NULL;
-  }
-  return n;
-}
 
 /* ----------------------------------------------------------- strangers */
 
@@ -184,17 +146,8 @@ static int stranger_open(int port, int k, const struct bootstrap_id_layout* id, 
       break;
     case 2: /* well formed, wrong secret */
     case 3: /* half of a well-formed hello, then silence */
-      memset(&h, 0, sizeof h);
-      h.magic = BOOTSTRAP_WIRE_MAGIC;
-      h.version = BOOTSTRAP_WIRE_VERSION;
-      h.kind = to_root ? BOOTSTRAP_HELLO_JOIN : BOOTSTRAP_HELLO_PEER;
-      memcpy(h.secret, id->secret, sizeof h.secret);
-      h.secret[k % BOOTSTRAP_SECRET_BYTES] ^= 0x81;
-      h.rank = 1;
-      h.nranks = STRANGER_RANKS;
-      h.pid = getpid();
-      h.listen = id->root;
-      snprintf(h.host, sizeof h.host, "stranger");
+      boot_hello_wrong_secret(&h, id, to_root ? BOOTSTRAP_HELLO_JOIN : BOOTSTRAP_HELLO_PEER,
+                              STRANGER_RANKS, k, 0x81, "stranger");
       memcpy(junk, &h, sizeof h);
       len = (k / 2) % 4 == 2 ? sizeof h : sizeof h / 2;
       break;
@@ -257,7 +210,7 @@ static int stranger_child(struct stranger_shared* sh) {
 static int stranger_rank(const struct mp_child* c, struct stranger_shared* sh) {
   struct bootstrap* b = NULL;
   const int me = c->index;
-  log_to(sh->log_path[me], NULL);
+  boot_log_to(sh->log_path[me], NULL);
   __atomic_store_n(&sh->pids[me], (int)getpid(), __ATOMIC_RELEASE);
   if (boot_id_share(&sh->slot, me, 20.0) != 0) return 1;
   if (me == STRANGER_RANKS - 1)
@@ -288,9 +241,9 @@ static int stranger_rank(const struct mp_child* c, struct stranger_shared* sh) {
   /* Rank 0 hosts the root: it stays until every rank is through. */
   boot_wait_flag(&sh->finished, STRANGER_RANKS, 30.0);
   if (b) TEST_EXPECT_RES(bootstrap_close(b), ncclSuccess);
-  const char* text = slurp(sh->log_path[me]);
-  sh->log_lines[me] = count_lines_with(text, " WARN ");
-  sh->reject_lines[me] = count_lines_with(text, "rejected connection from");
+  const char* text = boot_slurp(sh->log_path[me]);
+  sh->log_lines[me] = boot_count_lines(text, " WARN ");
+  sh->reject_lines[me] = boot_count_lines(text, "rejected connection from");
   return child_result();
 }
 
@@ -449,53 +402,17 @@ static int slow_child(const struct mp_child* c) {
 }
 
 static int case_slowpeer(void) {
-  struct slow_shared* sh = mp_shared_alloc(sizeof *sh);
-  struct mp_opts opts = {.name = "slowpeer", .nprocs = 2, .timeout_sec = 45, .arg = sh};
-  int rc = mp_run(&opts, slow_child);
-  mp_shared_free(sh, sizeof *sh);
-  return rc;
+  return boot_run("slowpeer", 2, 45, sizeof(struct slow_shared), slow_child);
 }
 
 /* ----------------------------------------------------------- keepalive */
 
 struct alive_shared {
   struct boot_id_slot slot;
-  char ns[2][32];
-  char dev[2][24];
+  struct boot_netns net; /* two "hosts": braidKA<id> and braidKB<id>, devices bk* */
   int ready;
   double took[2];
 };
-
-static struct alive_shared* alive_cleanup_arg;
-
-static void alive_cleanup(void) {
-  char cmd[128];
-  for (int i = 0; alive_cleanup_arg && i < 2; i++) {
-    snprintf(cmd, sizeof cmd, "ip netns del %s 2>/dev/null", alive_cleanup_arg->ns[i]);
-    if (system(cmd) != 0) fprintf(stderr, "note: %s failed\n", cmd);
-  }
-}
-
-/* Two namespaces ("hosts") with one veth pair between them; 0 when ready. */
-static int alive_setup(struct alive_shared* sh) {
-  int id = (int)getpid() % 100000, net = 1 + (int)getpid() % 250;
-  char cmd[1024];
-  snprintf(sh->ns[0], sizeof sh->ns[0], "braidKA%d", id);
-  snprintf(sh->ns[1], sizeof sh->ns[1], "braidKB%d", id);
-  snprintf(sh->dev[0], sizeof sh->dev[0], "bka%d", id);
-  snprintf(sh->dev[1], sizeof sh->dev[1], "bkb%d", id);
-  alive_cleanup_arg = sh;
-  atexit(alive_cleanup);
-  snprintf(cmd, sizeof cmd,
-           "ip netns add %1$s && ip netns add %2$s && "
-           "ip link add %3$s netns %1$s type veth peer name %4$s netns %2$s && "
-           "ip -n %1$s addr add 10.214.%5$d.1/24 dev %3$s && "
-           "ip -n %2$s addr add 10.214.%5$d.2/24 dev %4$s && "
-           "ip -n %1$s link set %3$s up && ip -n %2$s link set %4$s up && "
-           "ip -n %1$s link set lo up && ip -n %2$s link set lo up",
-           sh->ns[0], sh->ns[1], sh->dev[0], sh->dev[1], net);
-  return system(cmd) == 0 ? 0 : -1;
-}
 
 /* Ranks 0 and 1 on two "hosts"; child 2 cuts the link once both wait for each other. */
 static int alive_child(const struct mp_child* c) {
@@ -505,16 +422,12 @@ static int alive_child(const struct mp_child* c) {
     child_reset("20");
     TEST_CHECK(boot_wait_flag(&sh->ready, 2, 20.0) == 0, "the ranks never got ready");
     mp_sleep(0.5); /* both are inside bootstrap_recv */
-    snprintf(cmd, sizeof cmd, "ip -n %s link set %s down", sh->ns[1], sh->dev[1]);
+    snprintf(cmd, sizeof cmd, "ip -n %s link set %s down", sh->net.ns[1], sh->net.dev[1]);
     TEST_CHECK(system(cmd) == 0, "%s failed", cmd);
     return child_result();
   }
-  char path[96];
-  snprintf(path, sizeof path, "/var/run/netns/%s", sh->ns[c->index]);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
   test_failures = 0;
-  TEST_CHECK(fd >= 0 && setns(fd, CLONE_NEWNET) == 0, "cannot enter %s", path);
-  if (fd >= 0) close(fd);
+  TEST_CHECK(boot_netns_enter(&sh->net, c->index) == 0, "cannot enter %s", sh->net.ns[c->index]);
   child_reset("20");
   boot_env("BRAID_SOCKET_IFNAME", "bk");
   boot_env("BRAID_SOCKET_KEEPALIVE_SEC", "2");
@@ -543,14 +456,14 @@ static int alive_child(const struct mp_child* c) {
 }
 
 static int case_keepalive(void) {
-  if (geteuid() != 0) TEST_SKIP("network namespaces need root");
-  if (system("ip -V >/dev/null 2>&1") != 0) TEST_SKIP("no `ip` command");
+  const char* unavailable = boot_netns_unavailable();
+  if (unavailable) TEST_SKIP("%s", unavailable);
   struct alive_shared* sh = mp_shared_alloc(sizeof *sh);
-  if (alive_setup(sh) != 0) TEST_SKIP("cannot create network namespaces with a veth pair here");
+  if (boot_netns_setup(&sh->net, "braidK", "bk", 214) != 0)
+    TEST_SKIP("cannot create network namespaces with a veth pair here");
   struct mp_opts opts = {.name = "keepalive", .nprocs = 3, .timeout_sec = 40, .arg = sh};
   int rc = mp_run(&opts, alive_child);
-  alive_cleanup();
-  alive_cleanup_arg = NULL;
+  boot_netns_remove();
   mp_shared_free(sh, sizeof *sh);
   return rc;
 }
@@ -602,11 +515,7 @@ static int nranks_child(const struct mp_child* c) {
 }
 
 static int case_nranks(void) {
-  struct nranks_shared* sh = mp_shared_alloc(sizeof *sh);
-  struct mp_opts opts = {.name = "nranks", .nprocs = 4, .timeout_sec = 30, .arg = sh};
-  int rc = mp_run(&opts, nranks_child);
-  mp_shared_free(sh, sizeof *sh);
-  return rc;
+  return boot_run("nranks", 4, 30, sizeof(struct nranks_shared), nranks_child);
 }
 
 /* ---------------------------------------------------------- commsecret */
@@ -632,7 +541,7 @@ static int secret_child(const struct mp_child* c) {
   child_reset("15");
   boot_env("BRAID_COMM_ID", sh->comm_id);
   boot_env("BRAID_COMM_SECRET", c->index == 2 ? NULL : SECRET_TEXT);
-  if (c->index == 2) log_to(sh->log_path, "INFO");
+  if (c->index == 2) boot_log_to(sh->log_path, "INFO");
   TEST_EXPECT_RES(bootstrap_id_from_env(&id, &found), ncclSuccess);
   TEST_CHECK(found, "BRAID_COMM_ID not seen");
   if (c->index == 2) {
@@ -647,10 +556,10 @@ static int secret_child(const struct mp_child* c) {
     fprintf(stderr, "child 2: %s\n", braid_err_last());
     bootstrap_close(b);
     boot_set_flag(&sh->answered, 1);
-    const char* log = slurp(sh->log_path);
-    TEST_CHECK(count_lines_with(log, "without BRAID_COMM_SECRET") == 1,
+    const char* log = boot_slurp(sh->log_path);
+    TEST_CHECK(boot_count_lines(log, "without BRAID_COMM_SECRET") == 1,
                "the INFO line about BRAID_COMM_SECRET appears %d times",
-               count_lines_with(log, "without BRAID_COMM_SECRET"));
+               boot_count_lines(log, "without BRAID_COMM_SECRET"));
     return child_result();
   }
   if (c->index == 0) {
@@ -755,13 +664,9 @@ static void idle_exit_check(void) {
 }
 
 static int case_idle_root(void) {
-  struct idle_shared* sh = mp_shared_alloc(sizeof *sh);
-  struct mp_opts opts = {.name = "idle_root", .nprocs = 2, .timeout_sec = 30, .arg = sh};
-  int rc = mp_run(&opts, idle_child);
-  mp_shared_free(sh, sizeof *sh);
+  int rc = boot_run("idle_root", 2, 30, sizeof(struct idle_shared), idle_child);
   /* An id nobody uses: its root stays past the timeout, until stopped. */
-  boot_env("BRAID_SOCKET_IFNAME", "lo");
-  boot_env("BRAID_BOOTSTRAP_TIMEOUT", "1");
+  boot_loopback("1");
   int fds = boot_fd_count(), threads = boot_thread_count();
   ncclUniqueId id;
   TEST_EXPECT_RES(bootstrap_get_unique_id(&id), ncclSuccess);

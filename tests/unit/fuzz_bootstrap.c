@@ -34,7 +34,7 @@ int LLVMFuzzerInitialize(int* argc, char*** argv) {
   memset(fuzz_b->secret, 0x5a, sizeof fuzz_b->secret);
   fuzz_b->listen_fd = -1;
   fuzz_b->deadline = -1.0;
-  fuzz_b->queue_tail = &fuzz_b->queue;
+  bootstrap_conn_init(fuzz_b);
   fuzz_b->peers = calloc(FUZZ_RANKS, sizeof *fuzz_b->peers);
   for (int r = 0; r < FUZZ_RANKS; r++) fuzz_b->peers[r].out_fd = -1;
   pthread_mutex_init(&fuzz_b->lock, NULL);
@@ -72,13 +72,14 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   union braid_sockaddr remote;
   memset(&remote, 0, sizeof remote);
   remote.sa.sa_family = AF_INET;
-  if (bootstrap_in_add(b, sv[0], &remote) != 0) {
+  struct bootstrap_incoming* added = bootstrap_listener_add(&b->listener, sv[0], &remote);
+  if (added == NULL) {
     close(sv[0]);
     return 0;
   }
-  struct bootstrap_in* c = b->in[b->nin - 1];
-  for (int turn = 0; turn < 4096 && c->fd >= 0; turn++) bootstrap_in_read(b, c);
-  if (c->fd >= 0) bootstrap_in_close(c);
+  struct bootstrap_in* c = bootstrap_in_of(added);
+  for (int turn = 0; turn < 4096 && c->base.fd >= 0; turn++) bootstrap_in_read(b, c);
+  if (c->base.fd >= 0) bootstrap_in_close(c);
   /* Back to a fresh listener for the next input (connections and queued messages go). */
   bootstrap_conn_release(b);
   for (int r = 0; r < FUZZ_RANKS; r++) b->peers[r].closed = 0;
