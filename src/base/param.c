@@ -105,6 +105,10 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "InfiniBand/RoCE devices to use: prefixes, ^ to exclude, = for exact, :port to pick a port."),
   ROW(IB_GID_INDEX, "NCCL_IB_GID_INDEX", INT, "-1",
       "RoCE GID index to use; -1: choose (RoCEv2 with an IPv4 address first, then RoCEv2, then any)."),
+  ROW(IB_VERBS_LIB, NULL, STRING, NULL,
+      "For testing only: the verbs library the IB backend loads instead of libibverbs.so.1, such "
+      "as the test provider the tests build (tests/ibfake), which moves data between processes "
+      "over Unix sockets. Unset (always, outside tests): libibverbs.so.1."),
   ROW(NET_GDR_LEVEL, "NCCL_NET_GDR_LEVEL", STRING, "PIX",
       "Farthest GPU-NIC path where GPUDirect RDMA is used: LOC, PIX (same PCIe switch), PXB, PHB "
       "(same CPU) or SYS; farther pairs stage through host memory."),

@@ -88,7 +88,10 @@ static ncclResult_t ib_wc_failed(struct ib_comm* c, const struct ibv_wc* wc) {
   const char* hint = wc->status == IBV_WC_RETRY_EXC_ERR ? " (the peer stopped answering: it died, or "
                                                           "the link or its GID/route is wrong)"
                    : wc->status == IBV_WC_REM_ACCESS_ERR ? " (the peer's buffer registration is gone)"
-                   : wc->status == IBV_WC_LOC_PROT_ERR ? " (a buffer was not registered)" : "";
+                   : wc->status == IBV_WC_LOC_PROT_ERR ? " (a buffer was not registered)"
+                   : wc->status == IBV_WC_WR_FLUSH_ERR ? " (the queue pair is in the error state: an "
+                                                         "earlier work request failed, here or at the peer)"
+                   : "";
   c->failed = braid_err(wc->status == IBV_WC_RETRY_EXC_ERR ? ncclRemoteError : ncclSystemError,
                         "net IB: a work request with %s on %s failed: %s (%d)%s", c->peer,
                         ib_dev_get(c->dev)->name, ibv_fn.wc_status_str(wc->status), wc->status, hint);

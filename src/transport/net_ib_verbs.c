@@ -1,6 +1,8 @@
 /*
  * libibverbs loaded at run time (see net_ib_verbs.h): one library serves
  * machines with and without rdma-core. Built only with infiniband/verbs.h.
+ * Tests name another library with BRAID_IB_VERBS_LIB (a verbs provider of
+ * their own that exports the same functions).
  */
 #ifdef BRAID_HAVE_IBVERBS
 
@@ -8,6 +10,9 @@
 
 #include <dlfcn.h>
 #include <stdio.h>
+
+#include "base/debug.h"
+#include "base/param.h"
 
 struct ib_fns ibv_fn;
 
@@ -40,20 +45,25 @@ static const struct {
 
 int ib_verbs_load(char* why, size_t why_size) {
   if (ib_lib) return 0;
-  void* lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
+  const char* name = braid_param_str(BRAID_P_IB_VERBS_LIB);
+  const int other = name != NULL && name[0] != '\0';
+  if (!other) name = "libibverbs.so.1";
+  void* lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL) {
-    snprintf(why, why_size, "libibverbs.so.1 not found (%s); install rdma-core's libibverbs1", dlerror());
+    snprintf(why, why_size, "%s not found (%s)%s", name, dlerror(),
+             other ? " (BRAID_IB_VERBS_LIB)" : "; install rdma-core's libibverbs1");
     return -1;
   }
   for (size_t i = 0; i < sizeof ib_syms / sizeof ib_syms[0]; i++) {
     *ib_syms[i].slot = dlsym(lib, ib_syms[i].name);
     if (*ib_syms[i].slot == NULL) {
-      snprintf(why, why_size, "libibverbs.so.1 lacks %s (rdma-core too old)", ib_syms[i].name);
+      snprintf(why, why_size, "%s lacks %s%s", name, ib_syms[i].name, other ? "" : " (rdma-core too old)");
       dlclose(lib);
       return -1;
     }
   }
   ibv_fn.reg_dmabuf_mr = dlsym(lib, "ibv_reg_dmabuf_mr");
+  if (other) INFO(BRAID_LOG_NET, "net IB: verbs from %s (BRAID_IB_VERBS_LIB)", name);
   ib_lib = lib;
   return 0;
 }
