@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "boot_util.h"
+#include "base/error.h"
 #include "base/param.h"
 #include "mp_runner.h"
 
@@ -76,12 +77,54 @@ ncclResult_t net_util_accept(const struct braid_net_ops* ops, void* listen_comm,
   }
 }
 
+/* The registrations net_util_mh made (a child's own: each child is its own process). */
+static struct {
+  void* comm;
+  char *lo, *hi;
+  void* mh;
+} net_util_regs[64];
+
+void* net_util_mh(const struct braid_net_ops* ops, void* comm, void* data, size_t size) {
+  char *lo = data, *hi = lo + (size ? size : 1);
+  int slot = -1;
+  for (int i = 0; i < (int)(sizeof net_util_regs / sizeof net_util_regs[0]); i++) {
+    if (net_util_regs[i].comm == comm && net_util_regs[i].lo <= lo && hi <= net_util_regs[i].hi)
+      return net_util_regs[i].mh;
+    if (net_util_regs[i].comm == NULL && slot < 0) slot = i;
+  }
+  void* mh = NULL;
+  if (slot < 0) {
+    fprintf(stderr, "net_util_mh: more registrations than the table holds\n");
+    return NULL;
+  }
+  if (ops->reg_mr(comm, data, (size_t)(hi - lo), 0, &mh) != ncclSuccess) {
+    fprintf(stderr, "net_util_mh: registering %zu bytes failed: %s\n", (size_t)(hi - lo),
+            braid_err_last());
+    return NULL;
+  }
+  net_util_regs[slot].comm = comm;
+  net_util_regs[slot].lo = lo;
+  net_util_regs[slot].hi = hi;
+  net_util_regs[slot].mh = mh;
+  return mh;
+}
+
+void net_util_close(const struct braid_net_ops* ops, void* comm, int is_send) {
+  for (int i = 0; i < (int)(sizeof net_util_regs / sizeof net_util_regs[0]); i++) {
+    if (comm == NULL || net_util_regs[i].comm != comm) continue;
+    if (net_util_regs[i].mh) ops->dereg_mr(comm, net_util_regs[i].mh);
+    net_util_regs[i].comm = NULL;
+  }
+  if (comm) (is_send ? ops->close_send : ops->close_recv)(comm);
+}
+
 ncclResult_t net_util_post(const struct braid_net_ops* ops, void* comm, int is_send, void* data,
                            size_t size, void** req, double timeout_sec) {
   double end = boot_now() + timeout_sec;
+  void* mh = net_util_mh(ops, comm, data, size);
   for (;;) {
-    ncclResult_t res = is_send ? ops->isend(comm, data, size, NULL, req)
-                               : ops->irecv(comm, data, size, NULL, req);
+    ncclResult_t res = is_send ? ops->isend(comm, data, size, mh, req)
+                               : ops->irecv(comm, data, size, mh, req);
     if (res != ncclSuccess || *req) return res;
     if (boot_now() > end) return NET_UTIL_TIMEOUT_RES;
   }

@@ -62,6 +62,15 @@ ncclResult_t net_util_post(const struct braid_net_ops* ops, void* comm, int is_s
 ncclResult_t net_util_wait(const struct braid_net_ops* ops, void* req, size_t* size,
                            double timeout_sec);
 
+/*
+ * The registration (reg_mr) of [data, data+size) with `comm`, made on first use and kept until
+ * net_util_close: IB needs every buffer registered, the other backends take the same calls.
+ * NULL when registering failed (the reason is on stderr) or the backend needs none.
+ */
+void* net_util_mh(const struct braid_net_ops* ops, void* comm, void* data, size_t size);
+/* Drops `comm`'s registrations, then closes it (close_send, or close_recv). */
+void net_util_close(const struct braid_net_ops* ops, void* comm, int is_send);
+
 /* Bytes that depend on (seed, offset): fill, and count mismatches. */
 void net_util_fill(void* buf, size_t size, uint64_t seed);
 size_t net_util_check(const void* buf, size_t size, uint64_t seed);
