@@ -439,16 +439,27 @@ fail:
   return res;
 }
 
-static ncclResult_t cumem_alloc(size_t bytes, struct ipc_mem* mem, struct ipc_desc* desc) {
+/* A cuMem allocation: its address range and granularity. */
+struct cumem_block {
+  CUdeviceptr va;
+  size_t size;
+  size_t gran;
+};
+
+/*
+ * Allocates at least `bytes` on the current device with cuMem, mapped there readable and
+ * writable, with a file-descriptor handle; `fd` non-NULL: exported too (close-on-exec, the
+ * caller's). On failure nothing is left.
+ */
+static ncclResult_t cumem_create(size_t bytes, int* fd, struct cumem_block* b) {
   ncclResult_t res = ncclSuccess;
-  int dev = -1, fd = -1;
+  int dev = -1;
   CUmemGenericAllocationHandle h = 0;
   int have_handle = 0, reserved = 0, mapped = 0;
-  CUdeviceptr va = 0;
-  size_t gran = 0, size = 0;
-  struct ipc_export* e = NULL;
   CUmemAllocationProp prop;
   CUmemAccessDesc access;
+  memset(b, 0, sizeof *b);
+  if (fd) *fd = -1;
   BRAID_CUDA_TRY(cudaGetDevice(&dev));
   pthread_once(&drv_once, drv_load);
   BRAID_CHECK(drv.ok, ncclSystemError, "the CUDA driver lacks the cuMem functions");
@@ -457,44 +468,63 @@ static ncclResult_t cumem_alloc(size_t bytes, struct ipc_mem* mem, struct ipc_de
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = dev;
   prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-  DRV_TRY(drv.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+  DRV_TRY(drv.granularity(&b->gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
           "cuMemGetAllocationGranularity");
-  if (gran == 0) gran = 2 << 20;
-  size = BRAID_ALIGN_UP(bytes, gran);
-  DRV_TRY(drv.create(&h, size, &prop, 0), "cuMemCreate");
+  if (b->gran == 0) b->gran = 2 << 20;
+  b->size = BRAID_ALIGN_UP(bytes, b->gran);
+  DRV_TRY(drv.create(&h, b->size, &prop, 0), "cuMemCreate");
   have_handle = 1;
-  DRV_TRY(drv.reserve(&va, size, gran, 0, 0), "cuMemAddressReserve");
+  DRV_TRY(drv.reserve(&b->va, b->size, b->gran, 0, 0), "cuMemAddressReserve");
   reserved = 1;
-  DRV_TRY(drv.map(va, size, 0, h, 0), "cuMemMap");
+  DRV_TRY(drv.map(b->va, b->size, 0, h, 0), "cuMemMap");
   mapped = 1;
   memset(&access, 0, sizeof access);
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = dev;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  DRV_TRY(drv.set_access(va, size, &access, 1), "cuMemSetAccess");
-  DRV_TRY(drv.export_(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-          "cuMemExportToShareableHandle");
-  /* Not inherited by programs this process starts. */
-  (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+  DRV_TRY(drv.set_access(b->va, b->size, &access, 1), "cuMemSetAccess");
+  if (fd) {
+    DRV_TRY(drv.export_(fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+            "cuMemExportToShareableHandle");
+    (void)fcntl(*fd, F_SETFD, FD_CLOEXEC); /* not inherited by programs this process starts */
+  }
   /* The mapping holds the memory from here on; the handle is not needed any more. */
   (void)drv.release(h);
-  have_handle = 0;
+  return ncclSuccess;
+fail:
+  if (mapped) (void)drv.unmap(b->va, b->size);
+  if (reserved) (void)drv.addr_free(b->va, b->size);
+  if (have_handle) (void)drv.release(h);
+  (void)cudaGetLastError();
+  memset(b, 0, sizeof *b);
+  return res;
+}
+
+static CUresult cumem_destroy(CUdeviceptr va, size_t size) {
+  CUresult r = drv.unmap(va, size);
+  return r == CUDA_SUCCESS ? drv.addr_free(va, size) : r;
+}
+
+static ncclResult_t cumem_alloc(size_t bytes, struct ipc_mem* mem, struct ipc_desc* desc) {
+  ncclResult_t res = ncclSuccess;
+  int fd = -1;
+  struct cumem_block b;
+  struct ipc_export* e = NULL;
+  BRAID_TRY(cumem_create(bytes, &fd, &b));
   /* Zero before the descriptor goes out: a peer may write its first steps as soon as it maps. */
-  BRAID_TRY(braid_cuda_zero((void*)(uintptr_t)va, size));
+  BRAID_TRY(braid_cuda_zero((void*)(uintptr_t)b.va, b.size));
   BRAID_TRY(ipc_fd_offer(fd, desc, &e));
-  desc->align = gran;
-  desc->bytes = size;
+  desc->align = b.gran;
+  desc->bytes = b.size;
   mem->kind = IPC_CUMEM;
-  mem->ptr = (void*)(uintptr_t)va;
-  mem->bytes = size;
+  mem->ptr = (void*)(uintptr_t)b.va;
+  mem->bytes = b.size;
   mem->fd = fd;
   mem->export_ = e;
   return ncclSuccess;
 fail:
   if (fd >= 0) close(fd);
-  if (mapped) (void)drv.unmap(va, size);
-  if (reserved) (void)drv.addr_free(va, size);
-  if (have_handle) (void)drv.release(h);
+  if (b.va) (void)cumem_destroy(b.va, b.size);
   (void)cudaGetLastError();
   return res;
 }
@@ -531,9 +561,7 @@ void ipc_mem_free(struct ipc_mem* mem) {
     if (mem->export_) ipc_fd_withdraw(mem->export_);
     if (mem->fd >= 0) close(mem->fd);
     if (mem->ptr) {
-      CUdeviceptr va = (CUdeviceptr)(uintptr_t)mem->ptr;
-      CUresult r = drv.unmap(va, mem->bytes);
-      if (r == CUDA_SUCCESS) r = drv.addr_free(va, mem->bytes);
+      CUresult r = cumem_destroy((CUdeviceptr)(uintptr_t)mem->ptr, mem->bytes);
       if (r != CUDA_SUCCESS) WARN("releasing %zu bytes of cuMem memory failed: %s", mem->bytes, drv_err(r));
     }
   } else if (mem->ptr && cudaFree(mem->ptr) != cudaSuccess) {
@@ -744,9 +772,7 @@ void ipc_mem_unmap(struct ipc_map* map) {
   if (map->kind == IPC_LEGACY && map->ptr && cudaIpcCloseMemHandle(map->ptr) != cudaSuccess) {
     WARN("cudaIpcCloseMemHandle of a peer's buffer failed: %s", cudaGetErrorString(cudaGetLastError()));
   } else if (map->kind == IPC_CUMEM && map->ptr) {
-    CUdeviceptr va = (CUdeviceptr)(uintptr_t)map->ptr;
-    CUresult r = drv.unmap(va, map->bytes);
-    if (r == CUDA_SUCCESS) r = drv.addr_free(va, map->bytes);
+    CUresult r = cumem_destroy((CUdeviceptr)(uintptr_t)map->ptr, map->bytes);
     if (r != CUDA_SUCCESS) WARN("unmapping a peer's cuMem memory failed: %s", drv_err(r));
   }
   memset(map, 0, sizeof *map);
@@ -758,11 +784,8 @@ ncclResult_t ipc_user_alloc(void** out, size_t bytes) {
   ncclResult_t res = ncclSuccess;
   char why[160];
   int dev = -1;
-  CUmemGenericAllocationHandle h = 0;
-  int have_handle = 0, reserved = 0, mapped = 0;
-  CUdeviceptr va = 0;
-  size_t gran = 0, size = 0;
-  CUmemAllocationProp prop;
+  struct cumem_block blk;
+  memset(&blk, 0, sizeof blk);
   *out = NULL;
   BRAID_CUDA_TRY(cudaGetDevice(&dev));
   if (!braid_param_int(BRAID_P_CUMEM_ENABLE) || !cumem_usable(dev, why, sizeof why)) {
@@ -775,49 +798,28 @@ ncclResult_t ipc_user_alloc(void** out, size_t bytes) {
     }
     return ncclSuccess;
   }
-  memset(&prop, 0, sizeof prop);
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = dev;
-  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-  DRV_TRY(drv.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
-          "ncclMemAlloc: cuMemGetAllocationGranularity");
-  if (gran == 0) gran = 2 << 20;
-  size = BRAID_ALIGN_UP(bytes, gran);
-  DRV_TRY(drv.create(&h, size, &prop, 0), "ncclMemAlloc: cuMemCreate");
-  have_handle = 1;
-  DRV_TRY(drv.reserve(&va, size, gran, 0, 0), "ncclMemAlloc: cuMemAddressReserve");
-  reserved = 1;
-  DRV_TRY(drv.map(va, size, 0, h, 0), "ncclMemAlloc: cuMemMap");
-  mapped = 1;
-  (void)drv.release(h);
-  have_handle = 0;
-  /* Readable and writable by this GPU and every GPU of this process that can reach it, as
-   * NCCL's ncclMemAlloc: kernels of other devices may use the buffer directly. */
+  BRAID_TRY(cumem_create(bytes, NULL, &blk));
+  /* Readable and writable by every GPU of this process that can reach it too, as NCCL's
+   * ncclMemAlloc: kernels of other devices may use the buffer directly. */
   int ndev = 0;
   if (drv.dev_count == NULL || drv.dev_count(&ndev) != CUDA_SUCCESS) ndev = 0;
-  for (int d = 0; d < ndev || d == dev; d++) {
-    int ok = d == dev;
-    if (!ok && drv.can_access) {
-      CUdevice a, b;
-      if (drv.dev_get(&a, d) == CUDA_SUCCESS && drv.dev_get(&b, dev) == CUDA_SUCCESS &&
-          drv.can_access(&ok, a, b) != CUDA_SUCCESS)
-        ok = 0;
-    }
-    if (!ok) continue;
+  for (int d = 0; d < ndev; d++) {
+    int ok = 0;
+    CUdevice a, b;
+    if (d == dev || drv.can_access == NULL || drv.dev_get(&a, d) != CUDA_SUCCESS ||
+        drv.dev_get(&b, dev) != CUDA_SUCCESS || drv.can_access(&ok, a, b) != CUDA_SUCCESS || !ok)
+      continue;
     CUmemAccessDesc access;
     memset(&access, 0, sizeof access);
     access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     access.location.id = d;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    DRV_TRY(drv.set_access(va, size, &access, 1), "ncclMemAlloc: cuMemSetAccess");
+    DRV_TRY(drv.set_access(blk.va, blk.size, &access, 1), "ncclMemAlloc: cuMemSetAccess");
   }
-  *out = (void*)(uintptr_t)va;
+  *out = (void*)(uintptr_t)blk.va;
   return ncclSuccess;
 fail:
-  if (mapped) (void)drv.unmap(va, size);
-  if (reserved) (void)drv.addr_free(va, size);
-  if (have_handle) (void)drv.release(h);
+  if (blk.va) (void)cumem_destroy(blk.va, blk.size);
   (void)cudaGetLastError();
   return res;
 }
