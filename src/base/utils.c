@@ -4,6 +4,7 @@
  */
 #include "base/utils.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,8 +47,24 @@ uint64_t braid_host_hash(void) {
   return braid_hash(id, strlen(id));
 }
 
+/*
+ * Host and pid alone do not name a process: containers sharing the host's network and boot id
+ * have their own pid namespaces, where the same pids recur (and pid 1 everywhere). A random
+ * number drawn once per process (again in a forked child) tells them apart.
+ */
 uint64_t braid_pid_hash(void) {
-  uint64_t parts[2] = {braid_host_hash(), (uint64_t)getpid()};
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  static pid_t drawn_by;
+  static uint64_t nonce;
+  pid_t pid = getpid();
+  pthread_mutex_lock(&lock);
+  if (drawn_by != pid) {
+    if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce)
+      nonce = braid_time_ns() ^ ((uint64_t)pid << 32) ^ (uint64_t)(uintptr_t)&pid;
+    drawn_by = pid;
+  }
+  uint64_t parts[3] = {braid_host_hash(), (uint64_t)pid, nonce};
+  pthread_mutex_unlock(&lock);
   return braid_hash(parts, sizeof parts);
 }
 

@@ -41,7 +41,7 @@ struct braid_peer_info {
   int64_t bus_id;        /* PCI domain:bus:device.function of the GPU in the topology */
   int64_t dev_bus_id;    /* ... of the device itself (differs only under BRAID_TOPO_BUSID) */
   uint64_t host_hash;    /* same host <=> same value (BRAID_HOSTID overrides) */
-  uint64_t pid_hash;     /* same process <=> same value */
+  uint64_t pid_hash;     /* same process <=> same value (braid_pid_hash: pid namespaces too) */
   int pid;
   int cuda_arch;         /* major*100 + minor*10, e.g. 900 */
   uint64_t shm_dev;      /* st_dev of /dev/shm: equal means shared memory is shared */
