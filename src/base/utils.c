@@ -4,7 +4,9 @@
  */
 #include "base/utils.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,4 +170,45 @@ fail:
       res = braid_err(ncclUnhandledCudaError, "cudaStreamDestroy: %s", cudaGetErrorString(err));
   }
   return res;
+}
+
+/* Fields of /proc/<pid>/stat: after the command name (in parentheses, which may hold spaces),
+ * field 3 is the state and field 22 the start time in clock ticks since boot. */
+static int proc_stat_read(int pid, char* state, uint64_t* start) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE* f = fopen(path, "re");
+  if (f == NULL) return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char* p = strrchr(buf, ')');
+  if (p == NULL || p[1] != ' ') return -1;
+  p += 2;
+  *state = *p;
+  unsigned long long v = 0;
+  /* Skip fields 3..21 (19 fields), then read field 22. */
+  for (int field = 3; field < 22; field++) {
+    p = strchr(p, ' ');
+    if (p == NULL) return -1;
+    p++;
+  }
+  if (sscanf(p, "%llu", &v) != 1) return -1;
+  *start = v;
+  return 0;
+}
+
+uint64_t braid_process_start(int pid) {
+  char state;
+  uint64_t start = 0;
+  return proc_stat_read(pid, &state, &start) == 0 ? start : 0;
+}
+
+int braid_process_gone(int pid, uint64_t start) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
+  char state;
+  uint64_t now_start = 0;
+  if (proc_stat_read(pid, &state, &now_start) != 0) return 0; /* no /proc: only kill says */
+  if (state == 'Z' || state == 'X') return 1;                 /* exited, not reaped yet */
+  return start != 0 && now_start != start;                    /* the pid went to another process */
 }

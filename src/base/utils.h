@@ -22,6 +22,13 @@ uint64_t braid_hash(const void* data, size_t size);
 uint64_t braid_host_hash(void);
 /* Identity of this process on this host. */
 uint64_t braid_pid_hash(void);
+/*
+ * When process `pid` of this pid namespace started (clock ticks since boot, /proc/<pid>/stat),
+ * 0 when unknown; and whether it is gone: no such process, one that exited but was not reaped
+ * yet (a zombie), or, given its `start` (0: not checked), a later process that took its pid.
+ */
+uint64_t braid_process_start(int pid);
+int braid_process_gone(int pid, uint64_t start);
 
 /* Monotonic clock in seconds / nanoseconds. */
 double braid_time_sec(void);

@@ -275,6 +275,7 @@ static ncclResult_t comm_peer_info_fill(struct ncclComm* comm, struct braid_peer
   me->host_hash = braid_host_hash();
   me->pid_hash = braid_pid_hash();
   me->pid = (int)getpid();
+  me->start_time = braid_process_start(me->pid);
   BRAID_CUDA_TRY(cudaGetDeviceProperties(&prop, comm->cuda_dev));
   me->cuda_arch = prop.major * 100 + prop.minor * 10;
   memcpy(me->gpu_uuid, prop.uuid.bytes, sizeof me->gpu_uuid);

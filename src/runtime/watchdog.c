@@ -707,7 +707,8 @@ static void wd_check_local_peers(struct braid_watchdog* wd) {
     if (r == comm->rank || p->host_hash != me->host_hash || p->pid == me->pid ||
         p->pid_ns == 0 || p->pid_ns != me->pid_ns)
       continue;
-    if (kill(p->pid, 0) == 0 || errno != ESRCH) continue;
+    /* A zombie counts as gone (its parent may never reap it), as does a pid taken over. */
+    if (!braid_process_gone(p->pid, p->start_time)) continue;
     /*
      * The ledger lags the GPU by a round of copies: when this comm's last launch has in fact
      * finished, nothing waits on the peer (it may well have exited after its own last op).

@@ -43,6 +43,7 @@ struct braid_peer_info {
   uint64_t host_hash;    /* same host <=> same value (BRAID_HOSTID overrides) */
   uint64_t pid_hash;     /* same process <=> same value (braid_pid_hash: pid namespaces too) */
   int pid;
+  uint64_t start_time;   /* when the process started (braid_process_start), 0: unknown */
   int cuda_arch;         /* major*100 + minor*10, e.g. 900 */
   uint64_t shm_dev;      /* st_dev of /dev/shm: equal means shared memory is shared */
   uint64_t pid_ns;       /* inode of /proc/self/ns/pid: equal means pids compare */

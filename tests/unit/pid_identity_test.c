@@ -6,6 +6,11 @@
  * two must differ, as must a forked child's and its parent's, while repeated
  * calls in one process agree. Making pid namespaces needs CAP_SYS_ADMIN: that
  * part is skipped without it (and says so), the rest always runs.
+ *
+ * And braid_process_gone, what the watchdog asks about a peer of this host: a
+ * live process is not gone; one that exited is, reaped or not (a zombie, when
+ * its parent does not wait for it); a pid whose start time is not the one the
+ * peer announced belongs to another process.
  */
 #include <errno.h>
 #include <sched.h>
@@ -38,7 +43,46 @@ static int ns_child(int fd) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 2;
 }
 
+static void test_gone(void) {
+  int hold[2];
+  TEST_CHECK(pipe(hold) == 0, "pipe");
+  pid_t c = fork();
+  if (c == 0) {
+    char b;
+    close(hold[1]);
+    _exit(read(hold[0], &b, 1) < 0 ? 1 : 0); /* lives until the parent closes its end */
+  }
+  close(hold[0]);
+  uint64_t start = braid_process_start((int)c);
+  TEST_CHECK(start != 0, "the child's start time is known");
+  TEST_CHECK(braid_process_start((int)getpid()) != 0, "this process's start time is known");
+  TEST_CHECK(!braid_process_gone((int)c, start), "a live child is not gone");
+  TEST_CHECK(!braid_process_gone((int)c, 0), "nor without its start time");
+  TEST_CHECK(braid_process_gone((int)c, start + 1), "a pid with another start time is another process");
+  close(hold[1]); /* the child exits; not reaped yet */
+  int zombie = 0;
+  for (int i = 0; i < 500 && !zombie; i++) {
+    char path[64], st[512] = "";
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)c);
+    FILE* f = fopen(path, "r");
+    if (f) {
+      size_t n = fread(st, 1, sizeof st - 1, f);
+      st[n] = '\0';
+      fclose(f);
+    }
+    char* p = strrchr(st, ')');
+    zombie = p && p[1] == ' ' && p[2] == 'Z';
+    if (!zombie) usleep(2000);
+  }
+  TEST_CHECK(zombie, "the exited child is a zombie");
+  TEST_CHECK(braid_process_gone((int)c, start), "a zombie is gone");
+  TEST_CHECK(braid_process_gone((int)c, 0), "a zombie is gone without the start time too");
+  waitpid(c, NULL, 0);
+  TEST_CHECK(braid_process_gone((int)c, start), "a reaped child is gone");
+}
+
 int main(void) {
+  test_gone();
   uint64_t mine = braid_pid_hash();
   TEST_CHECK(braid_pid_hash() == mine, "repeated calls agree");
 
