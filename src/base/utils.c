@@ -199,13 +199,25 @@ static int proc_stat_read(int pid, char* state, uint64_t* start) {
 }
 
 uint64_t braid_process_start(int pid) {
+  if (!proc_is_ours()) return 0;
   char state;
   uint64_t start = 0;
   return proc_stat_read(pid, &state, &start) == 0 ? start : 0;
 }
 
+/* Whether /proc is this pid namespace's: /proc/self/stat names this process by its own pid. */
+static int proc_is_ours(void) {
+  int pid = -1;
+  FILE* f = fopen("/proc/self/stat", "re");
+  if (f == NULL) return 0;
+  int ok = fscanf(f, "%d", &pid) == 1;
+  fclose(f);
+  return ok && pid == (int)getpid();
+}
+
 int braid_process_gone(int pid, uint64_t start) {
   if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
+  if (!proc_is_ours()) return 0; /* /proc of another pid namespace: its pids are not ours */
   char state;
   uint64_t now_start = 0;
   if (proc_stat_read(pid, &state, &now_start) != 0) return 0; /* no /proc: only kill says */
