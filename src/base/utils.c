@@ -198,13 +198,6 @@ static int proc_stat_read(int pid, char* state, uint64_t* start) {
   return 0;
 }
 
-uint64_t braid_process_start(int pid) {
-  if (!proc_is_ours()) return 0;
-  char state;
-  uint64_t start = 0;
-  return proc_stat_read(pid, &state, &start) == 0 ? start : 0;
-}
-
 /* Whether /proc is this pid namespace's: /proc/self/stat names this process by its own pid. */
 static int proc_is_ours(void) {
   int pid = -1;
@@ -213,6 +206,13 @@ static int proc_is_ours(void) {
   int ok = fscanf(f, "%d", &pid) == 1;
   fclose(f);
   return ok && pid == (int)getpid();
+}
+
+uint64_t braid_process_start(int pid) {
+  if (!proc_is_ours()) return 0;
+  char state;
+  uint64_t start = 0;
+  return proc_stat_read(pid, &state, &start) == 0 ? start : 0;
 }
 
 int braid_process_gone(int pid, uint64_t start) {
