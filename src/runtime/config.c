@@ -48,10 +48,15 @@ static void config_cap(int* value, int max, const char* name) {
   *value = max;
 }
 
-static ncclResult_t config_check_range(const char* name, int value, int lo, int hi) {
+/* A refusal's message starts with the function given the config ("ncclCommInitRankConfig: "). */
+#define API_FMT "%s%s"
+#define API_ARG(api) (api) ? (api) : "", (api) ? ": " : ""
+
+static ncclResult_t config_check_range(const char* api, const char* name, int value, int lo,
+                                       int hi) {
   if (value == NCCL_CONFIG_UNDEF_INT || (value >= lo && value <= hi)) return ncclSuccess;
-  return braid_err(ncclInvalidArgument, "ncclConfig_t.%s = %d is out of range [%d, %d]", name,
-                   value, lo, hi);
+  return braid_err(ncclInvalidArgument, API_FMT "config->%s = %d is out of range [%d, %d]",
+                   API_ARG(api), name, value, lo, hi);
 }
 
 /* Copies field `f` into `dst` when present in the caller's struct and defined. */
@@ -60,16 +65,18 @@ static ncclResult_t config_check_range(const char* name, int value, int lo, int 
     if (HAS_FIELD(size, f) && (user)->f != NCCL_CONFIG_UNDEF_INT) (dst) = (user)->f; \
   } while (0)
 
-static ncclResult_t config_apply(const ncclConfig_t* user, struct braid_config* c) {
+static ncclResult_t config_apply(const ncclConfig_t* user, struct braid_config* c,
+                                 const char* api) {
   ncclResult_t res = ncclSuccess;
   if (user == NULL) return ncclSuccess;
   BRAID_CHECK(user->magic == NCCL_CONFIG_MAGIC, ncclInvalidArgument,
-              "ncclConfig_t has magic 0x%x, expected 0x%x: initialise it with "
+              API_FMT "config->magic = 0x%x, expected 0x%x: initialise the ncclConfig_t with "
               "NCCL_CONFIG_INITIALIZER before setting fields",
-              user->magic, NCCL_CONFIG_MAGIC);
+              API_ARG(api), user->magic, NCCL_CONFIG_MAGIC);
   size_t size = user->size;
   BRAID_CHECK(size >= offsetof(ncclConfig_t, blocking), ncclInvalidArgument,
-              "ncclConfig_t.size = %zu is too small to be a config", size);
+              API_FMT "config->size = %zu is too small to be an ncclConfig_t", API_ARG(api),
+              size);
   if (size > sizeof(ncclConfig_t))
     INFO(BRAID_LOG_INIT, "ncclConfig_t from a newer header (size %zu, version %u): fields past "
          "%zu bytes are ignored", size, user->version, sizeof(ncclConfig_t));
@@ -77,24 +84,25 @@ static ncclResult_t config_apply(const ncclConfig_t* user, struct braid_config* 
   if (HAS_FIELD(size, blocking)) {
     if (user->blocking != NCCL_CONFIG_UNDEF_INT) {
       BRAID_CHECK(user->blocking == 0 || user->blocking == 1, ncclInvalidArgument,
-                  "ncclConfig_t.blocking = %d: must be 0 or 1", user->blocking);
+                  API_FMT "config->blocking = %d: must be 0 or 1", API_ARG(api),
+                  user->blocking);
       c->blocking = user->blocking;
     }
   }
   /* As NCCL: nonsense is refused, values past the limits are capped (config_finish), said at INFO. */
   if (HAS_FIELD(size, cgaClusterSize))
-    BRAID_TRY(config_check_range("cgaClusterSize", user->cgaClusterSize, 0, INT_MAX));
-  if (HAS_FIELD(size, minCTAs)) BRAID_TRY(config_check_range("minCTAs", user->minCTAs, 1, INT_MAX));
-  if (HAS_FIELD(size, maxCTAs)) BRAID_TRY(config_check_range("maxCTAs", user->maxCTAs, 1, INT_MAX));
-  if (HAS_FIELD(size, CTAPolicy)) BRAID_TRY(config_check_range("CTAPolicy", user->CTAPolicy, 0, 2));
-  if (HAS_FIELD(size, splitShare)) BRAID_TRY(config_check_range("splitShare", user->splitShare, 0, 1));
-  if (HAS_FIELD(size, shrinkShare)) BRAID_TRY(config_check_range("shrinkShare", user->shrinkShare, 0, 1));
-  if (HAS_FIELD(size, collnetEnable)) BRAID_TRY(config_check_range("collnetEnable", user->collnetEnable, 0, 1));
-  if (HAS_FIELD(size, nvlsCTAs)) BRAID_TRY(config_check_range("nvlsCTAs", user->nvlsCTAs, 1, INT_MAX));
+    BRAID_TRY(config_check_range(api, "cgaClusterSize", user->cgaClusterSize, 0, INT_MAX));
+  if (HAS_FIELD(size, minCTAs)) BRAID_TRY(config_check_range(api, "minCTAs", user->minCTAs, 1, INT_MAX));
+  if (HAS_FIELD(size, maxCTAs)) BRAID_TRY(config_check_range(api, "maxCTAs", user->maxCTAs, 1, INT_MAX));
+  if (HAS_FIELD(size, CTAPolicy)) BRAID_TRY(config_check_range(api, "CTAPolicy", user->CTAPolicy, 0, 2));
+  if (HAS_FIELD(size, splitShare)) BRAID_TRY(config_check_range(api, "splitShare", user->splitShare, 0, 1));
+  if (HAS_FIELD(size, shrinkShare)) BRAID_TRY(config_check_range(api, "shrinkShare", user->shrinkShare, 0, 1));
+  if (HAS_FIELD(size, collnetEnable)) BRAID_TRY(config_check_range(api, "collnetEnable", user->collnetEnable, 0, 1));
+  if (HAS_FIELD(size, nvlsCTAs)) BRAID_TRY(config_check_range(api, "nvlsCTAs", user->nvlsCTAs, 1, INT_MAX));
   if (HAS_FIELD(size, nChannelsPerNetPeer))
-    BRAID_TRY(config_check_range("nChannelsPerNetPeer", user->nChannelsPerNetPeer, 1, CONFIG_MAX_CTAS));
+    BRAID_TRY(config_check_range(api, "nChannelsPerNetPeer", user->nChannelsPerNetPeer, 1, CONFIG_MAX_CTAS));
   if (HAS_FIELD(size, nvlinkCentricSched))
-    BRAID_TRY(config_check_range("nvlinkCentricSched", user->nvlinkCentricSched, 0, 1));
+    BRAID_TRY(config_check_range(api, "nvlinkCentricSched", user->nvlinkCentricSched, 0, 1));
 
   TAKE_INT(user, size, cgaClusterSize, c->cga_cluster_size);
   TAKE_INT(user, size, minCTAs, c->min_ctas);
@@ -169,9 +177,14 @@ static void config_finish(struct braid_config* c) {
 }
 
 ncclResult_t config_resolve(const ncclConfig_t* user, struct braid_config* out) {
+  return config_resolve_api(user, out, NULL);
+}
+
+ncclResult_t config_resolve_api(const ncclConfig_t* user, struct braid_config* out,
+                                const char* api) {
   struct braid_config c;
   config_defaults(&c);
-  ncclResult_t res = config_apply(user, &c);
+  ncclResult_t res = config_apply(user, &c, api);
   if (res != ncclSuccess) return res;
   config_finish(&c);
   *out = c;
@@ -180,9 +193,14 @@ ncclResult_t config_resolve(const ncclConfig_t* user, struct braid_config* out) 
 
 ncclResult_t config_resolve_from(const struct braid_config* parent, const ncclConfig_t* user,
                                  struct braid_config* out) {
+  return config_resolve_from_api(parent, user, out, NULL);
+}
+
+ncclResult_t config_resolve_from_api(const struct braid_config* parent, const ncclConfig_t* user,
+                                     struct braid_config* out, const char* api) {
   /* As NCCL's ncclCommSplit: the parent's config only when none is given; a given one starts
      from the defaults, like an init's, whatever the parent had. */
-  if (user != NULL) return config_resolve(user, out);
+  if (user != NULL) return config_resolve_api(user, out, api);
   *out = *parent;
   config_finish(out);
   return ncclSuccess;

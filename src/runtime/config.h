@@ -26,10 +26,18 @@ struct braid_config {
   int nvlink_centric_sched;
 };
 
-/* Fills `out` with defaults, then with the caller's `user` config (may be NULL). */
+/*
+ * Fills `out` with defaults, then with the caller's `user` config (may be NULL). A refusal's
+ * message names the field (config->blocking) and, in the _api forms, starts with `api`: the
+ * public function that was given the config.
+ */
 ncclResult_t config_resolve(const ncclConfig_t* user, struct braid_config* out);
+ncclResult_t config_resolve_api(const ncclConfig_t* user, struct braid_config* out,
+                                const char* api);
 /* Split/shrink: NULL inherits the parent's resolved config; a given one is resolved alone. */
 ncclResult_t config_resolve_from(const struct braid_config* parent, const ncclConfig_t* user,
                                  struct braid_config* out);
+ncclResult_t config_resolve_from_api(const struct braid_config* parent, const ncclConfig_t* user,
+                                     struct braid_config* out, const char* api);
 
 #endif

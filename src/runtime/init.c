@@ -107,7 +107,7 @@ static ncclResult_t init_start(ncclComm_t* newcomm, int nranks, int rank, int ni
   int dev = -1;
   pthread_once(&banner_once, init_banner);
   BRAID_TRY(init_check_args(newcomm, nranks, rank, api));
-  BRAID_TRY(config_resolve(config, &cfg));
+  BRAID_TRY(config_resolve_api(config, &cfg, api));
   BRAID_TRY(init_current_device(&dev, api));
   BRAID_TRY(comm_alloc(&comm, rank, nranks, dev, &cfg));
   BRAID_TRY(BRAID_CALLOC(&job, 1, "init job"));

@@ -145,7 +145,7 @@ static ncclResult_t split_start(struct ncclComm* parent, struct split_args* args
   struct braid_config cfg;
   struct ncclComm* child = NULL;
   struct braid_init_job* job = NULL;
-  BRAID_TRY(config_resolve_from(&parent->config, config, &cfg));
+  BRAID_TRY(config_resolve_from_api(&parent->config, config, &cfg, api));
   if (member) BRAID_TRY(comm_alloc(&child, -1, 0, parent->cuda_dev, &cfg));
   BRAID_TRY(BRAID_CALLOC(&job, 1, "split job"));
   job->comm = child;
