@@ -28,21 +28,23 @@ struct braid_reg {
 /* The buffer must be device (or managed) memory that the comm's GPU can address. */
 static ncclResult_t reg_check_buffer(const struct ncclComm* comm, const void* buff, size_t size,
                                      const char* api) {
+  if (buff == NULL) return braid_err(ncclInvalidArgument, "%s: buff is NULL", api);
+  if (size == 0) return braid_err(ncclInvalidArgument, "%s: size is 0 (buff %p)", api, buff);
   struct cudaPointerAttributes attr;
   cudaError_t err = cudaPointerGetAttributes(&attr, buff);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    return braid_err(ncclInvalidArgument, "%s: buffer %p (%zu bytes) is not CUDA memory: %s", api,
+    return braid_err(ncclInvalidArgument, "%s: buff %p (%zu bytes) is not CUDA memory: %s", api,
                      buff, size, cudaGetErrorString(err));
   }
   if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
     return braid_err(ncclInvalidArgument,
-                     "%s: buffer %p (%zu bytes) is host memory; only device memory can be "
+                     "%s: buff %p (%zu bytes) is host memory; only device memory can be "
                      "registered",
                      api, buff, size);
   if (attr.type == cudaMemoryTypeDevice && attr.device != comm->cuda_dev)
     return braid_err(ncclInvalidArgument,
-                     "%s: buffer %p lives on device %d but rank %d's communicator uses device %d",
+                     "%s: buff %p lives on device %d but rank %d's communicator uses device %d",
                      api, buff, attr.device, comm->rank, comm->cuda_dev);
   return ncclSuccess;
 }
@@ -54,8 +56,6 @@ NCCL_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t
   BRAID_TRY(comm_check_ready(comm, "ncclCommRegister"));
   BRAID_CHECK(handle != NULL, ncclInvalidArgument, "ncclCommRegister: handle is NULL");
   *handle = NULL;
-  BRAID_CHECK(buff != NULL && size > 0, ncclInvalidArgument,
-              "ncclCommRegister: invalid buffer (%p, %zu bytes)", buff, size);
   BRAID_TRY(reg_check_buffer(comm, buff, size, "ncclCommRegister"));
   BRAID_TRY(BRAID_CALLOC(&reg, 1, "a buffer registration"));
   reg->magic = REG_MAGIC;
@@ -70,6 +70,7 @@ NCCL_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t
   *handle = reg;
   return ncclSuccess;
 fail:
+  comm_error_record(comm, res);
   return res;
 }
 NCCL_ALIAS(ncclResult_t, ncclCommRegister, (const ncclComm_t comm, void* buff, size_t size, void** handle))
@@ -94,6 +95,7 @@ NCCL_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   free(reg);
   return ncclSuccess;
 fail:
+  comm_error_record(comm, res);
   return res;
 }
 NCCL_ALIAS(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void* handle))
@@ -114,8 +116,6 @@ NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t
   BRAID_TRY(comm_check_ready(comm, "ncclCommWindowRegister"));
   BRAID_CHECK(win != NULL, ncclInvalidArgument, "ncclCommWindowRegister: win is NULL");
   *win = NULL;
-  BRAID_CHECK(buff != NULL && size > 0, ncclInvalidArgument,
-              "ncclCommWindowRegister: invalid buffer (%p, %zu bytes)", buff, size);
   BRAID_CHECK(winFlags == NCCL_WIN_DEFAULT || winFlags == NCCL_WIN_COLL_SYMMETRIC,
               ncclInvalidArgument, "ncclCommWindowRegister: winFlags = 0x%x is not a known flag",
               (unsigned)winFlags);
@@ -126,19 +126,24 @@ NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t
        comm->rank, buff, size);
   return ncclSuccess;
 fail:
+  comm_error_record(comm, res);
   return res;
 }
 NCCL_ALIAS(ncclResult_t, ncclCommWindowRegister, (ncclComm_t comm, void* buff, size_t size,
            ncclWindow_t* win, int winFlags))
 
 NCCL_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  ncclResult_t res = ncclSuccess;
   braid_err_clear();
-  ncclResult_t res = comm_check(comm, "ncclCommWindowDeregister");
-  if (res != ncclSuccess) return res;
-  if (win == NULL) return ncclSuccess; /* what ncclCommWindowRegister gave back */
-  return braid_err(ncclInvalidArgument,
-                   "ncclCommWindowDeregister: window %p was not made by Braid (it only makes NULL "
-                   "windows)",
-                   (void*)win);
+  BRAID_TRY(comm_check(comm, "ncclCommWindowDeregister"));
+  /* NULL is what ncclCommWindowRegister gave back. */
+  BRAID_CHECK(win == NULL, ncclInvalidArgument,
+              "ncclCommWindowDeregister: win %p was not made by Braid (it only makes NULL "
+              "windows)",
+              (void*)win);
+  return ncclSuccess;
+fail:
+  comm_error_record(comm, res);
+  return res;
 }
 NCCL_ALIAS(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win))
