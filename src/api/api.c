@@ -233,7 +233,8 @@ static ncclResult_t api_check(const struct api_call* c, struct braid_op* op) {
   if (api_is_reduction(c->coll)) {
     BRAID_CHECK((int)c->op >= 0, ncclInvalidArgument, "%s: reduction operator %d is invalid",
                 c->api, (int)c->op);
-    BRAID_TRY(redop_resolve(c->comm, c->op, c->dtype, &op->devop, &op->scalar, &op->work_flags));
+    BRAID_TRY(redop_resolve(c->comm, c->op, c->dtype, &op->devop, &op->scalar, &op->work_flags,
+                            c->api));
     op->same_scalar = c->op == ncclAvg;
   }
   if (c->coll == BRAID_COLL_BROADCAST || c->coll == BRAID_COLL_REDUCE ||

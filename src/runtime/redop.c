@@ -74,7 +74,8 @@ static uint64_t redop_scalar_bits(double value, ncclDataType_t dtype) {
 }
 
 ncclResult_t redop_resolve(struct ncclComm* comm, ncclRedOp_t op, ncclDataType_t dtype,
-                           braid_devop_t* devop, uint64_t* scalar, uint8_t* flags) {
+                           braid_devop_t* devop, uint64_t* scalar, uint8_t* flags,
+                           const char* api) {
   *scalar = 0;
   *flags = 0;
   switch (op) {
@@ -96,13 +97,15 @@ ncclResult_t redop_resolve(struct ncclComm* comm, ncclRedOp_t op, ncclDataType_t
   struct braid_redop_table* t = comm->redops;
   if (index < 0 || index >= REDOP_MAX || t == NULL || !t->ops[index].in_use)
     return braid_err(ncclInvalidArgument,
-                     "reduction operator %d is neither built in nor created on this communicator",
-                     (int)op);
+                     "%s: op = %d is neither a built-in reduction operator nor one created on "
+                     "rank %d's communicator (or it was destroyed)",
+                     api, (int)op, comm->rank);
   const struct braid_redop* r = &t->ops[index];
   if (r->dtype != dtype)
     return braid_err(ncclInvalidArgument,
-                     "reduction operator %d was created for %s but used with %s", (int)op,
-                     redop_type_name(r->dtype), redop_type_name(dtype));
+                     "%s: reduction operator op = %d was created for datatype %s but is used "
+                     "with %s",
+                     api, (int)op, redop_type_name(r->dtype), redop_type_name(dtype));
   *devop = BRAID_DEVOP_PREMULSUM;
   *scalar = r->scalar;
   *flags = r->residence == ncclScalarDevice ? BRAID_WORK_SCALAR_DEVICE : 0;
@@ -122,16 +125,20 @@ NCCL_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, nc
   BRAID_CHECK(op != NULL, ncclInvalidArgument, "ncclRedOpCreatePreMulSum: op is NULL");
   BRAID_CHECK(scalar != NULL, ncclInvalidArgument, "ncclRedOpCreatePreMulSum: scalar is NULL");
   BRAID_CHECK((int)datatype >= 0 && datatype < ncclNumTypes, ncclInvalidArgument,
-              "ncclRedOpCreatePreMulSum: datatype %d is not an ncclDataType_t", (int)datatype);
+              "ncclRedOpCreatePreMulSum: datatype %d is not an ncclDataType_t (0..%d)",
+              (int)datatype, ncclNumTypes - 1);
   BRAID_CHECK(residence == ncclScalarDevice || residence == ncclScalarHostImmediate,
-              ncclInvalidArgument, "ncclRedOpCreatePreMulSum: residence %d is invalid",
-              (int)residence);
+              ncclInvalidArgument,
+              "ncclRedOpCreatePreMulSum: residence %d is neither ncclScalarDevice (%d) nor "
+              "ncclScalarHostImmediate (%d)",
+              (int)residence, (int)ncclScalarDevice, (int)ncclScalarHostImmediate);
   if (comm->redops == NULL) BRAID_TRY(BRAID_CALLOC(&comm->redops, 1, "reduction operators"));
   int index = 0;
   while (index < REDOP_MAX && comm->redops->ops[index].in_use) index++;
   BRAID_CHECK(index < REDOP_MAX, ncclInvalidUsage,
-              "ncclRedOpCreatePreMulSum: %d operators exist on this communicator; destroy some",
-              REDOP_MAX);
+              "ncclRedOpCreatePreMulSum: comm (rank %d) already has %d operators, the most it "
+              "holds; destroy some with ncclRedOpDestroy",
+              comm->rank, REDOP_MAX);
   struct braid_redop* r = &comm->redops->ops[index];
   r->dtype = datatype;
   r->residence = residence;
@@ -152,15 +159,16 @@ NCCL_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   braid_err_clear();
   BRAID_TRY(comm_check(comm, "ncclRedOpDestroy"));
   int index = (int)op - (int)ncclNumOps;
-  BRAID_CHECK((int)op >= 0, ncclInvalidArgument, "ncclRedOpDestroy: operator %d is invalid", (int)op);
+  BRAID_CHECK((int)op >= 0, ncclInvalidArgument,
+              "ncclRedOpDestroy: op = %d is not a reduction operator", (int)op);
   BRAID_CHECK(index >= 0, ncclInvalidArgument,
-              "ncclRedOpDestroy: %s is a built-in operator and cannot be destroyed",
-              redop_op_name(op));
+              "ncclRedOpDestroy: op = %d (%s) is a built-in operator and cannot be destroyed",
+              (int)op, redop_op_name(op));
   BRAID_CHECK(index < REDOP_MAX && comm->redops && comm->redops->ops[index].in_use,
               ncclInvalidArgument,
-              "ncclRedOpDestroy: operator %d was not created on this communicator (or was "
-              "already destroyed)",
-              (int)op);
+              "ncclRedOpDestroy: op = %d is not an operator created on rank %d's communicator "
+              "(or it was destroyed already)",
+              (int)op, comm->rank);
   comm->redops->ops[index].in_use = 0;
   return ncclSuccess;
 fail:

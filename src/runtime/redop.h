@@ -13,9 +13,13 @@
 
 struct ncclComm;
 
-/* The device operator, scalar and work flags for `op` on `dtype`; errors name the operator. */
+/*
+ * The device operator, scalar and work flags for `op` on `dtype`; errors name `api` (the public
+ * function given the operator) and the operator.
+ */
 ncclResult_t redop_resolve(struct ncclComm* comm, ncclRedOp_t op, ncclDataType_t dtype,
-                           braid_devop_t* devop, uint64_t* scalar, uint8_t* flags);
+                           braid_devop_t* devop, uint64_t* scalar, uint8_t* flags,
+                           const char* api);
 void redop_table_free(struct ncclComm* comm);
 /* Bytes of one element of `dtype` (0 when invalid). */
 size_t redop_type_size(ncclDataType_t dtype);
