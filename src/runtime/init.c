@@ -380,11 +380,16 @@ NCCL_ALIAS(ncclResult_t, ncclCommAbort, (ncclComm_t comm))
 
 /* ---- queries ----------------------------------------------------------------------------- */
 
-#define QUERY_CHECK(comm, out, api)                                              \
-  do {                                                                           \
-    ncclResult_t q_ = comm_check((comm), api);                                   \
-    if (q_ != ncclSuccess) return q_;                                            \
-    if ((out) == NULL) return braid_err(ncclInvalidArgument, "%s: %s is NULL", api, #out); \
+/* A refusal is recorded on the communicator too, for ncclGetLastError(comm). */
+#define QUERY_CHECK(comm, out, api)                                         \
+  do {                                                                      \
+    ncclResult_t q_ = comm_check((comm), api);                              \
+    if (q_ == ncclSuccess && (out) == NULL)                                 \
+      q_ = braid_err(ncclInvalidArgument, "%s: %s is NULL", api, #out);     \
+    if (q_ != ncclSuccess) {                                                \
+      comm_error_record((comm), q_);                                        \
+      return q_;                                                            \
+    }                                                                       \
   } while (0)
 
 NCCL_API ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
