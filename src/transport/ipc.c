@@ -793,8 +793,9 @@ ncclResult_t ipc_user_alloc(void** out, size_t bytes) {
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       *out = NULL;
-      return braid_err(ncclUnhandledCudaError, "ncclMemAlloc: cudaMalloc of %zu bytes failed: %s",
-                       bytes, cudaGetErrorString(err));
+      return braid_err(ncclUnhandledCudaError,
+                       "ncclMemAlloc: cudaMalloc of size = %zu bytes failed: %s", bytes,
+                       cudaGetErrorString(err));
     }
     return ncclSuccess;
   }
@@ -835,7 +836,7 @@ ncclResult_t ipc_user_free(void* ptr) {
     (void)drv.release(h); /* the reference the retain took */
     DRV_TRY(drv.range(&base, &size, (CUdeviceptr)(uintptr_t)ptr), "ncclMemFree: cuMemGetAddressRange");
     BRAID_CHECK(base == (CUdeviceptr)(uintptr_t)ptr, ncclInvalidArgument,
-                "ncclMemFree(%p): not the start of an allocation (it begins at %p)", ptr,
+                "ncclMemFree: ptr %p is not the start of an allocation (it begins at %p)", ptr,
                 (void*)(uintptr_t)base);
     DRV_TRY(drv.unmap(base, size), "ncclMemFree: cuMemUnmap");
     DRV_TRY(drv.addr_free(base, size), "ncclMemFree: cuMemAddressFree");
@@ -844,7 +845,8 @@ ncclResult_t ipc_user_free(void* ptr) {
   cudaError_t err = cudaFree(ptr);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    return braid_err(ncclUnhandledCudaError, "ncclMemFree(%p) failed: %s", ptr, cudaGetErrorString(err));
+    return braid_err(ncclUnhandledCudaError, "ncclMemFree: cudaFree(ptr = %p) failed: %s", ptr,
+                     cudaGetErrorString(err));
   }
   return ncclSuccess;
 fail:
