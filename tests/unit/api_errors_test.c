@@ -3,16 +3,45 @@
  * each returns the documented code and leaves a message in ncclGetLastError
  * that names the problem. The device API, not implemented, says so rather
  * than succeed.
+ *
+ * A refusal's message names the function that refused and the argument at
+ * fault, and it is what ncclGetLastError says afterwards, for the thread and
+ * for the communicator: an older, unrelated failure never shows instead. As
+ * NCCL's, the last failure stays after later successful calls. The checks on
+ * a communicator use one made without a GPU the way init makes it
+ * (comm_alloc), so its calls that need no GPU can be refused.
  */
 #include <string.h>
 
 #include "nccl.h"
+#include "runtime/comm.h"
+#include "runtime/config.h"
 #include "test.h"
 
 /* From nccl_device.h (not part of nccl.h); Braid exports it for programs that link it. */
 ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void* reqs, void* outDevComm);
 
 static int last_error_has(const char* word) { return strstr(ncclGetLastError(NULL), word) != NULL; }
+
+/*
+ * `got` (from the call written `text`) must be `want`, and the message ncclGetLastError gives,
+ * for the calling thread and, when `comm` is given, for that communicator, must name the
+ * function `fn` and the argument `arg`.
+ */
+static void expect_refusal(const char* text, ncclResult_t got, ncclResult_t want, ncclComm_t comm,
+                           const char* fn, const char* arg) {
+  const char* mine = ncclGetLastError(NULL);
+  TEST_CHECK(got == want, "%s returned %d, expected %d; ncclGetLastError: %s", text, (int)got,
+             (int)want, mine);
+  TEST_CHECK(strstr(mine, fn) != NULL && strstr(mine, arg) != NULL,
+             "%s: the thread's last error does not name %s and %s: %s", text, fn, arg, mine);
+  if (comm == NULL) return;
+  const char* its = ncclGetLastError(comm);
+  TEST_CHECK(strstr(its, fn) != NULL && strstr(its, arg) != NULL,
+             "%s: the communicator's last error does not name %s and %s: %s", text, fn, arg, its);
+}
+#define EXPECT_REFUSAL(call, want, comm, fn, arg) \
+  expect_refusal(#call, (call), (want), (comm), (fn), (arg))
 
 /* nccl_device.h's host functions (its header is C++ only): the layouts and types as there. */
 struct test_team {
@@ -166,6 +195,168 @@ static void test_comm_api_args(void) {
   TEST_EXPECT_RES(ncclGroupEnd(), ncclInvalidUsage);
 }
 
+/* Refusals before any communicator or GPU is needed: each names its function and argument. */
+static void test_refusals_name_function_and_argument(void) {
+  int x;
+  ncclResult_t async;
+  void* handle = (void*)0x1;
+  ncclWindow_t win;
+  ncclRedOp_t op;
+  float s = 1;
+  ncclComm_t comm = NULL;
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
+  EXPECT_REFUSAL(ncclCommCount(NULL, &x), ncclInvalidArgument, NULL, "ncclCommCount", "comm");
+  EXPECT_REFUSAL(ncclCommCuDevice(NULL, &x), ncclInvalidArgument, NULL, "ncclCommCuDevice", "comm");
+  EXPECT_REFUSAL(ncclCommUserRank(NULL, &x), ncclInvalidArgument, NULL, "ncclCommUserRank", "comm");
+  EXPECT_REFUSAL(ncclCommGetAsyncError(NULL, &async), ncclInvalidArgument, NULL,
+                 "ncclCommGetAsyncError", "comm");
+  EXPECT_REFUSAL(ncclCommRegister(NULL, &s, sizeof s, &handle), ncclInvalidArgument, NULL,
+                 "ncclCommRegister", "comm");
+  EXPECT_REFUSAL(ncclCommDeregister(NULL, handle), ncclInvalidArgument, NULL, "ncclCommDeregister",
+                 "comm");
+  EXPECT_REFUSAL(ncclCommWindowRegister(NULL, &s, sizeof s, &win, NCCL_WIN_DEFAULT),
+                 ncclInvalidArgument, NULL, "ncclCommWindowRegister", "comm");
+  EXPECT_REFUSAL(ncclCommWindowDeregister(NULL, NULL), ncclInvalidArgument, NULL,
+                 "ncclCommWindowDeregister", "comm");
+  EXPECT_REFUSAL(ncclRedOpCreatePreMulSum(&op, &s, ncclFloat32, ncclScalarHostImmediate, NULL),
+                 ncclInvalidArgument, NULL, "ncclRedOpCreatePreMulSum", "comm");
+  EXPECT_REFUSAL(ncclRedOpDestroy((ncclRedOp_t)ncclNumOps, NULL), ncclInvalidArgument, NULL,
+                 "ncclRedOpDestroy", "comm");
+  EXPECT_REFUSAL(ncclMemAlloc(NULL, 16), ncclInvalidArgument, NULL, "ncclMemAlloc", "ptr");
+  EXPECT_REFUSAL(ncclMemAlloc((void**)&handle, 0), ncclInvalidArgument, NULL, "ncclMemAlloc",
+                 "size");
+  EXPECT_REFUSAL(ncclGetVersion(NULL), ncclInvalidArgument, NULL, "ncclGetVersion", "version");
+  /* The config is read before any device is looked for. */
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 2;
+  EXPECT_REFUSAL(ncclCommInitRankConfig(&comm, 1, id, 0, &config), ncclInvalidArgument, NULL,
+                 "ncclCommInitRankConfig", "blocking");
+  TEST_CHECK(comm == NULL, "a refused init leaves comm NULL");
+  ncclConfig_t ctas = NCCL_CONFIG_INITIALIZER;
+  ctas.minCTAs = 0;
+  EXPECT_REFUSAL(ncclCommInitRankConfig(&comm, 1, id, 0, &ctas), ncclInvalidArgument, NULL,
+                 "ncclCommInitRankConfig", "minCTAs");
+  ncclConfig_t policy = NCCL_CONFIG_INITIALIZER;
+  policy.CTAPolicy = 9;
+  EXPECT_REFUSAL(ncclCommInitRankScalable(&comm, 1, 0, 1, &id, &policy), ncclInvalidArgument,
+                 NULL, "ncclCommInitRankScalable", "CTAPolicy");
+  ncclConfig_t garbage = NCCL_CONFIG_INITIALIZER;
+  garbage.magic = 0;
+  EXPECT_REFUSAL(ncclCommInitRankConfig(&comm, 1, id, 0, &garbage), ncclInvalidArgument, NULL,
+                 "ncclCommInitRankConfig", "magic");
+  ncclConfig_t tiny = NCCL_CONFIG_INITIALIZER;
+  tiny.size = 4;
+  EXPECT_REFUSAL(ncclCommInitRankConfig(&comm, 1, id, 0, &tiny), ncclInvalidArgument, NULL,
+                 "ncclCommInitRankConfig", "size");
+}
+
+/* ncclGetLastError keeps the last failure through later successes (as NCCL's); a new one wins. */
+static void test_last_error_is_the_latest(void) {
+  int v = 0;
+  EXPECT_REFUSAL(ncclCommUserRank(NULL, &v), ncclInvalidArgument, NULL, "ncclCommUserRank", "comm");
+  TEST_EXPECT_RES(ncclGetVersion(&v), ncclSuccess);
+  TEST_EXPECT_RES(ncclGroupStart(), ncclSuccess);
+  TEST_EXPECT_RES(ncclGroupEnd(), ncclSuccess);
+  TEST_CHECK(last_error_has("ncclCommUserRank"), "the last failure is kept after successes: %s",
+             ncclGetLastError(NULL));
+  EXPECT_REFUSAL(ncclMemAlloc(NULL, 8), ncclInvalidArgument, NULL, "ncclMemAlloc", "ptr");
+  TEST_CHECK(!last_error_has("ncclCommUserRank"), "the older failure is gone: %s",
+             ncclGetLastError(NULL));
+}
+
+/* A communicator as init makes it (no GPU, no peers), READY for the calls that check so. */
+static struct ncclComm* make_comm(void) {
+  struct braid_config cfg;
+  struct ncclComm* comm = NULL;
+  if (config_resolve(NULL, &cfg) != ncclSuccess || comm_alloc(&comm, 0, 1, -1, &cfg) != ncclSuccess)
+    return NULL;
+  comm->state = BRAID_COMM_READY;
+  return comm;
+}
+
+/*
+ * Each refusal on a communicator is its ncclGetLastError, not the older failure before it
+ * (every call below fails in another function than the call before it, or names another
+ * argument); a success in between keeps the last failure.
+ */
+static void test_comm_last_error(void) {
+  struct ncclComm* c = make_comm();
+  TEST_CHECK(c != NULL, "comm_alloc failed: %s", ncclGetLastError(NULL));
+  if (c == NULL) return;
+  int x = -1;
+  ncclResult_t async;
+  void* handle = NULL;
+  ncclWindow_t win = NULL;
+  ncclRedOp_t op, op2;
+  float s = 2.0f;
+  /* The older failure that every later one must replace. */
+  EXPECT_REFUSAL(ncclRedOpDestroy(ncclSum, c), ncclInvalidArgument, c, "ncclRedOpDestroy", "op");
+  EXPECT_REFUSAL(ncclCommUserRank(c, NULL), ncclInvalidArgument, c, "ncclCommUserRank", "rank");
+  EXPECT_REFUSAL(ncclCommCount(c, NULL), ncclInvalidArgument, c, "ncclCommCount", "count");
+  EXPECT_REFUSAL(ncclCommCuDevice(c, NULL), ncclInvalidArgument, c, "ncclCommCuDevice", "device");
+  EXPECT_REFUSAL(ncclCommGetAsyncError(c, NULL), ncclInvalidArgument, c, "ncclCommGetAsyncError",
+                 "asyncError");
+  EXPECT_REFUSAL(ncclCommRegister(c, &s, sizeof s, NULL), ncclInvalidArgument, c,
+                 "ncclCommRegister", "handle");
+  EXPECT_REFUSAL(ncclCommRegister(c, NULL, 64, &handle), ncclInvalidArgument, c,
+                 "ncclCommRegister", "buff");
+  TEST_CHECK(handle == NULL, "a refused registration leaves handle NULL");
+  EXPECT_REFUSAL(ncclCommRegister(c, &s, 0, &handle), ncclInvalidArgument, c, "ncclCommRegister",
+                 "size");
+  EXPECT_REFUSAL(ncclCommDeregister(c, NULL), ncclInvalidArgument, c, "ncclCommDeregister",
+                 "handle");
+  EXPECT_REFUSAL(ncclCommWindowRegister(c, &s, sizeof s, NULL, NCCL_WIN_DEFAULT),
+                 ncclInvalidArgument, c, "ncclCommWindowRegister", "win");
+  EXPECT_REFUSAL(ncclCommDeregister(c, &s), ncclInvalidArgument, c, "ncclCommDeregister",
+                 "handle");
+  EXPECT_REFUSAL(ncclCommWindowRegister(c, &s, sizeof s, &win, 0x40), ncclInvalidArgument, c,
+                 "ncclCommWindowRegister", "winFlags");
+  EXPECT_REFUSAL(ncclCommWindowRegister(c, NULL, 64, &win, NCCL_WIN_DEFAULT), ncclInvalidArgument,
+                 c, "ncclCommWindowRegister", "buff");
+  EXPECT_REFUSAL(ncclCommWindowDeregister(c, (ncclWindow_t)(void*)&s), ncclInvalidArgument, c,
+                 "ncclCommWindowDeregister", "win");
+  EXPECT_REFUSAL(ncclRedOpCreatePreMulSum(NULL, &s, ncclFloat32, ncclScalarHostImmediate, c),
+                 ncclInvalidArgument, c, "ncclRedOpCreatePreMulSum", "op");
+  EXPECT_REFUSAL(ncclRedOpCreatePreMulSum(&op, NULL, ncclFloat32, ncclScalarHostImmediate, c),
+                 ncclInvalidArgument, c, "ncclRedOpCreatePreMulSum", "scalar");
+  EXPECT_REFUSAL(ncclRedOpCreatePreMulSum(&op, &s, ncclNumTypes, ncclScalarHostImmediate, c),
+                 ncclInvalidArgument, c, "ncclRedOpCreatePreMulSum", "datatype");
+  EXPECT_REFUSAL(ncclRedOpCreatePreMulSum(&op, &s, ncclFloat32, (ncclScalarResidence_t)7, c),
+                 ncclInvalidArgument, c, "ncclRedOpCreatePreMulSum", "residence");
+  EXPECT_REFUSAL(ncclRedOpDestroy((ncclRedOp_t)-1, c), ncclInvalidArgument, c, "ncclRedOpDestroy",
+                 "op");
+  EXPECT_REFUSAL(ncclRedOpDestroy((ncclRedOp_t)(ncclNumOps + 3), c), ncclInvalidArgument, c,
+                 "ncclRedOpDestroy", "op");
+  /* Successes in between keep the last failure, on the comm and for the thread. */
+  TEST_EXPECT_RES(ncclRedOpCreatePreMulSum(&op, &s, ncclFloat32, ncclScalarHostImmediate, c),
+                  ncclSuccess);
+  TEST_EXPECT_RES(ncclRedOpCreatePreMulSum(&op2, &s, ncclFloat64, ncclScalarDevice, c),
+                  ncclSuccess);
+  TEST_CHECK(op >= ncclNumOps && op2 >= ncclNumOps && op != op2, "created operators %d and %d",
+             (int)op, (int)op2);
+  TEST_EXPECT_RES(ncclCommUserRank(c, &x), ncclSuccess);
+  TEST_CHECK(x == 0, "rank %d", x);
+  TEST_EXPECT_RES(ncclCommCount(c, &x), ncclSuccess);
+  TEST_CHECK(x == 1, "count %d", x);
+  TEST_EXPECT_RES(ncclCommGetAsyncError(c, &async), ncclSuccess);
+  TEST_EXPECT_RES(ncclCommWindowDeregister(c, NULL), ncclSuccess);
+  TEST_EXPECT_RES(ncclRedOpDestroy(op, c), ncclSuccess);
+  TEST_CHECK(strstr(ncclGetLastError(c), "ncclRedOpDestroy") != NULL &&
+                 strstr(ncclGetLastError(c), "not an operator created") != NULL,
+             "the comm keeps its last failure after successes: %s", ncclGetLastError(c));
+  TEST_CHECK(last_error_has("not an operator created"),
+             "the thread keeps its last failure after successes: %s", ncclGetLastError(NULL));
+  /* Destroyed once: a second destroy is refused; the other operator is still there. */
+  EXPECT_REFUSAL(ncclRedOpDestroy(op, c), ncclInvalidArgument, c, "ncclRedOpDestroy", "op");
+  TEST_EXPECT_RES(ncclRedOpDestroy(op2, c), ncclSuccess);
+  /* A failure without this communicator does not become its last error. */
+  EXPECT_REFUSAL(ncclCommCount(NULL, &x), ncclInvalidArgument, NULL, "ncclCommCount", "comm");
+  TEST_CHECK(strstr(ncclGetLastError(c), "ncclRedOpDestroy") != NULL,
+             "another call's failure is not the comm's: %s", ncclGetLastError(c));
+  comm_free(c);
+}
+
 int main(void) {
   test_version_and_strings();
   test_device_api_host();
@@ -174,5 +365,8 @@ int main(void) {
   test_mem();
   test_groups();
   test_comm_api_args();
+  test_refusals_name_function_and_argument();
+  test_last_error_is_the_latest();
+  test_comm_last_error();
   return test_summary();
 }
