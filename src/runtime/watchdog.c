@@ -14,6 +14,7 @@
  * communicator with the verdict.
  */
 #include "runtime/watchdog.h"
+#include "runtime/watchdog_server.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -39,8 +40,6 @@
 #define WD_LAUNCHES 64
 #define WD_PERIOD_S 0.05
 #define WD_PEER_CHECK_S 0.5   /* local peers' pids are looked at this often */
-#define WD_QUERY_TIMEOUT_S 2.0
-#define WD_SECRET_BYTES 16
 #define WD_CAPTURES 1024       /* captured launches described (the oldest make room) */
 #define WD_GRAPH_PERIOD_S 0.25 /* graph replay words read this often, once a graph exists */
 
@@ -55,12 +54,6 @@ struct wd_launch {
   uint64_t first, last; /* the operations it covers */
   double t;             /* when it was launched */
   int grid;             /* blocks of the launch that reports `last` */
-};
-
-struct wd_request {
-  uint32_t magic;
-  uint32_t pad;
-  uint8_t secret[WD_SECRET_BYTES];
 };
 
 struct braid_watchdog {
@@ -559,101 +552,8 @@ static void wd_warn_run(struct braid_watchdog* wd, const char* why) {
 
 /* ---- the thread ---------------------------------------------------------------------------- */
 
-/*
- * The server. Requests are read from up to WD_SERVER_CONNS connections at
- * once, each with WD_QUERY_TIMEOUT_S to deliver its request, so a client
- * that connects and sends nothing (or the wrong secret) delays nobody; when
- * every slot is taken the oldest connection makes room. A real rank's query
- * sends its request as soon as it connects.
- */
-#define WD_SERVER_CONNS 32
-#define WD_REFUSAL_WARN_S 10.0 /* at most one WARN about refused requests this often */
-
-struct wd_conn {
-  int fd;
-  size_t got;
-  double deadline;
-  struct wd_request req;
-  union braid_sockaddr peer;
-};
-
-struct wd_server {
-  struct wd_conn conns[WD_SERVER_CONNS];
-  int n;
-  unsigned long refused; /* since the last WARN */
-  double warned_t;
-};
-
-/* Counts a refused connection; WARNs now and then with how many (a flood must not flood it). */
-static void wd_refused(struct wd_server* sv, const union braid_sockaddr* peer, const char* why) {
-  double now = braid_time_sec();
-  sv->refused++;
-  if (now - sv->warned_t < WD_REFUSAL_WARN_S) return;
-  char text[64];
-  WARN("watchdog: dropped a connection from %s %s (%lu dropped in the last %.0f s)",
-       socket_addr_str(peer, text, sizeof text), why, sv->refused, WD_REFUSAL_WARN_S);
-  sv->refused = 0;
-  sv->warned_t = now;
-}
-
-/* Answers a complete request, or refuses one without the job's secret. */
-static void wd_answer(struct braid_watchdog* wd, struct wd_server* sv, struct wd_conn* c) {
-  if (c->req.magic != BRAID_LEDGER_MAGIC ||
-      !braid_equal_ct(c->req.secret, wd->secret, sizeof c->req.secret)) {
-    wd_refused(sv, &c->peer, "without the job's secret");
-    return;
-  }
-  struct braid_ledger_summary s;
-  wd_summary(wd, &s);
-  (void)socket_send_all(c->fd, &s, sizeof s, WD_QUERY_TIMEOUT_S, &wd->stop);
-}
-
-/* Reads what pending connection i (polled as `revents`) sent; 1 when it is done with. */
-static int wd_serve_conn(struct braid_watchdog* wd, struct wd_server* sv, struct wd_conn* c,
-                         short revents, double now) {
-  if (revents) {
-    size_t got = 0;
-    if (socket_recv_some(c->fd, (char*)&c->req + c->got, sizeof c->req - c->got, &got) !=
-        ncclSuccess)
-      return 1; /* closed or failed: a query that gave up */
-    c->got += got;
-    if (c->got == sizeof c->req) {
-      wd_answer(wd, sv, c);
-      return 1;
-    }
-  }
-  if (now >= c->deadline) {
-    wd_refused(sv, &c->peer, "that sent no request in time");
-    return 1;
-  }
-  return 0;
-}
-
-/* Takes the connections waiting on the listener. */
-static void wd_accept(struct braid_watchdog* wd, struct wd_server* sv, double now) {
-  for (;;) {
-    int fd = -1;
-    union braid_sockaddr peer;
-    if (socket_accept_some(wd->listen_fd, &fd, &peer) != ncclSuccess) {
-      socket_accept_failed("watchdog");
-      return;
-    }
-    if (fd < 0) return;
-    if (sv->n == WD_SERVER_CONNS) {
-      int oldest = 0;
-      for (int i = 1; i < sv->n; i++)
-        if (sv->conns[i].deadline < sv->conns[oldest].deadline) oldest = i;
-      wd_refused(sv, &sv->conns[oldest].peer, "crowded out by newer connections");
-      socket_close(&sv->conns[oldest].fd);
-      sv->conns[oldest] = sv->conns[--sv->n];
-    }
-    struct wd_conn* c = &sv->conns[sv->n++];
-    memset(c, 0, sizeof *c);
-    c->fd = fd;
-    c->deadline = now + WD_QUERY_TIMEOUT_S;
-    c->peer = peer;
-  }
-}
+/* The server thread answers with wd_summary; watchdog_server.c reads the connections. */
+static void wd_summary_cb(void* arg, struct braid_ledger_summary* out) { wd_summary(arg, out); }
 
 static void* wd_server_main(void* arg) {
   struct braid_watchdog* wd = arg;
@@ -665,35 +565,21 @@ static void* wd_server_main(void* arg) {
   if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess ||
       cudaSetDevice(wd->comm->cuda_dev) != cudaSuccess)
     (void)cudaGetLastError();
-  struct wd_server* sv = calloc(1, sizeof *sv);
+  struct wd_server* sv = wd_server_new(wd->listen_fd, wd->secret, wd_summary_cb, wd, &wd->stop);
   if (sv == NULL) {
     WARN("watchdog: out of memory for its server; other ranks' verdicts will miss this rank");
     return NULL;
   }
-  sv->warned_t = -WD_REFUSAL_WARN_S;
   while (!__atomic_load_n(&wd->stop, __ATOMIC_ACQUIRE)) {
     struct pollfd pfd[1 + WD_SERVER_CONNS];
-    pfd[0] = (struct pollfd){.fd = wd->listen_fd, .events = POLLIN};
-    for (int i = 0; i < sv->n; i++)
-      pfd[1 + i] = (struct pollfd){.fd = sv->conns[i].fd, .events = POLLIN};
-    if (poll(pfd, 1 + (nfds_t)sv->n, (int)(WD_PERIOD_S * 1000)) < 0 && errno != EINTR) {
+    int n = wd_server_pollfds(sv, pfd);
+    if (poll(pfd, (nfds_t)n, (int)(WD_PERIOD_S * 1000)) < 0 && errno != EINTR) {
       usleep((useconds_t)(WD_PERIOD_S * 1e6)); /* not expected; never spin on it */
       continue;
     }
-    double now = braid_time_sec();
-    for (int i = 0; i < sv->n;) {
-      if (!wd_serve_conn(wd, sv, &sv->conns[i], pfd[1 + i].revents, now)) {
-        i++;
-        continue;
-      }
-      socket_close(&sv->conns[i].fd);
-      sv->conns[i] = sv->conns[--sv->n]; /* the last one moves here, with its poll result */
-      pfd[1 + i] = pfd[1 + sv->n];
-    }
-    if (pfd[0].revents & POLLIN) wd_accept(wd, sv, now);
+    wd_server_serve(sv, pfd, braid_time_sec());
   }
-  for (int i = 0; i < sv->n; i++) socket_close(&sv->conns[i].fd);
-  free(sv);
+  wd_server_free(sv);
   return NULL;
 }
 
