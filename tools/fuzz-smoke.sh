@@ -15,12 +15,12 @@ fi
 start=$(date +%s)
 if ! { CC=clang cmake -S . -B build-fuzz -DBRAID_FUZZ=ON -DBRAID_KERNELS=OFF -DBRAID_BUILD_PERF=OFF \
          >/dev/null && cmake --build build-fuzz --target fuzz_topo_xml fuzz_bootstrap \
-         fuzz_bootstrap_root fuzz_net_socket -j "${JOBS:-$(nproc)}" >/dev/null; }; then
+         fuzz_bootstrap_root fuzz_net_socket fuzz_watchdog -j "${JOBS:-$(nproc)}" >/dev/null; }; then
   echo "== fuzz: build FAILED"; exit 1
 fi
 echo "== fuzz: built in $(( $(date +%s) - start )) s"
 status=0
-for h in fuzz_topo_xml fuzz_bootstrap fuzz_bootstrap_root fuzz_net_socket; do
+for h in fuzz_topo_xml fuzz_bootstrap fuzz_bootstrap_root fuzz_net_socket fuzz_watchdog; do
   corpus=$(mktemp -d)
   [ "$h" = fuzz_topo_xml ] && cp tests/unit/fixtures/*.xml "$corpus"/
   log=build-fuzz/$h.log

@@ -1,0 +1,209 @@
+/*
+ * libFuzzer harness for the watchdog's server (BRAID_FUZZ=ON, clang only):
+ * what it reads from the connections to its listener, a request with the
+ * job's secret, before it answers with this rank's ledger summary, through
+ * the very code its thread runs (wd_server_pollfds, wd_server_serve, through
+ * watchdog_server.h), on a listener of its own with a fake clock.
+ *
+ * The first input byte says how many connections (1 to 8) carry the input,
+ * whether each one's bytes start with a valid request (the right magic and
+ * secret, so that the fuzzer reaches the answer as well as the refusal),
+ * whether 32 idle connections come first (so that the new ones crowd them
+ * out), and whether the clients half-close after writing. Then, per
+ * connection, a length byte and that many bytes, written in two pieces on
+ * either side of a round of the server. Past the deadline every connection
+ * must be closed; a client must get the summary, whole, exactly when its
+ * first bytes were a request with the magic and the secret (the pad word is
+ * not looked at); anything else (a crash, a leak,
+ * a sanitizer report, an answer to a stranger) is a bug.
+ *
+ *   CC=clang cmake -B build-fuzz -DBRAID_FUZZ=ON
+ *   cmake --build build-fuzz --target fuzz_watchdog
+ *   build-fuzz/tests/unit/fuzz_watchdog -max_len=2048 -max_total_time=600
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "runtime/watchdog_server.h"
+
+int LLVMFuzzerInitialize(int* argc, char*** argv);
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+
+#define FUZZ_CONNS 8
+#define FUZZ_IDLE WD_SERVER_CONNS /* idle connections that the fuzzed ones crowd out */
+
+static uint8_t fuzz_secret[WD_SECRET_BYTES];
+static struct sockaddr_un fuzz_addr;
+static socklen_t fuzz_addr_len;
+static int fuzz_listen_fd = -1;
+static volatile uint32_t fuzz_stop;
+
+/* The summary the server answers with: a pattern the clients check. */
+static void fuzz_summary(void* arg, struct braid_ledger_summary* out) {
+  (void)arg;
+  memset(out, 0xa5, sizeof *out);
+  out->magic = BRAID_LEDGER_MAGIC;
+}
+
+int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  (void)argc;
+  (void)argv;
+  setenv("BRAID_DEBUG", "NONE", 1); /* every refused connection would WARN */
+  memset(fuzz_secret, 0x5a, sizeof fuzz_secret);
+  /* A listener in the abstract namespace: no file, and closed connections leave no TIME_WAIT. */
+  memset(&fuzz_addr, 0, sizeof fuzz_addr);
+  fuzz_addr.sun_family = AF_UNIX;
+  int n = snprintf(fuzz_addr.sun_path + 1, sizeof fuzz_addr.sun_path - 1, "braid-fuzz-wd-%d",
+                   (int)getpid());
+  fuzz_addr_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+  fuzz_listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fuzz_listen_fd < 0 || bind(fuzz_listen_fd, (struct sockaddr*)&fuzz_addr, fuzz_addr_len) != 0 ||
+      listen(fuzz_listen_fd, 256) != 0) {
+    perror("fuzz_watchdog: listener");
+    abort();
+  }
+  return 0;
+}
+
+static int fuzz_connect(void) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (connect(fd, (struct sockaddr*)&fuzz_addr, fuzz_addr_len) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* Writes what fits (a request is small; the rest may stay behind, unread). */
+static void fuzz_feed(int fd, const void* data, size_t size) {
+  const char* p = data;
+  while (size > 0) {
+    ssize_t n = send(fd, p, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n <= 0) return;
+    p += n;
+    size -= (size_t)n;
+  }
+}
+
+/* One round of the server's loop at time `now` (nothing waits: the bytes are already there). */
+static void fuzz_round(struct wd_server* sv, double now) {
+  struct pollfd pfd[1 + WD_SERVER_CONNS];
+  int n = wd_server_pollfds(sv, pfd);
+  if (poll(pfd, (nfds_t)n, 0) < 0) abort();
+  wd_server_serve(sv, pfd, now);
+}
+
+/* Everything the server sent on `fd` until it closed; -1 when it never closed. */
+static ssize_t fuzz_drain(int fd, uint8_t* buf, size_t cap) {
+  size_t got = 0;
+  for (;;) {
+    char scratch[256];
+    ssize_t n = recv(fd, got < cap ? (void*)(buf + got) : (void*)scratch,
+                     got < cap ? cap - got : sizeof scratch, MSG_DONTWAIT);
+    if (n > 0) {
+      got += (size_t)n;
+      continue;
+    }
+    if (n == 0 || errno == ECONNRESET) return (ssize_t)got;
+    if (errno == EINTR) continue;
+    return -1;
+  }
+}
+
+struct fuzz_client {
+  int fd;
+  const uint8_t* bytes;
+  size_t len;
+  struct wd_request head; /* the first bytes as written (with the valid request when patched) */
+  size_t head_len;
+};
+
+int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  const int nconns = 1 + (data[0] & (FUZZ_CONNS - 1));
+  const int patch = data[0] & 0x08, crowd = data[0] & 0x10, half_close = data[0] & 0x20;
+  data++;
+  size--;
+  struct wd_server* sv = wd_server_new(fuzz_listen_fd, fuzz_secret, fuzz_summary, NULL, &fuzz_stop);
+  if (sv == NULL) return 0;
+  int idle[FUZZ_IDLE];
+  int nidle = 0;
+  if (crowd) {
+    for (int i = 0; i < FUZZ_IDLE; i++)
+      if ((idle[nidle] = fuzz_connect()) >= 0) nidle++;
+    fuzz_round(sv, 0.0); /* accepted with the earliest deadlines */
+  }
+  struct fuzz_client cl[FUZZ_CONNS];
+  struct wd_request valid = {.magic = BRAID_LEDGER_MAGIC};
+  memcpy(valid.secret, fuzz_secret, sizeof valid.secret);
+  for (int i = 0; i < nconns; i++) {
+    struct fuzz_client* c = &cl[i];
+    size_t len = 0;
+    if (size > 0) {
+      len = data[0];
+      data++;
+      size--;
+    }
+    if (len > size) len = size;
+    c->bytes = data;
+    c->len = len;
+    data += len;
+    size -= len;
+    c->fd = fuzz_connect();
+    memset(&c->head, 0, sizeof c->head);
+    c->head_len = len < sizeof c->head ? len : sizeof c->head;
+    if (patch) c->head = valid, c->head_len = sizeof c->head;
+    else memcpy(&c->head, c->bytes, c->head_len);
+  }
+  /* The first piece of each connection's bytes, then a round that accepts them. */
+  for (int i = 0; i < nconns; i++) {
+    if (cl[i].fd < 0) continue;
+    if (patch) fuzz_feed(cl[i].fd, &valid, sizeof valid);
+    fuzz_feed(cl[i].fd, cl[i].bytes, cl[i].len / 2);
+  }
+  fuzz_round(sv, 0.5);
+  fuzz_round(sv, 0.6); /* reads the first pieces */
+  for (int i = 0; i < nconns; i++) {
+    if (cl[i].fd < 0) continue;
+    fuzz_feed(cl[i].fd, cl[i].bytes + cl[i].len / 2, cl[i].len - cl[i].len / 2);
+    if (half_close) shutdown(cl[i].fd, SHUT_WR);
+  }
+  for (int r = 0; r < 3; r++) fuzz_round(sv, 0.7 + 0.1 * r); /* within every deadline */
+  fuzz_round(sv, 1e9);                                       /* past every deadline */
+  /* What each client got: the whole summary exactly when it sent the request with the secret. */
+  for (int i = 0; i < nconns; i++) {
+    struct fuzz_client* c = &cl[i];
+    if (c->fd < 0) continue;
+    struct braid_ledger_summary want, got;
+    fuzz_summary(NULL, &want);
+    ssize_t n = fuzz_drain(c->fd, (uint8_t*)&got, sizeof got);
+    const int asked = c->head_len == sizeof c->head && c->head.magic == BRAID_LEDGER_MAGIC &&
+                      memcmp(c->head.secret, fuzz_secret, sizeof fuzz_secret) == 0; /* any pad */
+    if (n < 0) {
+      fprintf(stderr, "fuzz_watchdog: connection %d left open past its deadline\n", i);
+      abort();
+    }
+    if (asked ? n != (ssize_t)sizeof got || memcmp(&got, &want, sizeof got) != 0 : n != 0) {
+      fprintf(stderr, "fuzz_watchdog: connection %d (%s) got %zd bytes of the summary\n", i,
+              asked ? "a valid request" : "no valid request", n);
+      abort();
+    }
+    close(c->fd);
+  }
+  for (int i = 0; i < nidle; i++) {
+    uint8_t b;
+    if (fuzz_drain(idle[i], &b, 1) != 0) { /* refused: closed, nothing sent */
+      fprintf(stderr, "fuzz_watchdog: idle connection %d not closed without an answer\n", i);
+      abort();
+    }
+    close(idle[i]);
+  }
+  wd_server_free(sv);
+  return 0;
+}
