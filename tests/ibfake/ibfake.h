@@ -165,6 +165,9 @@ IBFAKE_EXPORT void ibfake_set_drop(int on);
    a smaller MTU), or GID table entry `index` is removed (its address was deleted). 0, or -1. */
 IBFAKE_EXPORT int ibfake_set_mtu(int dev, int mtu);
 IBFAKE_EXPORT int ibfake_del_gid(int dev, int index);
+/* Exported for tests: how many send work requests with `opcode` (enum ibv_wr_opcode) this
+   process's queue pairs accepted. */
+IBFAKE_EXPORT long ibfake_posted(int opcode);
 
 /* ------------------------------------------------------------ ibfake_qp.c */
 

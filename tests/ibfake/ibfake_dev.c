@@ -350,7 +350,9 @@ static int mem_unreadable(void* addr, size_t len) {
   return 0;
 }
 
-IBFAKE_EXPORT struct ibv_mr* ibv_reg_mr(struct ibv_pd* pd, void* addr, size_t length, int access) {
+/* Host memory [addr, addr+length); `how` names the call in the log. */
+static struct ibv_mr* reg_host(struct ibv_pd* pd, void* addr, size_t length, int access,
+                               const char* how) {
   struct fnic* nic = (struct fnic*)pd->context;
   struct rlimit lim;
   if (length == 0 || addr == NULL) {
@@ -386,7 +388,27 @@ IBFAKE_EXPORT struct ibv_mr* ibv_reg_mr(struct ibv_pd* pd, void* addr, size_t le
   mr->mr.pd = pd;
   mr->mr.addr = addr;
   mr->mr.length = length;
-  return mr_add(nic, mr);
+  struct ibv_mr* out = mr_add(nic, mr);
+  ibfake_log(nic, "%s length=%zu access=0x%x key=0x%x", how, length, access, out->lkey);
+  return out;
+}
+
+IBFAKE_EXPORT struct ibv_mr* ibv_reg_mr(struct ibv_pd* pd, void* addr, size_t length, int access) {
+  return reg_host(pd, addr, length, access, "reg_mr");
+}
+
+/* The IBVERBS_1.8 call, through which rdma-core passes optional access flags such as
+   IBV_ACCESS_RELAXED_ORDERING (recorded: this NIC's copies have no PCIe ordering to relax).
+   Only iova == addr is implemented. */
+IBFAKE_EXPORT struct ibv_mr* ibv_reg_mr_iova2(struct ibv_pd* pd, void* addr, size_t length,
+                                              uint64_t iova, unsigned int access) {
+  if (iova != (uint64_t)(uintptr_t)addr) {
+    ibfake_log((struct fnic*)pd->context, "reg_mr_iova2 refused: iova other than the address "
+               "is not implemented");
+    errno = EOPNOTSUPP;
+    return NULL;
+  }
+  return reg_host(pd, addr, length, (int)access, "reg_mr_iova2");
 }
 
 /*
@@ -422,8 +444,8 @@ IBFAKE_EXPORT struct ibv_mr* ibv_reg_dmabuf_mr(struct ibv_pd* pd, uint64_t offse
   mr->mr.pd = pd;
   mr->mr.addr = (void*)(uintptr_t)iova;
   mr->mr.length = length;
-  ibfake_log(nic, "reg_dmabuf_mr fd=%d offset=%llu length=%zu", fd, (unsigned long long)offset,
-             length);
+  ibfake_log(nic, "reg_dmabuf_mr fd=%d offset=%llu length=%zu access=0x%x", fd,
+             (unsigned long long)offset, length, access);
   return mr_add(nic, mr);
 }
 

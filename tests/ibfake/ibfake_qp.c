@@ -321,6 +321,13 @@ static int wr_copy(struct fqp* qp, const struct ibv_send_wr* w, struct fwr* out)
   return 0;
 }
 
+/* Send work requests accepted in this process, by opcode (ibfake_posted). */
+static long posted[16];
+
+IBFAKE_EXPORT long ibfake_posted(int opcode) {
+  return opcode >= 0 && opcode < 16 ? __atomic_load_n(&posted[opcode], __ATOMIC_RELAXED) : -1;
+}
+
 static int qp_post_send(struct ibv_qp* ibqp, struct ibv_send_wr* wr, struct ibv_send_wr** bad) {
   struct fnic* nic = (struct fnic*)ibqp->context;
   struct fqp* qp = (struct fqp*)ibqp;
@@ -332,6 +339,7 @@ static int qp_post_send(struct ibv_qp* ibqp, struct ibv_send_wr* wr, struct ibv_
     else if (qp->sq_tail - qp->sq_head == qp->cap.max_send_wr) err = ENOMEM;
     else err = wr_copy(qp, wr, &w);
     if (err) break;
+    if ((unsigned)w.op < 16) __atomic_add_fetch(&posted[w.op], 1, __ATOMIC_RELAXED);
     if (qp->qp.state == IBV_QPS_ERR) { /* completes at once, flushed */
       sq_complete(qp, &w, IBV_WC_WR_FLUSH_ERR);
       continue;
