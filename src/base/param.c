@@ -76,6 +76,15 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "Unset: libnccl-tuner.so where the loader finds it, else a tuner in the loaded net plugin's "
       "library. It may edit the tuning model's cost "
       "table per collective (ncclTunerPlugin_v5 to _v2); BRAID_ALGO/BRAID_PROTO still win."),
+  ROW(PROFILER_PLUGIN, "NCCL_PROFILER_PLUGIN", STRING, NULL,
+      "NCCL profiler plugin: a name (libnccl-profiler-<name>.so), a library file or path, or "
+      "none. Unset: libnccl-profiler.so where the loader finds it, else a profiler in the loaded "
+      "net plugin's library. It gets group, collective, point-to-point and network proxy events "
+      "(ncclProfiler_v5 to _v1); its failures never fail a call."),
+  ROW(PROFILE_EVENT_MASK, "NCCL_PROFILE_EVENT_MASK", INT, "0",
+      "The event mask a profiler plugin's init starts from (bits of ncclProfileGroup, "
+      "ncclProfileColl, ...); the plugin may change it, and NCCL's example plugin sets it from "
+      "this same variable. Braid emits only the events whose bit is set after init."),
   ROW(P2P_DISABLE, "NCCL_P2P_DISABLE", INT, "0",
       "1: never use GPU peer-to-peer (NVLink/PCIe) between GPUs; fall back to shared memory."),
   ROW(P2P_READ, "NCCL_P2P_READ_ENABLE", INT, "-1",
