@@ -118,6 +118,38 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "For testing only: the verbs library the IB backend loads instead of libibverbs.so.1, such "
       "as the test provider the tests build (tests/ibfake), which moves data between processes "
       "over Unix sockets. Unset (always, outside tests): libibverbs.so.1."),
+  ROW(IB_DISABLE, "NCCL_IB_DISABLE", INT, "0",
+      "1: never use the IB backend (InfiniBand/RoCE verbs); the default network is then the next "
+      "one (Socket), and the log says why."),
+  ROW(IB_TIMEOUT, "NCCL_IB_TIMEOUT", INT, "20",
+      "IB queue pairs' local ACK timeout: 4.096 us x 2^value a try (20: 4.3 s), 1 to 31; a peer "
+      "silent for retry count + 1 tries fails the transfer."),
+  ROW(IB_RETRY_CNT, "NCCL_IB_RETRY_CNT", INT, "7",
+      "IB queue pairs' transport retry count: resends after a timeout before a transfer fails (0 to 7)."),
+  ROW(IB_TC, "NCCL_IB_TC", INT, "0",
+      "IB: traffic class in the GRH of every queue pair (RoCE: the DSCP and ECN bits the switches "
+      "classify by, 0 to 255). The sender's value is used on both ends of a connection."),
+  ROW(IB_SL, "NCCL_IB_SL", INT, "0",
+      "IB: service level of every queue pair's address vector (InfiniBand: picks the virtual lane; "
+      "0 to 15). The sender's value is used on both ends of a connection."),
+  ROW(IB_QPS_PER_CONNECTION, "NCCL_IB_QPS_PER_CONNECTION", INT, "1",
+      "IB: queue pairs per connection (1 to 16); each message is split in equal pieces, one per "
+      "queue pair. Both ends must use the same value: a mismatch fails the connection."),
+  ROW(IB_ADAPTIVE_ROUTING, "NCCL_IB_ADAPTIVE_ROUTING", INT, "-2",
+      "IB: 1: messages above BRAID_IB_AR_THRESHOLD go as an RDMA write followed by a separate "
+      "zero-byte write with immediate (safe when the fabric reorders packets); 0: one write with "
+      "immediate; -2: 1 on InfiniBand ports, 0 on RoCE."),
+  ROW(IB_AR_THRESHOLD, "NCCL_IB_AR_THRESHOLD", INT, "8192",
+      "IB with adaptive routing on: messages larger than this many bytes use the separate write "
+      "with immediate."),
+  ROW(IB_PCI_RELAXED_ORDERING, "NCCL_IB_PCI_RELAXED_ORDERING", INT, "2",
+      "IB: register data buffers with IBV_ACCESS_RELAXED_ORDERING (PCIe relaxed ordering for the "
+      "NIC's writes). 2: when the verbs library has ibv_reg_mr_iova2 (rdma-core 1.8 API); 1: the "
+      "same, with a warning when it has not; 0: never."),
+  ROW(CROSS_NIC, "NCCL_CROSS_NIC", INT, "2",
+      "Multi-host rings: 0: ring k uses the same NIC (rail) on every host, NIC k mod the host's "
+      "NIC count, and a ring that cannot is not built; 1 or 2: that NIC first, another where it "
+      "cannot carry the ring (1 and 2 differ in NCCL's search, not in Braid's)."),
   ROW(NET_GDR_LEVEL, "NCCL_NET_GDR_LEVEL", STRING, "PIX",
       "Farthest GPU-NIC path where GPUDirect RDMA is used: LOC, PIX (same PCIe switch), PXB, PHB "
       "(same CPU) or SYS; farther pairs stage through host memory."),

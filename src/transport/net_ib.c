@@ -139,6 +139,9 @@ static int ib_port_setup(struct ib_dev* d, const struct ibv_port_attr* pa) {
     ib_sysfs_text(d->ibname, d->port, "rate", rate, sizeof rate);
     d->speed_mbps = atoi(rate) > 0 ? atoi(rate) * 1000 : 100000;
     d->ptr_support = ib_ptr_support();
+    /* Adaptive routing: NCCL's default, on for InfiniBand and off for RoCE, unless set. */
+    const int ar = (int)braid_param_int(BRAID_P_IB_ADAPTIVE_ROUTING);
+    d->ar = ar == -2 ? pa->link_layer == IBV_LINK_LAYER_INFINIBAND : ar != 0;
     snprintf(link, sizeof link, "/sys/class/infiniband/%s/device", d->ibname);
     if (realpath(link, real) && strlen(real) < sizeof d->pci_path) memcpy(d->pci_path, real, strlen(real) + 1);
     return 0;
@@ -202,13 +205,58 @@ static void ib_find_devices(void) {
   for (int i = 0; i < ib.ndev; i++) {
     char gid[64] = "-";
     if (ib.devs[i].gid_index >= 0) ib_gid_str(ib.devs[i].gid.raw, gid, sizeof gid);
-    INFO(BRAID_LOG_NET, "net IB: device %d: %s, %s, %d Mb/s, GID index %d (%s)", i, ib.devs[i].name,
+    INFO(BRAID_LOG_NET, "net IB: device %d: %s, %s, %d Mb/s, GID index %d (%s), adaptive routing "
+         "%s, relaxed ordering %s", i, ib.devs[i].name,
          ib.devs[i].link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand",
-         ib.devs[i].speed_mbps, ib.devs[i].gid_index, gid);
+         ib.devs[i].speed_mbps, ib.devs[i].gid_index, gid, ib.devs[i].ar ? "on" : "off",
+         ib_relaxed_ordering() ? "on" : "off");
   }
 }
 
+/*
+ * Relaxed ordering needs ibv_reg_mr_iova2 (the IBVERBS_1.8 API, through which
+ * rdma-core passes the optional access flags, dropping them where the kernel
+ * lacks them). 2: when present; 1: the same, warning once when absent; 0: off.
+ */
+int ib_relaxed_ordering(void) {
+  static int warned;
+  const int mode = (int)braid_param_int(BRAID_P_IB_PCI_RELAXED_ORDERING);
+  if (mode == 0) return 0;
+  if (ibv_fn.reg_mr_iova2) return 1;
+  if (mode == 1 && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+    WARN("net IB: BRAID_IB_PCI_RELAXED_ORDERING=1 but the verbs library has no ibv_reg_mr_iova2 "
+         "(rdma-core older than the IBVERBS_1.8 API): registering without relaxed ordering");
+  return 0;
+}
+
+static ncclResult_t ib_knob(braid_param_id_t id, const char* name, int lo, int hi, int* out) {
+  const int64_t v = braid_param_int(id);
+  if (v < lo || v > hi)
+    return braid_err(ncclInvalidUsage, "net IB: BRAID_%s (or NCCL_%s) is %lld; it must be %d to %d",
+                     name, name, (long long)v, lo, hi);
+  *out = (int)v;
+  return ncclSuccess;
+}
+
+ncclResult_t ib_knobs_get(struct ib_knobs* k) {
+  ncclResult_t res = ncclSuccess;
+  BRAID_TRY(ib_knob(BRAID_P_IB_TIMEOUT, "IB_TIMEOUT", 1, 31, &k->timeout));
+  BRAID_TRY(ib_knob(BRAID_P_IB_RETRY_CNT, "IB_RETRY_CNT", 0, 7, &k->retry_cnt));
+  BRAID_TRY(ib_knob(BRAID_P_IB_TC, "IB_TC", 0, 255, &k->tc));
+  BRAID_TRY(ib_knob(BRAID_P_IB_SL, "IB_SL", 0, 15, &k->sl));
+  BRAID_TRY(ib_knob(BRAID_P_IB_QPS_PER_CONNECTION, "IB_QPS_PER_CONNECTION", 1, IB_MAX_QPS, &k->nqps));
+  return ncclSuccess;
+fail:
+  return res;
+}
+
 static ncclResult_t ib_init(int* ndev, char* why, size_t why_size) {
+  if (braid_param_int(BRAID_P_IB_DISABLE) != 0) { /* read on every call: tests reload parameters */
+    *ndev = 0;
+    snprintf(why, why_size, "disabled (BRAID_IB_DISABLE / NCCL_IB_DISABLE is %lld)",
+             (long long)braid_param_int(BRAID_P_IB_DISABLE));
+    return ncclSuccess;
+  }
   pthread_mutex_lock(&ib.lock);
   if (!ib.loaded) {
     ib.loaded = 1;
@@ -239,7 +287,8 @@ static ncclResult_t ib_props(int dev, struct braid_net_props* props) {
 
 void ib_comm_destroy(struct ib_comm* c) {
   if (c == NULL) return;
-  if (c->qp) ibv_fn.destroy_qp(c->qp);
+  for (int q = 0; q < IB_MAX_QPS; q++)
+    if (c->qps[q]) ibv_fn.destroy_qp(c->qps[q]);
   if (c->flush_qp) ibv_fn.destroy_qp(c->flush_qp);
   if (c->cq) ibv_fn.destroy_cq(c->cq);
   if (c->cts_mr) ibv_fn.dereg_mr(c->cts_mr);
@@ -257,7 +306,7 @@ ncclResult_t ib_qp_create(struct ib_comm* c, struct ibv_qp** out) {
   init.send_cq = c->cq;
   init.recv_cq = c->cq;
   init.qp_type = IBV_QPT_RC;
-  init.cap.max_send_wr = 2 * IB_MAX_REQS + 8;
+  init.cap.max_send_wr = 2 * IB_MAX_REQS + 8; /* with adaptive routing, two writes a message */
   init.cap.max_recv_wr = IB_MAX_REQS + 8;
   init.cap.max_send_sge = 1;
   init.cap.max_recv_sge = 1;
@@ -276,24 +325,36 @@ ncclResult_t ib_qp_create(struct ib_comm* c, struct ibv_qp** out) {
   return ncclSuccess;
 }
 
-ncclResult_t ib_comm_create(int dev, int is_send, struct ib_comm** out) {
+ncclResult_t ib_comm_create(int dev, int is_send, const struct ib_knobs* k, struct ib_comm** out) {
   ncclResult_t res = ncclSuccess;
   struct ib_comm* c = NULL;
   struct ib_dev* d = ib_dev_get(dev);
   size_t cts_bytes = sizeof(struct ib_cts) * IB_MAX_REQS;
   *out = NULL;
   BRAID_CHECK(d != NULL, ncclInternalError, "net IB: no device %d", dev);
+  BRAID_CHECK(k->nqps >= 1 && k->nqps <= IB_MAX_QPS, ncclInternalError,
+              "net IB: %d queue pairs per connection", k->nqps);
   BRAID_TRY(BRAID_CALLOC(&c, 1, "an IB connection"));
   c->fd = -1;
   c->dev = dev;
   c->is_send = is_send;
-  c->cq = ibv_fn.create_cq(d->ctx, 4 * IB_MAX_REQS + 16, NULL, NULL, 0);
+  c->nqps = k->nqps;
+  c->tc = (uint8_t)k->tc;
+  c->sl = (uint8_t)k->sl;
+  c->timeout = (uint8_t)k->timeout;
+  c->retry_cnt = (uint8_t)k->retry_cnt;
+  c->ar = d->ar;
+  c->ar_threshold = (size_t)BRAID_MAX(braid_param_int(BRAID_P_IB_AR_THRESHOLD), 0);
+  /* Every queue pair's completions: a sender's writes, a receiver's immediates and its
+     clear-to-send writes, up to IB_MAX_REQS outstanding each (and the flush). */
+  c->cq = ibv_fn.create_cq(d->ctx, (c->nqps + 1) * 2 * IB_MAX_REQS + 16, NULL, NULL, 0);
   BRAID_CHECK(c->cq != NULL, ncclSystemError, "net IB: ibv_create_cq on %s failed: %s", d->name,
               strerror(errno));
-  BRAID_TRY(ib_qp_create(c, &c->qp));
+  for (int q = 0; q < c->nqps; q++) BRAID_TRY(ib_qp_create(c, &c->qps[q]));
   c->cts = aligned_alloc(4096, BRAID_ALIGN_UP(cts_bytes, 4096));
   BRAID_CHECK(c->cts != NULL, ncclSystemError, "net IB: out of memory for a CTS FIFO");
   memset(c->cts, 0, cts_bytes);
+  /* No relaxed ordering here: an entry's seq1 must not land before the rest of it. */
   c->cts_mr = ibv_fn.reg_mr(d->pd, c->cts, cts_bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (c->cts_mr == NULL) {
     char advice[512];
@@ -308,10 +369,11 @@ fail:
   return res;
 }
 
-void ib_qp_info_fill(const struct ib_comm* c, struct ibv_qp* qp, struct ib_qp_info* info) {
+void ib_qp_info_fill(const struct ib_comm* c, struct ibv_qp* const* qps, int n, struct ib_qp_info* info) {
   const struct ib_dev* d = ib_dev_get(c->dev);
   memset(info, 0, sizeof *info);
-  info->qpn = qp->qp_num;
+  for (int q = 0; q < n; q++) info->qpn[q] = qps[q]->qp_num;
+  info->nqps = (uint8_t)n;
   info->psn = 0;
   info->lid = d->lid;
   info->link_layer = (uint8_t)d->link_layer;
@@ -319,38 +381,77 @@ void ib_qp_info_fill(const struct ib_comm* c, struct ibv_qp* qp, struct ib_qp_in
   memcpy(info->gid, d->gid.raw, 16);
   info->cts_addr = (uint64_t)(uintptr_t)c->cts;
   info->cts_rkey = c->cts_mr->rkey;
+  info->tc = c->tc;
+  info->sl = c->sl;
 }
 
-ncclResult_t ib_qp_connect(struct ib_comm* c, struct ibv_qp* qp, const struct ib_qp_info* remote) {
+/*
+ * Why moving a queue pair to RTR was refused, from what the port says now:
+ * an MTU below the path MTU the two ends agreed on, the GID entry gone, the
+ * port no longer active; otherwise, for RoCE, the GID type both ends must share.
+ */
+static void ib_rtr_hint(const struct ib_dev* d, int path_mtu, char* out, size_t size) {
+  struct ibv_port_attr pa;
+  union ibv_gid gid;
+  memset(&pa, 0, sizeof pa);
+  out[0] = '\0';
+  if (ibv_fn.query_port(d->ctx, (uint8_t)d->port, &pa) == 0) {
+    if (pa.state != IBV_PORT_ACTIVE) {
+      snprintf(out, size, " (the port is no longer active: link down?)");
+      return;
+    }
+    if ((int)pa.active_mtu < path_mtu) {
+      snprintf(out, size, " (the port's MTU is now %d bytes, below the path MTU of %d both ends "
+               "read at init: the link came back with another MTU; set the same MTU on every "
+               "port and switch, and restart the job)", 128 << pa.active_mtu, 128 << path_mtu);
+      return;
+    }
+  }
+  if (d->gid_index < 0) return;
+  int zero = 1;
+  if (ibv_fn.query_gid(d->ctx, (uint8_t)d->port, d->gid_index, &gid) == 0)
+    for (int i = 0; i < 16; i++) zero &= gid.raw[i] == 0;
+  if (zero)
+    snprintf(out, size, " (GID index %d of this port is now empty: its address was removed; "
+             "check the interface's IP address, or BRAID_IB_GID_INDEX)", d->gid_index);
+  else
+    snprintf(out, size, " (with RoCE, check that both hosts use the same GID type: "
+             "BRAID_IB_GID_INDEX)");
+}
+
+ncclResult_t ib_qp_connect(struct ib_comm* c, struct ibv_qp* qp, const struct ib_qp_info* remote,
+                           uint32_t remote_qpn) {
   const struct ib_dev* d = ib_dev_get(c->dev);
   struct ibv_qp_attr a;
+  char hint[320];
   memset(&a, 0, sizeof a);
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = (enum ibv_mtu)BRAID_MIN((int)d->mtu, (int)remote->mtu);
-  a.dest_qp_num = remote->qpn;
+  a.dest_qp_num = remote_qpn;
   a.rq_psn = remote->psn;
   a.max_dest_rd_atomic = 1;
   a.min_rnr_timer = 12;
   a.ah_attr.port_num = (uint8_t)d->port;
   a.ah_attr.dlid = remote->lid;
+  a.ah_attr.sl = c->sl;
   if (d->gid_index >= 0) {
     a.ah_attr.is_global = 1;
     memcpy(a.ah_attr.grh.dgid.raw, remote->gid, 16);
     a.ah_attr.grh.sgid_index = (uint8_t)d->gid_index;
     a.ah_attr.grh.hop_limit = 255;
+    a.ah_attr.grh.traffic_class = c->tc;
   }
   int err = ibv_fn.modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                                          IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-  if (err != 0)
-    return braid_err(ncclSystemError,
-                     "net IB: connecting a queue pair on %s to %s failed (RTR): %s%s", d->name,
-                     c->peer, strerror(err),
-                     d->gid_index >= 0 ? " (with RoCE, check that both hosts use the same GID "
-                                         "type: BRAID_IB_GID_INDEX)" : "");
+  if (err != 0) {
+    ib_rtr_hint(d, (int)a.path_mtu, hint, sizeof hint);
+    return braid_err(ncclSystemError, "net IB: connecting a queue pair on %s to %s failed (RTR): %s%s",
+                     d->name, c->peer, strerror(err), hint);
+  }
   memset(&a, 0, sizeof a);
   a.qp_state = IBV_QPS_RTS;
-  a.timeout = 20;
-  a.retry_cnt = 7;
+  a.timeout = c->timeout;
+  a.retry_cnt = c->retry_cnt;
   a.rnr_retry = 7;
   a.sq_psn = 0;
   a.max_rd_atomic = 1;
@@ -362,12 +463,12 @@ ncclResult_t ib_qp_connect(struct ib_comm* c, struct ibv_qp* qp, const struct ib
   return ncclSuccess;
 }
 
-ncclResult_t ib_post_recvs(struct ib_comm* c, int n) {
+ncclResult_t ib_post_recvs(struct ib_comm* c, int q, int n) {
   for (int i = 0; i < n; i++) {
     struct ibv_recv_wr wr, *bad = NULL;
     memset(&wr, 0, sizeof wr);
-    wr.wr_id = 0; /* immediates: matched to requests in order */
-    int err = ibv_post_recv(c->qp, &wr, &bad);
+    wr.wr_id = 0; /* immediates: matched to requests in order, per queue pair */
+    int err = ibv_post_recv(c->qps[q], &wr, &bad);
     if (err != 0)
       return braid_err(ncclSystemError, "net IB: posting a receive for %s failed: %s", c->peer,
                        strerror(err));
@@ -410,10 +511,23 @@ fail:
   return res;
 }
 
-static void ib_drop(struct ib_listen* l, struct ib_pending* p, const char* why) {
+/* Tells the connecting end why it is refused (it reports that instead of a closed socket). */
+static void ib_refuse(int fd, const char* why) {
+  struct ib_hello no;
+  memset(&no, 0, sizeof no);
+  no.magic = IB_MAGIC;
+  no.version = IB_VERSION;
+  no.refused = 1;
+  if (strncmp(why, "net IB: ", 8) == 0) why += 8;
+  snprintf(no.why, sizeof no.why, "%s", why);
+  socket_send_all(fd, &no, sizeof no, 1.0, NULL); /* best effort: it may be gone already */
+}
+
+static void ib_drop(struct ib_listen* l, struct ib_pending* p, const char* why, int answer) {
   char text[80];
   WARN("net IB: listener %s dropped a connection from %s: %s", l->addr,
        socket_addr_str(&p->remote, text, sizeof text), why);
+  if (answer) ib_refuse(p->fd, why);
   socket_close(&p->fd);
 }
 
@@ -424,7 +538,10 @@ static const char* ib_qp_info_check(int dev, const struct ib_qp_info* q) {
   if (q->mtu < IBV_MTU_256 || q->mtu > IBV_MTU_4096) return "a path MTU out of range";
   if (q->link_layer != (uint8_t)d->link_layer)
     return "another link layer (InfiniBand and RoCE do not connect)";
-  if ((q->qpn & 0xff000000u) != 0) return "a queue pair number out of range";
+  if (q->nqps < 1 || q->nqps > IB_MAX_QPS) return "a queue pair count out of range";
+  for (int i = 0; i < q->nqps; i++)
+    if ((q->qpn[i] & 0xff000000u) != 0) return "a queue pair number out of range";
+  if (q->sl > 15) return "a service level out of range";
   return NULL;
 }
 
@@ -438,29 +555,58 @@ static const char* ib_hello_check(int dev, const uint8_t* key, const struct ib_h
   return ib_qp_info_check(dev, &h->info);
 }
 
-/* A complete, valid hello: make our queue pair, connect it, answer. The comm takes the fd. */
+/* Both ends of a connection must split messages alike. */
+static ncclResult_t ib_nqps_mismatch(const char* peer, int mine, int theirs) {
+  return braid_err(ncclInvalidUsage, "net IB: %s uses %d queue pair%s per connection and this "
+                   "process %d: set BRAID_IB_QPS_PER_CONNECTION (or NCCL_IB_QPS_PER_CONNECTION) "
+                   "to the same value for every rank", peer, theirs, theirs == 1 ? "" : "s", mine);
+}
+
+/* A complete, valid hello: make our queue pairs, connect them, answer. The comm takes the fd. */
 static ncclResult_t ib_accept_finish(struct ib_listen* l, struct ib_pending* p, void** recv_comm) {
   ncclResult_t res = ncclSuccess;
   struct ib_comm* c = NULL;
   struct ib_hello answer;
-  BRAID_TRY(ib_comm_create(l->dev, 0, &c));
-  socket_addr_str(&p->remote, c->peer, sizeof c->peer);
-  c->remote_cts_addr = p->hello.info.cts_addr;
-  c->remote_cts_rkey = p->hello.info.cts_rkey;
-  BRAID_TRY(ib_qp_connect(c, c->qp, &p->hello.info));
-  BRAID_TRY(ib_post_recvs(c, IB_MAX_REQS));
+  struct ib_knobs k;
+  char peer[80];
+  const struct ib_qp_info* in = &p->hello.info;
+  socket_addr_str(&p->remote, peer, sizeof peer);
+  BRAID_TRY(ib_knobs_get(&k));
+  if (in->nqps != k.nqps) {
+    char why[IB_WHY_BYTES];
+    res = ib_nqps_mismatch(peer, k.nqps, in->nqps);
+    snprintf(why, sizeof why, "the receiver uses %d queue pair%s per connection and this sender "
+             "%d: set BRAID_IB_QPS_PER_CONNECTION (or NCCL_IB_QPS_PER_CONNECTION) to the same "
+             "value for every rank", k.nqps, k.nqps == 1 ? "" : "s", in->nqps);
+    ib_refuse(p->fd, why);
+    socket_close(&p->fd);
+    return res;
+  }
+  k.tc = in->tc; /* the sender's class, so that both directions travel in it */
+  k.sl = in->sl;
+  BRAID_TRY(ib_comm_create(l->dev, 0, &k, &c));
+  snprintf(c->peer, sizeof c->peer, "%s", peer);
+  c->remote_cts_addr = in->cts_addr;
+  c->remote_cts_rkey = in->cts_rkey;
+  for (int q = 0; q < c->nqps; q++) {
+    BRAID_TRY(ib_qp_connect(c, c->qps[q], in, in->qpn[q]));
+    BRAID_TRY(ib_post_recvs(c, q, IB_MAX_REQS));
+  }
   memset(&answer, 0, sizeof answer);
   answer.magic = IB_MAGIC;
   answer.version = IB_VERSION;
   memcpy(answer.key, l->key, BRAID_NET_KEY_BYTES);
-  ib_qp_info_fill(c, c->qp, &answer.info);
+  ib_qp_info_fill(c, c->qps, c->nqps, &answer.info);
   BRAID_TRY(socket_send_all(p->fd, &answer, sizeof answer, IB_HELLO_SEC, NULL));
   c->fd = p->fd;
   p->fd = -1;
-  INFO(BRAID_LOG_NET, "net IB: accepted a connection from %s on %s", c->peer, ib_dev_get(l->dev)->name);
+  INFO(BRAID_LOG_NET, "net IB: accepted a connection from %s on %s (%d queue pair%s, traffic "
+       "class %d, service level %d)", c->peer, ib_dev_get(l->dev)->name, c->nqps,
+       c->nqps == 1 ? "" : "s", c->tc, c->sl);
   *recv_comm = c;
   return ncclSuccess;
 fail:
+  if (p->fd >= 0) ib_refuse(p->fd, braid_err_last()); /* the sender says why, not "closed" */
   socket_close(&p->fd);
   ib_comm_destroy(c);
   return res;
@@ -481,17 +627,17 @@ static ncclResult_t ib_accept(void* listen_comm, void** recv_comm) {
     }
     size_t n = 0;
     if (socket_recv_some(p->fd, (char*)&p->hello + p->got, sizeof p->hello - p->got, &n) != ncclSuccess) {
-      ib_drop(l, p, "it closed before presenting its hello");
+      ib_drop(l, p, "it closed before presenting its hello", 0);
       continue;
     }
     p->got += n;
     if (p->got < sizeof p->hello) {
-      if (now >= p->deadline) ib_drop(l, p, "no hello within 5 s");
+      if (now >= p->deadline) ib_drop(l, p, "no hello within 5 s", 0);
       continue;
     }
     const char* why = ib_hello_check(l->dev, l->key, &p->hello);
     if (why) {
-      ib_drop(l, p, why);
+      ib_drop(l, p, why, 1);
       continue;
     }
     return ib_accept_finish(l, p, recv_comm);
@@ -535,7 +681,9 @@ static ncclResult_t ib_connect_hello(struct ib_connecting* cg, const uint8_t* ke
   struct ib_hello hello;
   *sent = 0;
   if (cg->comm == NULL) {
-    BRAID_TRY(ib_comm_create(dev, 1, &cg->comm));
+    struct ib_knobs k;
+    BRAID_TRY(ib_knobs_get(&k));
+    BRAID_TRY(ib_comm_create(dev, 1, &k, &cg->comm));
     socket_addr_str(&cg->addr, cg->comm->peer, sizeof cg->comm->peer);
   }
   BRAID_TRY(net_connect_try_step(&cg->connect_try, &cg->addr, "IB", cg->comm->peer, &cg->comm->fd));
@@ -544,9 +692,31 @@ static ncclResult_t ib_connect_hello(struct ib_connecting* cg, const uint8_t* ke
   hello.magic = IB_MAGIC;
   hello.version = IB_VERSION;
   memcpy(hello.key, key, BRAID_NET_KEY_BYTES);
-  ib_qp_info_fill(cg->comm, cg->comm->qp, &hello.info);
+  ib_qp_info_fill(cg->comm, cg->comm->qps, cg->comm->nqps, &hello.info);
   BRAID_TRY(socket_send_all(cg->comm->fd, &hello, sizeof hello, IB_HELLO_SEC, NULL));
   *sent = 1;
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+/* The listener's complete answer: a refusal, or its queue pairs to connect ours to. */
+static ncclResult_t ib_connect_answer(struct ib_connecting* cg, const uint8_t* key, int dev) {
+  ncclResult_t res = ncclSuccess;
+  struct ib_comm* c = cg->comm;
+  struct ib_hello* a = &cg->answer;
+  if (a->magic == IB_MAGIC && a->version == IB_VERSION && a->refused) {
+    a->why[sizeof a->why - 1] = '\0';
+    return braid_err(ncclRemoteError, "net IB: %s refused the connection: %s", c->peer, a->why);
+  }
+  const char* why = ib_hello_check(dev, key, a);
+  BRAID_CHECK(why == NULL, ncclRemoteError, "net IB: %s answered with %s", c->peer, why ? why : "");
+  if (a->info.nqps != c->nqps) return ib_nqps_mismatch(c->peer, c->nqps, a->info.nqps);
+  for (int q = 0; q < c->nqps; q++) BRAID_TRY(ib_qp_connect(c, c->qps[q], &a->info, a->info.qpn[q]));
+  BRAID_TRY(socket_send_all(c->fd, "R", 1, IB_HELLO_SEC, NULL)); /* our queue pairs are ready */
+  INFO(BRAID_LOG_NET, "net IB: connected to %s on %s (%d queue pair%s, traffic class %d, service "
+       "level %d, timeout %d, retry count %d, adaptive routing %s)", c->peer, ib_dev_get(dev)->name,
+       c->nqps, c->nqps == 1 ? "" : "s", c->tc, c->sl, c->timeout, c->retry_cnt, c->ar ? "on" : "off");
   return ncclSuccess;
 fail:
   return res;
@@ -577,15 +747,10 @@ static ncclResult_t ib_connect(int dev, const uint8_t* key, const void* handle, 
   size_t n = 0;
   res = socket_recv_some(cg->comm->fd, (char*)&cg->answer + cg->got, sizeof cg->answer - cg->got, &n);
   BRAID_CHECK(res == ncclSuccess, ncclRemoteError, "net IB: %s closed the connection during the "
-              "handshake (it refused our key, or its process exited)", cg->comm->peer);
+              "handshake without answering (its process exited?)", cg->comm->peer);
   cg->got += n;
   if (cg->got < sizeof cg->answer) return ncclSuccess;
-  const char* why = ib_hello_check(dev, key, &cg->answer);
-  BRAID_CHECK(why == NULL, ncclRemoteError, "net IB: %s answered with %s", cg->comm->peer,
-              why ? why : "");
-  BRAID_TRY(ib_qp_connect(cg->comm, cg->comm->qp, &cg->answer.info));
-  BRAID_TRY(socket_send_all(cg->comm->fd, "R", 1, IB_HELLO_SEC, NULL)); /* our queue pair is ready */
-  INFO(BRAID_LOG_NET, "net IB: connected to %s on %s", cg->comm->peer, ib_dev_get(dev)->name);
+  BRAID_TRY(ib_connect_answer(cg, key, dev));
   cg->comm->ready = 1; /* a sender waits for no "ready" byte */
   *send_comm = cg->comm;
   cg->comm = NULL;

@@ -7,15 +7,20 @@
  *   net_ib_data.c   registration, isend/irecv (RDMA write with immediate),
  *                   flush, test, close
  *
- * Data protocol, per connection (one RC queue pair): the receiver's irecv
- * writes a clear-to-send entry {address, rkey, size, seq} into the sender's
- * CTS FIFO with an RDMA write; the sender's isend waits (returns no request)
- * until entry `seq` is there, then RDMA-writes the message into that buffer
- * with its size as the immediate. The receiver keeps zero-length receives
- * posted to take the immediates; they complete in order. A TCP socket from
- * the handshake stays open beside the queue pair: the kernel closes it when
- * a peer process dies, which is how a receiver waiting on a dead sender
- * learns of it.
+ * Data protocol, per connection (BRAID_IB_QPS_PER_CONNECTION RC queue pairs,
+ * one by default): the receiver's irecv writes a clear-to-send entry
+ * {address, rkey, size, seq} into the sender's CTS FIFO with an RDMA write on
+ * the first queue pair; the sender's isend waits (returns no request) until
+ * entry `seq` is there, then splits the message in one piece per queue pair
+ * (ib_split) and RDMA-writes each piece into its place in that buffer, with
+ * the message's size as the immediate; with adaptive routing, a piece above
+ * BRAID_IB_AR_THRESHOLD goes as a plain RDMA write followed by a zero-byte
+ * write with immediate. The receiver keeps zero-length receives posted on
+ * every queue pair to take the immediates; on each queue pair they complete
+ * in message order, and a message is complete when every queue pair has
+ * delivered its immediate. A TCP socket from the handshake stays open beside
+ * the queue pairs: the kernel closes it when a peer process dies, which is
+ * how a receiver waiting on a dead sender learns of it.
  */
 #ifndef BRAID_TRANSPORT_NET_IB_H
 #define BRAID_TRANSPORT_NET_IB_H
@@ -56,5 +61,15 @@ void ib_memlock_advice(size_t bytes, int err, char* out, size_t size);
 
 /* A GID as text: IPv6, or dotted IPv4 when it is IPv4-mapped. */
 void ib_gid_str(const uint8_t* raw, char* out, size_t size);
+
+/* The alignment of the pieces a message is split into across queue pairs. */
+#define IB_PIECE_ALIGN 128
+
+/*
+ * Piece q of a `size`-byte message split across nqps queue pairs: the pieces
+ * are ceil(size / nqps) rounded up to IB_PIECE_ALIGN bytes, in order, the
+ * last ones shorter or empty. *off and *len say where piece q is.
+ */
+void ib_split(size_t size, int nqps, int q, size_t* off, size_t* len);
 
 #endif

@@ -33,8 +33,8 @@ static ncclResult_t ib_flush_setup(struct ib_comm* c) {
   BRAID_CHECK(c->scratch_mr != NULL, ncclSystemError, "net IB: registering a flush buffer on %s failed: %s",
               d->name, strerror(errno));
   BRAID_TRY(ib_qp_create(c, &c->flush_qp));
-  ib_qp_info_fill(c, c->flush_qp, &self);
-  BRAID_TRY(ib_qp_connect(c, c->flush_qp, &self));
+  ib_qp_info_fill(c, &c->flush_qp, 1, &self);
+  BRAID_TRY(ib_qp_connect(c, c->flush_qp, &self, self.qpn[0]));
   return ncclSuccess;
 fail:
   return res;
@@ -50,6 +50,11 @@ static ncclResult_t ib_reg_failed(struct ib_comm* c, size_t size, int err, const
   return braid_err(ncclSystemError, "net IB: %s on %s: %s", what, ib_dev_get(c->dev)->name, advice);
 }
 
+/* The access of a data registration: relaxed ordering where BRAID_IB_PCI_RELAXED_ORDERING allows. */
+static int ib_data_access(void) {
+  return IB_ACCESS | (ib_relaxed_ordering() ? IBV_ACCESS_RELAXED_ORDERING : 0);
+}
+
 ncclResult_t ib_reg_mr(void* comm, void* data, size_t size, int is_cuda, void** mhandle) {
   struct ib_comm* c = comm;
   struct ib_dev* d = ib_dev_get(c->dev);
@@ -57,7 +62,10 @@ ncclResult_t ib_reg_mr(void* comm, void* data, size_t size, int is_cuda, void** 
   if (is_cuda && !(d->ptr_support & BRAID_NET_PTR_CUDA))
     return braid_err(ncclInvalidUsage, "net IB: %s cannot register GPU memory without nvidia-peermem "
                      "(modprobe nvidia_peermem) or dma-buf", d->name);
-  struct ibv_mr* mr = ibv_fn.reg_mr(d->pd, data, size, IB_ACCESS);
+  const int access = ib_data_access();
+  struct ibv_mr* mr = (access & IBV_ACCESS_RELAXED_ORDERING)
+                          ? ibv_fn.reg_mr_iova2(d->pd, data, size, (uint64_t)(uintptr_t)data, (unsigned)access)
+                          : ibv_fn.reg_mr(d->pd, data, size, access);
   if (mr == NULL) return ib_reg_failed(c, size, errno, is_cuda ? "GPU memory (peer memory)" : "host memory");
   *mhandle = mr;
   return is_cuda ? ib_flush_setup(c) : ncclSuccess;
@@ -71,7 +79,7 @@ ncclResult_t ib_reg_mr_dmabuf(void* comm, void* data, size_t size, uint64_t offs
     return braid_err(ncclInvalidUsage, "net IB: this rdma-core has no ibv_reg_dmabuf_mr (version 34 "
                      "or later needed for GPUDirect RDMA through dma-buf)");
   struct ibv_mr* mr = ibv_fn.reg_dmabuf_mr(ib_dev_get(c->dev)->pd, offset, size, (uint64_t)(uintptr_t)data,
-                                           fd, IB_ACCESS);
+                                           fd, ib_data_access());
   if (mr == NULL) return ib_reg_failed(c, size, errno, "GPU memory (dma-buf)");
   *mhandle = mr;
   return ib_flush_setup(c);
@@ -98,30 +106,55 @@ static ncclResult_t ib_wc_failed(struct ib_comm* c, const struct ibv_wc* wc) {
   return c->failed;
 }
 
-static ncclResult_t ib_wc_handle(struct ib_comm* c, const struct ibv_wc* wc) {
-  if (wc->status != IBV_WC_SUCCESS) return ib_wc_failed(c, wc);
-  if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-    /* Immediates complete in message order; each must match a receive posted and not done. */
-    const int slot = (int)(c->recv_done % IB_MAX_REQS);
-    struct ib_req* r = c->recv_done < c->seq ? c->recv_order[slot] : NULL;
-    if (r == NULL) {
-      c->failed = braid_err(ncclInternalError, "net IB: %s sent a message no receive was posted for", c->peer);
-      return c->failed;
-    }
-    const uint32_t got = ntohl(wc->imm_data);
-    if (got > r->size) { /* its write ran past the slot it was cleared for */
-      c->failed = braid_err(ncclRemoteError,
-                            "net IB: %s wrote %u bytes into a receive of %zu bytes (message %llu)",
-                            c->peer, got, r->size, (unsigned long long)c->recv_done);
-      return c->failed;
-    }
+/* The index of the comm's queue pair numbered `qpn`, or -1. */
+static int ib_qp_index(const struct ib_comm* c, uint32_t qpn) {
+  for (int q = 0; q < c->nqps; q++)
+    if (c->qps[q]->qp_num == qpn) return q;
+  return -1;
+}
+
+/*
+ * An immediate: one piece of a message arrived. Each queue pair delivers its
+ * pieces in message order, so the piece is of message qp_done[q]; it must be a
+ * receive posted and not done, all pieces must give the same size, and the
+ * message is complete when every queue pair has delivered its piece.
+ */
+static ncclResult_t ib_recv_piece(struct ib_comm* c, const struct ibv_wc* wc) {
+  const int q = ib_qp_index(c, wc->qp_num);
+  if (q < 0)
+    return c->failed = braid_err(ncclInternalError, "net IB: a completion for queue pair 0x%x, "
+                                 "not one of the connection with %s", wc->qp_num, c->peer);
+  const uint64_t m = c->qp_done[q];
+  const int slot = (int)(m % IB_MAX_REQS);
+  struct ib_req* r = m < c->seq ? c->recv_order[slot] : NULL;
+  if (r == NULL)
+    return c->failed = braid_err(ncclInternalError, "net IB: %s sent a message no receive was "
+                                 "posted for", c->peer);
+  const uint32_t got = ntohl(wc->imm_data);
+  if (got > r->size) /* its write ran past the slot it was cleared for */
+    return c->failed = braid_err(ncclRemoteError, "net IB: %s wrote %u bytes into a receive of %zu "
+                                 "bytes (message %llu)", c->peer, got, r->size, (unsigned long long)m);
+  if (r->pieces > 0 && got != r->got)
+    return c->failed = braid_err(ncclRemoteError, "net IB: the pieces of message %llu from %s "
+                                 "disagree on its size (%u and %u bytes)", (unsigned long long)m,
+                                 c->peer, r->got, got);
+  r->got = got;
+  c->qp_done[q]++;
+  if (++r->pieces == c->nqps) {
     c->recv_order[slot] = NULL;
-    c->recv_done++;
     r->size = got;
     r->done = 1;
-    return ib_post_recvs(c, 1);
   }
-  if (wc->wr_id != 0) ((struct ib_req*)(uintptr_t)wc->wr_id)->done = 1; /* a send or a flush */
+  return ib_post_recvs(c, q, 1);
+}
+
+static ncclResult_t ib_wc_handle(struct ib_comm* c, const struct ibv_wc* wc) {
+  if (wc->status != IBV_WC_SUCCESS) return ib_wc_failed(c, wc);
+  if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) return ib_recv_piece(c, wc);
+  if (wc->wr_id != 0) { /* a send's piece, or a flush */
+    struct ib_req* r = (struct ib_req*)(uintptr_t)wc->wr_id;
+    if (--r->pending <= 0) r->done = 1;
+  }
   return ncclSuccess;
 }
 
@@ -170,6 +203,40 @@ static struct ib_req* ib_req_get(struct ib_comm* c) {
 
 /* ------------------------------------------------------------- requests */
 
+/*
+ * Piece q of a message: an RDMA write with immediate into its place in the
+ * receiver's buffer or, with adaptive routing and above the threshold, a plain
+ * RDMA write followed by a zero-byte write with immediate on the same queue
+ * pair (the immediate then completes only after all the data is placed, even
+ * where the fabric reorders the write's packets). Only the last is signaled.
+ */
+static int ib_post_piece(struct ib_comm* c, int q, struct ib_req* r, char* data, size_t off,
+                         size_t len, uint32_t size, const struct ibv_mr* mr, uint64_t raddr,
+                         uint32_t rkey) {
+  struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)(data + off), .length = (uint32_t)len,
+                        .lkey = mr ? mr->lkey : 0};
+  struct ibv_send_wr wr[2], *bad = NULL;
+  const int split = c->ar && len > c->ar_threshold;
+  memset(wr, 0, sizeof wr);
+  wr[0].sg_list = len ? &sge : NULL;
+  wr[0].num_sge = len ? 1 : 0;
+  wr[0].wr.rdma.remote_addr = raddr + off;
+  wr[0].wr.rdma.rkey = rkey;
+  wr[1] = wr[0];
+  struct ibv_send_wr* last = split ? &wr[1] : &wr[0];
+  if (split) {
+    wr[0].opcode = IBV_WR_RDMA_WRITE;
+    wr[0].next = &wr[1];
+    wr[1].sg_list = NULL;
+    wr[1].num_sge = 0;
+  }
+  last->opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  last->imm_data = htonl(size);
+  last->send_flags = IBV_SEND_SIGNALED;
+  last->wr_id = (uint64_t)(uintptr_t)r;
+  return ibv_post_send(c->qps[q], &wr[0], &bad);
+}
+
 ncclResult_t ib_isend(void* send_comm, void* data, size_t size, void* mhandle, void** request) {
   struct ib_comm* c = send_comm;
   struct ibv_mr* mr = mhandle;
@@ -184,21 +251,18 @@ ncclResult_t ib_isend(void* send_comm, void* data, size_t size, void* mhandle, v
                                  "%u-byte receive (truncation)", size, c->peer, cts->size);
   struct ib_req* r = ib_req_get(c);
   if (r == NULL) return ncclSuccess;
-  struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)data, .length = (uint32_t)size, .lkey = mr ? mr->lkey : 0};
-  struct ibv_send_wr wr, *bad = NULL;
-  memset(&wr, 0, sizeof wr);
-  wr.wr_id = (uint64_t)(uintptr_t)r;
-  wr.sg_list = size ? &sge : NULL;
-  wr.num_sge = size ? 1 : 0;
-  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.imm_data = htonl((uint32_t)size);
-  wr.wr.rdma.remote_addr = cts->addr;
-  wr.wr.rdma.rkey = cts->rkey;
-  int err = ibv_post_send(c->qp, &wr, &bad);
-  if (err != 0) {
-    r->used = 0;
-    return c->failed = braid_err(ncclSystemError, "net IB: posting a send to %s failed: %s", c->peer, strerror(err));
+  const uint64_t raddr = cts->addr;
+  const uint32_t rkey = cts->rkey;
+  r->pending = c->nqps;
+  for (int q = 0; q < c->nqps; q++) {
+    size_t off, len;
+    ib_split(size, c->nqps, q, &off, &len);
+    int err = ib_post_piece(c, q, r, data, off, len, (uint32_t)size, mr, raddr, rkey);
+    if (err != 0) {
+      if (q == 0) r->used = 0; /* pieces already posted would complete into it */
+      return c->failed = braid_err(ncclSystemError, "net IB: posting a send to %s failed: %s",
+                                   c->peer, strerror(err));
+    }
   }
   r->size = size;
   c->seq++;
@@ -230,7 +294,7 @@ ncclResult_t ib_irecv(void* recv_comm, void* data, size_t size, void* mhandle, v
   wr.wr.rdma.rkey = c->remote_cts_rkey;
   r->size = entry->size; /* the most the sender may write: its immediate is checked against it */
   c->recv_order[slot] = r;
-  int err = ibv_post_send(c->qp, &wr, &bad);
+  int err = ibv_post_send(c->qps[0], &wr, &bad); /* clear-to-send entries go on the first */
   if (err != 0) {
     c->recv_order[slot] = NULL;
     r->used = 0;
@@ -251,7 +315,7 @@ ncclResult_t ib_iflush(void* recv_comm, void* data, size_t size, void* mhandle, 
   for (int i = 0; i < IB_MAX_REQS && r == NULL; i++)
     if (!c->reqs[i].used) r = &c->reqs[i];
   if (r == NULL) return braid_err(ncclInternalError, "net IB: no request free for a flush");
-  *r = (struct ib_req){.comm = c, .used = 1};
+  *r = (struct ib_req){.comm = c, .used = 1, .pending = 1};
   struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)c->scratch, .length = 1, .lkey = c->scratch_mr->lkey};
   struct ibv_send_wr wr, *bad = NULL;
   memset(&wr, 0, sizeof wr);

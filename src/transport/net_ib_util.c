@@ -1,7 +1,8 @@
 /*
  * The parts of the IB backend that need no device, so that unit tests run
  * them anywhere: which HCAs BRAID_IB_HCA selects, which GID a RoCE port
- * uses, and what to tell a user whose memory registration failed.
+ * uses, what to tell a user whose memory registration failed, and how a
+ * message is split across a connection's queue pairs.
  */
 #include "transport/net_ib.h"
 
@@ -104,4 +105,11 @@ void ib_memlock_advice(size_t bytes, int err, char* out, size_t size) {
            "RDMA: raise it (ulimit -l unlimited; memlock in /etc/security/limits.conf; "
            "LimitMEMLOCK=infinity for systemd services; docker run --ulimit memlock=-1)",
            bytes, strerror(err), (unsigned long long)(lim.rlim_cur >> 10));
+}
+
+void ib_split(size_t size, int nqps, int q, size_t* off, size_t* len) {
+  size_t chunk = nqps > 1 ? BRAID_ALIGN_UP((size + (size_t)nqps - 1) / (size_t)nqps, IB_PIECE_ALIGN) : size;
+  size_t start = BRAID_MIN((size_t)q * chunk, size);
+  *off = start;
+  *len = BRAID_MIN(chunk, size - start);
 }

@@ -18,7 +18,7 @@ struct ib_fns ibv_fn;
 
 static void* ib_lib;
 
-/* Required symbols; ibv_reg_dmabuf_mr is optional (rdma-core 34 and later). */
+/* Required symbols; ibv_reg_dmabuf_mr (rdma-core 34 and later) and ibv_reg_mr_iova2 are optional. */
 static const struct {
   const char* name;
   void** slot;
@@ -63,6 +63,7 @@ int ib_verbs_load(char* why, size_t why_size) {
     }
   }
   ibv_fn.reg_dmabuf_mr = dlsym(lib, "ibv_reg_dmabuf_mr");
+  ibv_fn.reg_mr_iova2 = dlsym(lib, "ibv_reg_mr_iova2"); /* IBVERBS_1.8: relaxed ordering */
   if (other) INFO(BRAID_LOG_NET, "net IB: verbs from %s (BRAID_IB_VERBS_LIB)", name);
   ib_lib = lib;
   return 0;

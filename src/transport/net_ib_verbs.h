@@ -29,6 +29,7 @@ struct ib_fns {
   int (*dealloc_pd)(struct ibv_pd*);
   struct ibv_mr* (*reg_mr)(struct ibv_pd*, void*, size_t, int);
   struct ibv_mr* (*reg_dmabuf_mr)(struct ibv_pd*, uint64_t, size_t, uint64_t, int, int); /* may be NULL */
+  struct ibv_mr* (*reg_mr_iova2)(struct ibv_pd*, void*, size_t, uint64_t, unsigned); /* may be NULL */
   int (*dereg_mr)(struct ibv_mr*);
   struct ibv_cq* (*create_cq)(struct ibv_context*, int, void*, struct ibv_comp_channel*, int);
   int (*destroy_cq)(struct ibv_cq*);
@@ -56,15 +57,19 @@ struct ib_dev {
   int speed_mbps;
   unsigned ptr_support;
   char pci_path[256];
+  int ar;                 /* adaptive routing: data and immediate as separate writes */
 };
 
 #define IB_MAX_REQS 32
+#define IB_MAX_QPS 16 /* BRAID_IB_QPS_PER_CONNECTION's upper bound */
 #define IB_MAGIC 0x42444942u /* "BIDB" */
-#define IB_VERSION 2 /* 2: the listener's answer carries the key too */
+/* 2: the listener's answer carries the key too; 3: several queue pairs, the sender's traffic
+   class and service level, and refusals that say why */
+#define IB_VERSION 3
 
-/* What a queue pair's owner tells the other end. */
+/* What a connection's end tells the other: its queue pairs and where they are. */
 struct __attribute__((packed)) ib_qp_info {
-  uint32_t qpn;
+  uint32_t qpn[IB_MAX_QPS]; /* the first nqps are used */
   uint32_t psn;
   uint16_t lid;
   uint8_t link_layer;
@@ -72,15 +77,21 @@ struct __attribute__((packed)) ib_qp_info {
   uint8_t gid[16];
   uint64_t cts_addr; /* sender: its CTS FIFO */
   uint32_t cts_rkey;
-  uint32_t pad;
+  uint8_t nqps;      /* BRAID_IB_QPS_PER_CONNECTION: both ends must agree */
+  uint8_t tc;        /* the sender's traffic class and service level, used by both ends */
+  uint8_t sl;
+  uint8_t pad;
 };
+
+#define IB_WHY_BYTES 320
 
 struct __attribute__((packed)) ib_hello {
   uint32_t magic;
   uint16_t version;
-  uint16_t pad;
-  uint8_t key[BRAID_NET_KEY_BYTES];
+  uint16_t refused; /* an answer: 1 when the listener refused the connection, for `why` */
+  uint8_t key[BRAID_NET_KEY_BYTES]; /* zeros in a refusal */
   struct ib_qp_info info;
+  char why[IB_WHY_BYTES]; /* a refusal's reason, NUL-terminated */
 };
 
 /* One clear-to-send entry: where the receiver's buffer for message `seq` is. */
@@ -97,6 +108,9 @@ struct ib_comm;
 struct ib_req {
   struct ib_comm* comm;
   int used, done;
+  int pending;  /* sender, flush: signaled completions still to come (one per queue pair) */
+  int pieces;   /* receiver: immediates arrived (one per queue pair) */
+  uint32_t got; /* receiver: the message's size, as its immediates say */
   size_t size;
 };
 
@@ -106,7 +120,13 @@ struct ib_comm {
   int fd;                       /* the handshake's TCP socket: liveness */
   char peer[80];
   struct ibv_cq* cq;
-  struct ibv_qp* qp;
+  int nqps;                     /* queue pairs; a message is split across all of them */
+  struct ibv_qp* qps[IB_MAX_QPS];
+  uint64_t qp_done[IB_MAX_QPS]; /* receiver: immediates taken on each queue pair */
+  int ar;                       /* sender: adaptive routing (the device's, or the parameter) */
+  size_t ar_threshold;          /* sender: BRAID_IB_AR_THRESHOLD */
+  uint8_t tc, sl;               /* the sender's, on both ends */
+  uint8_t timeout, retry_cnt;   /* this end's BRAID_IB_TIMEOUT, BRAID_IB_RETRY_CNT */
   struct ibv_qp* flush_qp;      /* receiver with GPU buffers: RDMA read from itself */
   struct ib_cts* cts;           /* sender: FIFO the receiver writes; receiver: staging */
   struct ibv_mr* cts_mr;
@@ -115,7 +135,6 @@ struct ib_comm {
   char* scratch;                /* flush target */
   struct ibv_mr* scratch_mr;
   uint64_t seq;                 /* messages posted */
-  uint64_t recv_done;           /* receiver: immediates matched so far */
   struct ib_req reqs[IB_MAX_REQS];
   struct ib_req* recv_order[IB_MAX_REQS]; /* receiver: request of message seq % max */
   int ready;                    /* receiver: the sender's queue pair is ready for our writes */
@@ -162,14 +181,28 @@ struct ib_handle {
 int ib_dev_count(void);
 struct ib_dev* ib_dev_get(int dev);
 
-/* Queue pairs (net_ib.c). */
-ncclResult_t ib_comm_create(int dev, int is_send, struct ib_comm** out);
+/* The IB parameters a connection uses, read once per connection (net_ib.c). */
+struct ib_knobs {
+  int timeout, retry_cnt, tc, sl, nqps;
+};
+/* The knobs from the parameters; an error names the one out of range. */
+ncclResult_t ib_knobs_get(struct ib_knobs* k);
+/* Whether data registrations take IBV_ACCESS_RELAXED_ORDERING (BRAID_IB_PCI_RELAXED_ORDERING). */
+int ib_relaxed_ordering(void);
+
+/* Queue pairs (net_ib.c): k->nqps of them, with k's traffic class and service level (a
+   receiver passes the sender's, from its hello) and k's timeout and retry count. */
+ncclResult_t ib_comm_create(int dev, int is_send, const struct ib_knobs* k, struct ib_comm** out);
 void ib_comm_destroy(struct ib_comm* c);
 /* A queue pair on the comm's device and completion queue, in INIT. */
 ncclResult_t ib_qp_create(struct ib_comm* c, struct ibv_qp** out);
-void ib_qp_info_fill(const struct ib_comm* c, struct ibv_qp* qp, struct ib_qp_info* info);
-ncclResult_t ib_qp_connect(struct ib_comm* c, struct ibv_qp* qp, const struct ib_qp_info* remote);
-ncclResult_t ib_post_recvs(struct ib_comm* c, int n);
+/* This end's queue pairs `qps[0..n)` and addresses, for the other end. */
+void ib_qp_info_fill(const struct ib_comm* c, struct ibv_qp* const* qps, int n, struct ib_qp_info* info);
+/* Moves `qp` to RTR and RTS, connected to queue pair `remote_qpn` that `remote` describes. */
+ncclResult_t ib_qp_connect(struct ib_comm* c, struct ibv_qp* qp, const struct ib_qp_info* remote,
+                           uint32_t remote_qpn);
+/* Posts n zero-length receives (for immediates) on queue pair q. */
+ncclResult_t ib_post_recvs(struct ib_comm* c, int q, int n);
 
 /* Data path (net_ib_data.c). */
 ncclResult_t ib_reg_mr(void* comm, void* data, size_t size, int is_cuda, void** mhandle);

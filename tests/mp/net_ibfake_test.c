@@ -24,12 +24,14 @@
  *              seconds, with an error naming the dead peer (its host; for the sender, the
  *              receiver's address)
  *   mtudrop    the sender's port comes back with a 1024-byte MTU after the backend read 4096:
- *              moving its queue pair to RTR is refused, the connect fails naming the receiver
- *              and RTR, and the receiver, left waiting for "ready", gets an error naming the
- *              sender's host; the provider logged the refusal (path MTU above the port's)
+ *              moving its queue pair to RTR is refused, the connect fails naming the receiver,
+ *              RTR and the port's new MTU (not the GID setting), and the receiver, left waiting
+ *              for "ready", gets an error naming the sender's host; the provider logged the
+ *              refusal (path MTU above the port's)
  *   gidgone    the GID the receiver's backend chose is deleted before a connection comes: its
- *              RTR is refused, the accept fails naming the sender and the GID setting, and the
- *              sender's connect fails naming the receiver
+ *              RTR is refused, the accept fails naming the sender, the emptied GID entry and
+ *              the GID setting, and the sender's connect fails naming the receiver and carrying
+ *              the receiver's reason (its refusal), not a guess at a wrong key or an exit
  *   cqoverflow the receiver's completion queue holds 4 entries (IBFAKE_CQ_ENTRIES) and 64
  *              completions arrive unpolled: the receiver's next test fails ("polling the
  *              completion queue") naming the sender's host, within seconds
@@ -41,6 +43,22 @@
  *              is refused ("Bad address"); a dma-buf (a memfd standing in for a GPU's) is
  *              registered, a 1 MiB message lands in it, and the flush (an RDMA read through a
  *              queue pair connected to itself) completes; the log shows that queue pair
+ *   knobs, ibdefault, rocedefault
+ *              the IB parameters reach the verbs calls (the provider's log and its count of
+ *              posted writes): knobs sets timeout 14, retry count 5, 2 queue pairs, adaptive
+ *              routing on, and, on the sender only, traffic class 106 (as NCCL_IB_TC) and SL 3,
+ *              which the receiver's queue pairs adopt; ibdefault is InfiniBand with relaxed
+ *              ordering off (no GRH, adaptive routing on by default: a 64 KiB message is a
+ *              plain write and a separate write with immediate); rocedefault is RoCE's defaults
+ *              (adaptive routing off, relaxed ordering on through ibv_reg_mr_iova2); both bytes
+ *              and sizes of the messages are checked
+ *   qps2, qps4 22 messages of 0 to 1 MiB + 13 bytes (odd sizes, sizes around the pieces'
+ *              alignment), 6 in flight, striped over 2 or 4 queue pairs (4: with adaptive
+ *              routing above 1000 bytes): sizes, bytes and the byte after each are checked
+ *   qpsmismatch
+ *              receiver 2 queue pairs, sender 1: the accept fails giving both counts and the
+ *              setting, the connect fails saying the receiver refused, and why
+ *   disable    NCCL_IB_DISABLE=1: no device, the reason says so, and the default network is Socket
  *   portdown, gidindex, nolib
  *              a port that is down, BRAID_IB_GID_INDEX naming no GID, BRAID_IB_VERBS_LIB naming
  *              no library: no device, and the reason says which
@@ -473,6 +491,7 @@ static int refused_child(const struct mp_child* c, int gid) {
       expect_text(msg, host, "the accept's error names the sender's host");
       expect_text(msg, "(RTR)", "the accept's error names the transition");
       expect_text(msg, "BRAID_IB_GID_INDEX", "the accept's error names the setting");
+      expect_text(msg, "GID index 1 of this port is now empty", "the accept's error says why");
     } else { /* we connected; the sender failed: our receive fails once it has closed */
       TEST_CHECK(res == ncclSuccess && comm != NULL, "accept returned %d", (int)res);
       start = boot_now();
@@ -496,8 +515,11 @@ static int refused_child(const struct mp_child* c, int gid) {
                                   "connect");
     fprintf(stderr, "sender, after %.2f s: %s\n", boot_now() - start, msg ? msg : "(no error)");
     expect_text(msg, addr, "the connect's error names the receiver");
-    expect_text(msg, gid ? "during the handshake" : "(RTR)",
+    expect_text(msg, gid ? "refused the connection" : "(RTR)",
                 "the connect's error says where it failed");
+    /* The receiver's refusal carries its own RTR failure, not a guess about keys or exits. */
+    expect_text(msg, gid ? "GID index 1 of this port is now empty" : "the port's MTU is now 1024",
+                "the connect's error gives the reason");
     if (!gid) expect_text(msg, "Invalid argument", "the connect's error gives the reason");
   }
   boot_add_flag(&sh->flags[F_DONE], 1);
@@ -731,6 +753,230 @@ static void gdr_check(const char* path) {
   TEST_CHECK(log_count(path, " ERR ") == 0, "a queue pair in the error state");
 }
 
+/* ------------------------------------------------------------------ knobs */
+
+/* One setting of the IB parameters, what the provider must have seen, and the sender's writes. */
+struct knob_case {
+  const char* name;
+  const char* both[6]; /* NAME=VALUE for both ranks */
+  const char* sender[3]; /* NAME=VALUE for the sender only: the receiver must adopt its TC, SL */
+  const char* link;     /* IBFAKE_LINK_LAYER */
+  int timeout, retry_cnt, tc, sl, nqps, is_global, relaxed;
+  long plain_writes;    /* RDMA writes without immediate for the 64 KiB message */
+};
+
+static const struct knob_case knob_cases[] = {
+  /* RoCE, every knob set; TC through its NCCL name */
+  {"knobs", {"BRAID_IB_TIMEOUT=14", "BRAID_IB_RETRY_CNT=5", "BRAID_IB_QPS_PER_CONNECTION=2",
+             "BRAID_IB_ADAPTIVE_ROUTING=1", NULL},
+   {"NCCL_IB_TC=106", "BRAID_IB_SL=3", NULL}, "roce", 14, 5, 106, 3, 2, 1, 1, 2},
+  /* InfiniBand defaults (adaptive routing on), relaxed ordering off */
+  {"ibdefault", {"BRAID_IB_PCI_RELAXED_ORDERING=0", NULL}, {NULL}, "ib", 20, 7, 0, 0, 1, 0, 0, 1},
+  /* RoCE defaults: adaptive routing off, relaxed ordering on (the provider has reg_mr_iova2) */
+  {"rocedefault", {NULL}, {NULL}, "roce", 20, 7, 0, 0, 1, 1, 1, 0},
+};
+static const struct knob_case* knob_now;
+/* rdma-core's enum ibv_wr_opcode values (this test does not include verbs.h). */
+#define WR_WRITE 0
+#define WR_WRITE_IMM 1
+
+static void knob_env(const char* const* list) {
+  for (int i = 0; list[i]; i++) {
+    char name[64];
+    const char* eq = strchr(list[i], '=');
+    snprintf(name, sizeof name, "%.*s", (int)(eq - list[i]), list[i]);
+    boot_env(name, eq + 1);
+  }
+}
+
+#define KNOB_BIG ((size_t)64 << 10)
+#define KNOB_SMALL ((size_t)100)
+
+static int knob_child(const struct mp_child* c) {
+  struct net_shared* sh = c->arg;
+  const struct knob_case* k = knob_now;
+  setenv("IBFAKE_LINK_LAYER", k->link, 1);
+  knob_env(k->both);
+  if (c->index == 1) knob_env(k->sender);
+  const struct braid_net_ops* ops;
+  int rc = open_ib(&ops);
+  if (rc) return rc;
+  void *l, *comm = pair_up(c, ops, &l);
+  char *big = calloc(1, KNOB_BIG), small[KNOB_SMALL];
+  const size_t sizes[2] = {KNOB_BIG, KNOB_SMALL};
+  char* bufs[2] = {big, small};
+  if (comm == NULL || big == NULL) return 1;
+  long (*posted)(int) = (long (*)(int))provider_fn("ibfake_posted");
+  long before[2] = {posted ? posted(WR_WRITE) : 0, posted ? posted(WR_WRITE_IMM) : 0};
+  for (int i = 0; i < 2; i++) {
+    void* req = NULL;
+    size_t got = 0;
+    if (c->index) net_util_fill(bufs[i], sizes[i], 40 + (uint64_t)i);
+    TEST_EXPECT_RES(net_util_post(ops, comm, c->index, bufs[i], sizes[i], &req, WAIT_SEC), ncclSuccess);
+    if (req) TEST_EXPECT_RES(net_util_wait(ops, req, &got, WAIT_SEC), ncclSuccess);
+    if (c->index == 0)
+      TEST_CHECK(got == sizes[i] && net_util_check(bufs[i], sizes[i], 40 + (uint64_t)i) == 0,
+                 "message %d: %zu bytes of %zu, %zu wrong", i, got, sizes[i],
+                 net_util_check(bufs[i], sizes[i], 40 + (uint64_t)i));
+  }
+  if (c->index == 1 && posted) {
+    long plain = posted(WR_WRITE) - before[0], imm = posted(WR_WRITE_IMM) - before[1];
+    fprintf(stderr, "sender: %ld RDMA writes, %ld writes with immediate\n", plain, imm);
+    TEST_CHECK(plain == k->plain_writes, "%ld plain RDMA writes, expected %ld", plain, k->plain_writes);
+    TEST_CHECK(imm == 2L * k->nqps, "%ld writes with immediate, expected %d (one per queue pair "
+               "and message)", imm, 2 * k->nqps);
+  }
+  boot_add_flag(&sh->flags[F_DONE], 1);
+  boot_wait_flag(&sh->flags[F_DONE], 2, WAIT_SEC);
+  net_util_close(ops, comm, c->index);
+  if (l) ops->close_listen(l);
+  free(big);
+  return test_failures ? 1 : 0;
+}
+
+/* The provider's log: every queue pair got the knobs, and the data registrations their access. */
+static void knob_check(const char* path) {
+  const struct knob_case* k = knob_now;
+  char line[1024];
+  long pid[2] = {0, 0};
+  int creates[2] = {0, 0}, rtr = 0, rts = 0, data_regs = 0;
+  FILE* f = fopen(path, "r");
+  TEST_CHECK(f != NULL, "no log at %s", path);
+  while (f && fgets(line, sizeof line, f)) {
+    long p = 0;
+    if (sscanf(line, "pid=%ld", &p) != 1) continue;
+    int side = pid[0] == 0 || pid[0] == p ? 0 : 1;
+    pid[side] = p;
+    TEST_CHECK(!strstr(line, "refused") && !strstr(line, " ERR "), "the provider logged: %s", line);
+    if (strstr(line, " create ")) creates[side]++;
+    if (strstr(line, " RTR ")) {
+      rtr++;
+      TEST_CHECK(log_num(line, "traffic_class") == (k->is_global ? k->tc : 0) &&
+                 log_num(line, "sl") == k->sl && log_num(line, "is_global") == k->is_global,
+                 "RTR: expected traffic class %d, SL %d, is_global %d: %s", k->tc, k->sl,
+                 k->is_global, line);
+    }
+    if (strstr(line, " RTS ")) {
+      rts++;
+      TEST_CHECK(log_num(line, "timeout") == k->timeout && log_num(line, "retry_cnt") == k->retry_cnt,
+                 "RTS: expected timeout %d, retry_cnt %d: %s", k->timeout, k->retry_cnt, line);
+    }
+    if (strstr(line, " length=65536 ") || strstr(line, " length=100 ")) { /* the messages' */
+      data_regs++;
+      long access = log_num(line, "access");
+      TEST_CHECK((strstr(line, " reg_mr_iova2 ") != NULL) == k->relaxed &&
+                 access == (k->relaxed ? 0x100007 : 0x7),
+                 "a data registration %s relaxed ordering: %s", k->relaxed ? "without" : "with", line);
+    }
+  }
+  if (f) fclose(f);
+  fprintf(stderr, "log: %d and %d queue pairs created, %d RTR, %d RTS, %d data registrations\n",
+          creates[0], creates[1], rtr, rts, data_regs);
+  TEST_CHECK(creates[0] == k->nqps && creates[1] == k->nqps, "%d and %d queue pairs, expected %d "
+             "a side", creates[0], creates[1], k->nqps);
+  TEST_CHECK(rtr == 2 * k->nqps && rts == 2 * k->nqps, "%d RTR and %d RTS transitions", rtr, rts);
+  TEST_CHECK(data_regs == 4, "%d data registrations in the log, expected 4", data_regs);
+}
+
+/* ------------------------------------------------------------ qps2, qps4 */
+
+static int qps_now;
+
+/* Sizes that end inside, at and around the pieces' 128-byte alignment, odd ones, and large. */
+static const size_t qps_sizes[] = {0, 1, 7, 127, 128, 129, 255, 256, 257, 383, 511, 513, 1000,
+                                   4095, 4097, 8191, 8193, 65533, 65536, 100003, 1048589, 3};
+#define QPS_STRIDE ((size_t)1 << 21)
+#define QPS_INFLIGHT 6
+
+static int qps_child(const struct mp_child* c) {
+  struct net_shared* sh = c->arg;
+  char num[8];
+  const int n = (int)BRAID_ARRAY_LEN(qps_sizes);
+  snprintf(num, sizeof num, "%d", qps_now);
+  boot_env("BRAID_IB_QPS_PER_CONNECTION", num);
+  if (qps_now == 4) { /* the adaptive-routing path too: data then a separate immediate */
+    boot_env("BRAID_IB_ADAPTIVE_ROUTING", "1");
+    boot_env("BRAID_IB_AR_THRESHOLD", "1000");
+  }
+  const struct braid_net_ops* ops;
+  int rc = open_ib(&ops);
+  if (rc) return rc;
+  void *l, *comm = pair_up(c, ops, &l), *req[QPS_INFLIGHT] = {NULL};
+  char* buf = malloc(QPS_STRIDE * QPS_INFLIGHT);
+  if (comm == NULL || buf == NULL) return 1;
+  /* Messages go QPS_INFLIGHT at a time, each in its own slot, so that several are in flight. */
+  for (int base = 0; base < n; base += QPS_INFLIGHT) {
+    int m = BRAID_MIN(QPS_INFLIGHT, n - base);
+    for (int i = 0; i < m; i++) {
+      size_t size = qps_sizes[base + i];
+      char* at = buf + (size_t)i * QPS_STRIDE;
+      if (c->index) net_util_fill(at, size, 900 + (uint64_t)(base + i));
+      else memset(at, 0xee, QPS_STRIDE);
+      TEST_EXPECT_RES(net_util_post(ops, comm, c->index, at, c->index ? size : QPS_STRIDE - 64,
+                                    &req[i], WAIT_SEC), ncclSuccess);
+    }
+    for (int i = 0; i < m; i++) {
+      size_t size = qps_sizes[base + i], got = 0;
+      char* at = buf + (size_t)i * QPS_STRIDE;
+      if (req[i]) TEST_EXPECT_RES(net_util_wait(ops, req[i], &got, WAIT_SEC), ncclSuccess);
+      if (c->index) continue;
+      TEST_CHECK(got == size, "message %d: %zu bytes, expected %zu", base + i, got, size);
+      TEST_CHECK(net_util_check(at, size, 900 + (uint64_t)(base + i)) == 0,
+                 "message %d (%zu bytes): %zu bytes wrong", base + i, size,
+                 net_util_check(at, size, 900 + (uint64_t)(base + i)));
+      TEST_CHECK((unsigned char)at[size] == 0xee, "message %d wrote past its %zu bytes", base + i,
+                 size);
+    }
+  }
+  boot_add_flag(&sh->flags[F_DONE], 1);
+  boot_wait_flag(&sh->flags[F_DONE], 2, WAIT_SEC);
+  net_util_close(ops, comm, c->index);
+  if (l) ops->close_listen(l);
+  free(buf);
+  return test_failures ? 1 : 0;
+}
+
+static int qps2_child(const struct mp_child* c) { return qps_child(c); }
+static int qps4_child(const struct mp_child* c) { return qps_child(c); }
+
+/* ------------------------------------------------------------ qpsmismatch */
+
+/* The receiver uses 2 queue pairs a connection, the sender 1: both ends refuse, saying why. */
+static int qpsmismatch_child(const struct mp_child* c) {
+  struct net_shared* sh = c->arg;
+  boot_env("BRAID_IB_QPS_PER_CONNECTION", c->index == 0 ? "2" : "1");
+  const struct braid_net_ops* ops;
+  int rc = open_ib(&ops);
+  if (rc) return rc;
+  void *l = NULL, *comm = NULL;
+  if (c->index == 0) {
+    TEST_EXPECT_RES(ops->listen(0, sh->key, sh->handle[0], &l), ncclSuccess);
+    if (l == NULL) return 1;
+    boot_set_flag(&sh->flags[F_LISTENING], 1);
+    const char* msg = failed_text(net_util_accept(ops, l, &comm, WAIT_SEC), "accept");
+    fprintf(stderr, "receiver: %s\n", msg ? msg : "(no error)");
+    expect_text(msg, "uses 1 queue pair per connection and this process 2",
+                "the accept's error gives both counts");
+    expect_text(msg, "BRAID_IB_QPS_PER_CONNECTION", "the accept's error names the setting");
+  } else if (boot_wait_flag(&sh->flags[F_LISTENING], 1, WAIT_SEC) == 0) {
+    char addr[80], host[80];
+    listener_text(sh, addr, sizeof addr, host, sizeof host);
+    const char* msg = failed_text(net_util_connect(ops, 0, sh->key, sh->handle[0], &comm, WAIT_SEC),
+                                  "connect");
+    fprintf(stderr, "sender: %s\n", msg ? msg : "(no error)");
+    expect_text(msg, addr, "the connect's error names the receiver");
+    expect_text(msg, "refused the connection", "the connect's error says it was refused");
+    expect_text(msg, "NCCL_IB_QPS_PER_CONNECTION", "the connect's error names the setting");
+    expect_text(msg, "the receiver uses 2 queue pairs per connection and this sender 1",
+                "the connect's error gives both counts");
+  }
+  boot_add_flag(&sh->flags[F_DONE], 1);
+  boot_wait_flag(&sh->flags[F_DONE], 2, WAIT_SEC);
+  if (comm) net_util_close(ops, comm, c->index);
+  if (l) ops->close_listen(l);
+  return test_failures ? 1 : 0;
+}
+
 /* -------------------------------------------------------------- no device */
 
 /* One process: the backend finds no usable device, and says why. */
@@ -743,6 +989,9 @@ static int no_device_case(const char* name) {
   if (strcmp(name, "portdown") == 0) {
     setenv("IBFAKE_PORT_STATE", "down", 1);
     want = "ibfake0:1: port is DOWN";
+  } else if (strcmp(name, "disable") == 0) {
+    boot_env("NCCL_IB_DISABLE", "1");
+    want = "disabled (BRAID_IB_DISABLE / NCCL_IB_DISABLE is 1)";
   } else if (strcmp(name, "gidindex") == 0) {
     boot_env("BRAID_IB_GID_INDEX", "5");
     want = "BRAID_IB_GID_INDEX=5 names no valid GID";
@@ -756,6 +1005,13 @@ static int no_device_case(const char* name) {
   TEST_CHECK(ndev == 0, "%d devices", ndev);
   expect_text(why, want, "the reason");
   if (want2) expect_text(why, want2, "the reason");
+  if (strcmp(name, "disable") == 0) { /* the default network is then the next one */
+    const struct braid_net_ops* chosen = NULL;
+    boot_env("BRAID_SOCKET_IFNAME", "lo");
+    TEST_EXPECT_RES(net_backend_select(&chosen, &ndev), ncclSuccess);
+    TEST_CHECK(chosen && strcmp(chosen->name, "Socket") == 0, "the default network is %s",
+               chosen ? chosen->name : "(none)");
+  }
   return test_summary();
 }
 
@@ -787,6 +1043,13 @@ int main(int argc, char** argv) {
                {"cqoverflow", cqoverflow_child, NULL},
                {"rnr", rnr_child, rnr_check},
                {"gdr", gdr_child, gdr_check},
+               {"knobs", knob_child, knob_check},
+               {"ibdefault", knob_child, knob_check},
+               {"rocedefault", knob_child, knob_check},
+               {"qps2", qps2_child, NULL},
+               {"qps4", qps4_child, NULL},
+               {"qpsmismatch", qpsmismatch_child, NULL},
+               {"disable", NULL, NULL},
                {"portdown", NULL, NULL},
                {"gidindex", NULL, NULL},
                {"nolib", NULL, NULL}};
@@ -802,6 +1065,9 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < BRAID_ARRAY_LEN(cases); i++) {
     if (strcmp(arg + 3, cases[i].name) != 0) continue;
     if (cases[i].fn == NULL) return no_device_case(cases[i].name);
+    for (size_t k = 0; k < BRAID_ARRAY_LEN(knob_cases); k++)
+      if (strcmp(cases[i].name, knob_cases[k].name) == 0) knob_now = &knob_cases[k];
+    qps_now = strcmp(cases[i].name, "qps2") == 0 ? 2 : 4;
     char log[64] = "";
     if (cases[i].check) {
       snprintf(log, sizeof log, "/tmp/braid-ibfake-%s-%d.log", cases[i].name, (int)getpid());

@@ -171,6 +171,32 @@ static void test_memlock_advice(void) {
   }
 }
 
+/* A message split across queue pairs: pieces in order, aligned, covering it exactly once. */
+static void test_ib_split(void) {
+  static const size_t sizes[] = {0, 1, 127, 128, 129, 255, 256, 257, 1000, 4097, 65536, 1048589};
+  for (int nqps = 1; nqps <= 16; nqps++) {
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+      size_t next = 0, off, len;
+      int ok = 1;
+      for (int q = 0; q < nqps; q++) {
+        ib_split(sizes[i], nqps, q, &off, &len);
+        ok &= off == next && (nqps == 1 || off % IB_PIECE_ALIGN == 0 || len == 0);
+        next = off + len;
+      }
+      TEST_CHECK(ok && next == sizes[i], "%zu bytes over %d queue pairs: pieces end at %zu", sizes[i],
+                 nqps, next);
+    }
+  }
+  size_t off, len;
+  ib_split(1000, 4, 1, &off, &len);
+  TEST_CHECK(off == 256 && len == 256, "1000 bytes over 4: piece 1 is [%zu, +%zu)", off, len);
+  ib_split(1000, 4, 3, &off, &len);
+  TEST_CHECK(off == 768 && len == 232, "1000 bytes over 4: piece 3 is [%zu, +%zu)", off, len);
+  ib_split(100, 4, 2, &off, &len);
+  TEST_CHECK(off == 100 && len == 0, "100 bytes over 4: piece 2 is empty at the end (%zu, %zu)",
+             off, len);
+}
+
 /* Runs `fn` in a child, with a clean parameter cache; returns its exit status. */
 static int in_child(int (*fn)(void)) {
   fflush(stderr);
@@ -237,6 +263,7 @@ int main(void) {
   test_topo_name();
   test_gid_choose();
   test_memlock_advice();
+  test_ib_split();
   test_selection();
   return test_summary();
 }
