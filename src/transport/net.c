@@ -308,6 +308,10 @@ static ncclResult_t net_proxy_start(const struct braid_transport_comm* comm, str
   d.on_error = net_on_error;
   d.error_arg = (void*)comm;
   d.abort_flag = comm->abort_flag;
+  d.events = comm->proxy_events;
+  d.events_ctx = comm->proxy_events_ctx;
+  d.peer_rank = conn->peer;
+  d.channel = conn->channel;
   BRAID_TRY(proxy_acquire(comm->cuda_dev, comm->peers[comm->rank].dev_bus_id, &st->proxy));
   d.listen_comm = st->listen_comm;
   BRAID_TRY(proxy_conn_add(st->proxy, &d, &st->pconn));

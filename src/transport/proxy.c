@@ -58,6 +58,9 @@ struct braid_proxy_conn {
   atomic_int state;
   atomic_uint_fast64_t steps;  /* `done`, for other threads */
   ncclResult_t error;
+  /* With a profiler (d.events): the open operation and its steps' handles, by slot. */
+  void* ev_op;
+  void* ev_step[BRAID_PROXY_MAX_STEPS];
 };
 
 struct braid_proxy {
@@ -196,6 +199,34 @@ static char* proxy_slot(const struct braid_proxy_conn* c, uint64_t step) {
   return c->d.fifo.buff + (size_t)(step % (uint64_t)c->d.fifo.nsteps) * c->d.fifo.slot_bytes;
 }
 
+/* ---- profiler events (proxy_events.h); called only when the connection has a sink ---- */
+
+/* A step enters the FIFO's slot `slot`: opens the operation if none is, starts the step. */
+static void proxy_ev_step_begin(struct braid_proxy_conn* c, int slot, uint64_t step, int nsteps) {
+  const struct braid_proxy_events* ev = c->d.events;
+  if (c->ev_op == NULL)
+    c->ev_op = ev->op_start(c->d.events_ctx, c->d.is_send, c->d.peer_rank, c->d.channel, nsteps,
+                            (int)c->d.fifo.slot_bytes);
+  c->ev_step[slot] = c->ev_op ? ev->step_start(c->d.events_ctx, c->ev_op, (int)step) : NULL;
+}
+
+static void proxy_ev_step_state(struct braid_proxy_conn* c, int slot, braid_proxy_step_state_t st,
+                                size_t bytes) {
+  if (c->ev_step[slot]) c->d.events->step_state(c->d.events_ctx, c->ev_step[slot], st, bytes);
+}
+
+static void proxy_ev_step_end(struct braid_proxy_conn* c, int slot) {
+  if (c->ev_step[slot]) c->d.events->step_stop(c->d.events_ctx, c->ev_step[slot]);
+  c->ev_step[slot] = NULL;
+}
+
+/* Closes the open operation (its steps first: a connection that failed leaves some open). */
+static void proxy_ev_op_end(struct braid_proxy_conn* c) {
+  for (int s = 0; s < BRAID_PROXY_MAX_STEPS; s++) proxy_ev_step_end(c, s);
+  if (c->ev_op) c->d.events->op_stop(c->d.events_ctx, c->ev_op);
+  c->ev_op = NULL;
+}
+
 /* Send end: isend every filled slot, release `head` over completed sends. 1 when something moved. */
 static int proxy_send_progress(struct braid_proxy_conn* c) {
   const struct braid_proxy_fifo* f = &c->d.fifo;
@@ -208,6 +239,10 @@ static int proxy_send_progress(struct braid_proxy_conn* c) {
                                        c->mhandle, &c->req[slot]);
     if (res != ncclSuccess) return proxy_conn_fail(c, res, "sending");
     if (c->req[slot] == NULL) break;
+    if (__builtin_expect(c->d.events != NULL, 0)) {
+      proxy_ev_step_begin(c, slot, c->posted, (int)(tail - c->posted));
+      proxy_ev_step_state(c, slot, BRAID_PROXY_STEP_SEND_WAIT, BRAID_MIN(bytes, f->slot_bytes));
+    }
     c->posted++;
     moved = 1;
   }
@@ -216,11 +251,15 @@ static int proxy_send_progress(struct braid_proxy_conn* c) {
     ncclResult_t res = c->d.net->test(c->req[c->done % (uint64_t)f->nsteps], &done, NULL);
     if (res != ncclSuccess) return proxy_conn_fail(c, res, "sending");
     if (!done) break;
+    if (__builtin_expect(c->d.events != NULL, 0)) proxy_ev_step_end(c, (int)(c->done % (uint64_t)f->nsteps));
     c->done++;
     atomic_store_explicit(f->head, c->done, memory_order_release);
     atomic_store_explicit(&c->steps, c->done, memory_order_relaxed);
     moved = 1;
   }
+  if (__builtin_expect(c->d.events != NULL, 0) && c->ev_op && c->done == c->posted &&
+      c->posted == atomic_load_explicit(f->tail, memory_order_acquire))
+    proxy_ev_op_end(c);
   return moved;
 }
 
@@ -234,7 +273,11 @@ static int proxy_recv_complete(struct braid_proxy_conn* c, int slot) {
     if (res != ncclSuccess) return proxy_conn_fail(c, res, "receiving");
     if (!done) return 0;
     if (f->sizes) atomic_store_explicit(&f->sizes[slot], (uint32_t)size, memory_order_relaxed);
+    if (__builtin_expect(c->d.events != NULL, 0))
+      proxy_ev_step_begin(c, slot, c->done, (int)(c->posted - c->done));
     if (!c->d.buff_is_cuda) return 1;
+    if (__builtin_expect(c->d.events != NULL, 0))
+      proxy_ev_step_state(c, slot, BRAID_PROXY_STEP_RECV_FLUSH, size);
     res = c->d.net->iflush(c->comm, proxy_slot(c, c->done), size, c->mhandle, &c->flush_req);
     if (res != ncclSuccess) return proxy_conn_fail(c, res, "flushing");
     if (c->flush_req == NULL) return 1;
@@ -259,14 +302,27 @@ static int proxy_recv_progress(struct braid_proxy* p, struct braid_proxy_conn* c
     c->posted++;
     moved = 1;
   }
-  if (proxy_recv_quiet(p, c)) return moved;
+  int arrived = 0;
+  if (proxy_recv_quiet(p, c)) goto out;
   while (c->done < c->posted && atomic_load(&c->state) == CONN_READY) {
-    if (!proxy_recv_complete(c, (int)(c->done % (uint64_t)f->nsteps))) break;
+    const int slot = (int)(c->done % (uint64_t)f->nsteps);
+    if (!proxy_recv_complete(c, slot)) break;
+    if (__builtin_expect(c->d.events != NULL, 0)) {
+      proxy_ev_step_state(c, slot, BRAID_PROXY_STEP_RECV_GPU,
+                          f->sizes ? atomic_load_explicit(&f->sizes[slot], memory_order_relaxed)
+                                   : f->slot_bytes);
+      proxy_ev_step_end(c, slot);
+    }
     c->done++;
     atomic_store_explicit(f->tail, c->done, memory_order_release);
     atomic_store_explicit(&c->steps, c->done, memory_order_relaxed);
-    moved = 1;
+    moved = arrived = 1;
   }
+out:
+  /* The kernel read every step delivered, and none arrived since: the operation is over. */
+  if (__builtin_expect(c->d.events != NULL, 0) && c->ev_op && !arrived &&
+      atomic_load_explicit(f->head, memory_order_acquire) == c->done)
+    proxy_ev_op_end(c);
   return moved;
 }
 
@@ -553,6 +609,7 @@ void proxy_conn_remove(struct braid_proxy* p, struct braid_proxy_conn* c) {
     while (!c->removed) pthread_cond_wait(&p->cond, &p->lock);
   }
   pthread_mutex_unlock(&p->lock);
+  if (c->d.events) proxy_ev_op_end(c); /* the thread let go: its open events end here */
   proxy_conn_close(c);
   free(c);
 }

@@ -39,6 +39,7 @@
 
 #include "nccl.h"
 #include "transport/net.h"
+#include "transport/proxy_events.h"
 
 #define BRAID_PROXY_MAX_STEPS 16
 
@@ -73,6 +74,10 @@ struct braid_proxy_conn_desc {
   void* error_arg;
   /* The comm's abort flag: raised when the connection goes, it closes without a goodbye. */
   volatile uint32_t* abort_flag;
+  /* A profiler's sink for this connection's operations and steps, or NULL (proxy_events.h). */
+  const struct braid_proxy_events* events;
+  void* events_ctx;
+  int peer_rank, channel; /* as the events name them */
 };
 
 /*

@@ -31,6 +31,7 @@
 
 struct bootstrap;
 struct braid_topo;
+struct braid_proxy_events;
 
 #define BRAID_MAX_VISIBLE_GPUS 16
 
@@ -79,6 +80,9 @@ struct braid_transport_comm {
    */
   void (*fail)(void* owner, ncclResult_t res);
   void* owner;
+  /* The comm's profiler sink for the network proxy's events, or NULL (proxy_events.h). */
+  const struct braid_proxy_events* proxy_events;
+  void* proxy_events_ctx;
 };
 
 /* What one end tells the other, opaque to everyone but the transport. */

@@ -24,6 +24,11 @@
  *              after 5 more, because an idle send end's queue was never read (the
  *              proxy now gives such ends the backend's idle() turn)
  *
+ *   events     the steps case with a profiler's sink on each end (transport/proxy_events.h):
+ *              every step is started once, in order, under an open operation, reaches its
+ *              state once with the bytes it carries, and is stopped; operations open and
+ *              close in pairs and name the peer, channel, slot size and direction
+ *
  *   proxy_fifo_test <backend>_<case>
  */
 #include <sched.h>
@@ -54,6 +59,7 @@ struct proxy_case {
   int die_at; /* sender dies after this many steps; 0: never */
   int pause_at;     /* sender waits pause_sec before this step; 0: never */
   double pause_sec;
+  int events;       /* record the proxy's profiler events (the events case) */
 };
 
 static atomic_int errors_seen;
@@ -70,6 +76,101 @@ static size_t step_bytes(const struct proxy_case* pc, uint64_t s) {
   x ^= x >> 29;
   return (size_t)(x % (pc->slot_bytes + 1));
 }
+
+/* ---- a profiler's sink that records what the proxy reports (the events case) ---- */
+
+#define EV_CHANNEL 5
+
+struct ev_step {
+  int started, stopped, nstates, state;
+  size_t bytes;
+  void* op;
+};
+
+struct ev_record {
+  int is_send, peer;
+  size_t chunk;
+  int ops_started, ops_stopped, ops_bad, steps_started, steps_bad, next_step, nsteps_max;
+  void* open_op;           /* the operation now open, or NULL */
+  struct ev_step* steps;   /* [nsteps_max], by step number */
+};
+
+static struct ev_record ev_rec;
+
+static void* ev_op_start(void* ctx, int is_send, int peer, int channel, int nsteps, int chunk) {
+  struct ev_record* r = ctx;
+  r->ops_bad += r->open_op != NULL || is_send != r->is_send || peer != r->peer ||
+                channel != EV_CHANNEL || nsteps < 1 || (size_t)chunk != r->chunk;
+  r->ops_started++;
+  r->open_op = (void*)(uintptr_t)r->ops_started; /* a handle: the operation's number */
+  return r->open_op;
+}
+
+static void ev_op_stop(void* ctx, void* op) {
+  struct ev_record* r = ctx;
+  r->ops_bad += op != r->open_op;
+  r->ops_stopped++;
+  r->open_op = NULL;
+}
+
+static void* ev_step_start(void* ctx, void* op, int step) {
+  struct ev_record* r = ctx;
+  r->steps_started++;
+  if (step != r->next_step++ || step < 0 || step >= r->nsteps_max || op != r->open_op) {
+    r->steps_bad++;
+    return NULL;
+  }
+  r->steps[step].started++;
+  r->steps[step].op = op;
+  return &r->steps[step];
+}
+
+static void ev_step_state(void* ctx, void* step, braid_proxy_step_state_t state, size_t bytes) {
+  struct ev_step* s = step;
+  (void)ctx;
+  s->nstates++;
+  s->state = (int)state;
+  s->bytes = bytes;
+}
+
+static void ev_step_stop(void* ctx, void* step) {
+  struct ev_step* s = step;
+  (void)ctx;
+  s->stopped++;
+}
+
+static const struct braid_proxy_events ev_sink = {.op_start = ev_op_start,
+                                                  .op_stop = ev_op_stop,
+                                                  .step_start = ev_step_start,
+                                                  .step_state = ev_step_state,
+                                                  .step_stop = ev_step_stop};
+
+/* After the connection's removal: what the sink saw of `steps` steps. */
+static void ev_check(const struct proxy_case* pc, int is_send) {
+  struct ev_record* r = &ev_rec;
+  TEST_CHECK(r->ops_started >= 1 && r->ops_started == r->ops_stopped && r->ops_bad == 0,
+             "operations: %d started, %d stopped, %d wrong", r->ops_started, r->ops_stopped,
+             r->ops_bad);
+  TEST_CHECK(r->steps_started == pc->steps && r->steps_bad == 0,
+             "steps: %d started of %d, %d out of order or outside an operation", r->steps_started,
+             pc->steps, r->steps_bad);
+  int bad = 0;
+  for (int s = 0; s < pc->steps && s < r->nsteps_max; s++) {
+    const struct ev_step* e = &r->steps[s];
+    const int want = is_send ? BRAID_PROXY_STEP_SEND_WAIT : BRAID_PROXY_STEP_RECV_GPU;
+    if (e->started != 1 || e->stopped != 1 || e->nstates != 1 || e->state != want ||
+        e->bytes != step_bytes(pc, (uint64_t)s)) {
+      if (bad++ < 3)
+        fprintf(stderr, "step %d: started %d stopped %d, %d states (last %d, want %d), %zu bytes (want %zu)\n",
+                s, e->started, e->stopped, e->nstates, e->state, want, e->bytes,
+                step_bytes(pc, (uint64_t)s));
+    }
+  }
+  TEST_CHECK(bad == 0, "%d of %d steps with wrong events", bad, pc->steps);
+  fprintf(stderr, "%s: %d proxy operations, %d steps reported\n", is_send ? "sender" : "receiver",
+          r->ops_started, r->steps_started);
+}
+
 
 /* Waits until *counter >= value; 0 when it happened in time, -1 on timeout or a proxy error. */
 static int wait_counter(_Atomic uint64_t* counter, uint64_t value) {
@@ -157,6 +258,16 @@ static int proxy_child(const struct mp_child* c, const struct proxy_case* pc) {
   memset(f, 0, sizeof *f);
   desc_fill(&d, ops, sh, is_send, pc, f, slots, 1 - c->index);
   d.on_error = on_error;
+  if (pc->events) {
+    ev_rec = (struct ev_record){.is_send = is_send, .peer = 1 - c->index, .chunk = pc->slot_bytes,
+                                .nsteps_max = pc->steps};
+    ev_rec.steps = calloc((size_t)pc->steps, sizeof *ev_rec.steps);
+    if (ev_rec.steps == NULL) return 1;
+    d.events = &ev_sink;
+    d.events_ctx = &ev_rec;
+    d.peer_rank = 1 - c->index;
+    d.channel = EV_CHANNEL;
+  }
   if (!is_send) {
     TEST_EXPECT_RES(ops->listen(0, sh->key, sh->handle[0], &d.listen_comm), ncclSuccess);
     boot_set_flag(&sh->flags[0], 1);
@@ -195,6 +306,10 @@ static int proxy_child(const struct mp_child* c, const struct proxy_case* pc) {
   proxy_conn_remove(proxy, conn);
   proxy_release(proxy);
   TEST_CHECK(boot_settle(-1, 0, 5.0) == 0, "Braid threads still running after the proxy's release");
+  if (pc->events) {
+    ev_check(pc, is_send);
+    free(ev_rec.steps);
+  }
   free(slots);
   free(f);
   return test_failures ? 1 : 0;
@@ -202,6 +317,8 @@ static int proxy_child(const struct mp_child* c, const struct proxy_case* pc) {
 
 static const struct proxy_case case_steps = {.slot_bytes = 64 << 10, .steps = 4000};
 static const struct proxy_case case_sizes = {.slot_bytes = 256 << 10, .use_sizes = 1, .steps = 3000};
+static const struct proxy_case case_events = {
+    .slot_bytes = 64 << 10, .use_sizes = 1, .steps = 2000, .events = 1};
 static const struct proxy_case case_death = {.slot_bytes = 64 << 10, .steps = 100000, .die_at = 500};
 static const struct proxy_case case_idle = {
     .slot_bytes = 64 << 10, .steps = 400, .pause_at = 200, .pause_sec = 8.0};
@@ -273,6 +390,7 @@ static int removelast_child(const struct mp_child* c) { return remove_child(c, 1
 static int steps_child(const struct mp_child* c) { return proxy_child(c, &case_steps); }
 static int sizes_child(const struct mp_child* c) { return proxy_child(c, &case_sizes); }
 static int idle_child(const struct mp_child* c) { return proxy_child(c, &case_idle); }
+static int events_child(const struct mp_child* c) { return proxy_child(c, &case_events); }
 
 /* The sender of peerdeath kills itself: it runs in a grandchild whose death is the expected end. */
 static int death_child(const struct mp_child* c) {
@@ -294,11 +412,12 @@ int main(int argc, char** argv) {
                {"peerdeath", death_child},
                {"removefirst", removefirst_child},
                {"removelast", removelast_child},
-               {"idle", idle_child}};
+               {"idle", idle_child},
+               {"events", events_child}};
   const char* arg = argc > 1 ? argv[1] : "";
   const char* sep = strchr(arg, '_');
   if (sep == NULL || (size_t)(sep - arg) >= sizeof backend) {
-    fprintf(stderr, "usage: %s <socket|ofi|ib|plugin>_<steps|sizes|peerdeath|removefirst|removelast|idle>\n", argv[0]);
+    fprintf(stderr, "usage: %s <socket|ofi|ib|plugin>_<steps|sizes|peerdeath|removefirst|removelast|idle|events>\n", argv[0]);
     return 2;
   }
   memcpy(backend, arg, (size_t)(sep - arg));
