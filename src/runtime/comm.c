@@ -26,6 +26,8 @@
 #include "base/utils.h"
 #include "runtime/watchdog.h"
 #include "runtime/topo_comm.h"
+#include "runtime/profiler.h"
+#include "transport/net.h"
 #include "runtime/channels.h"
 #include "transport/ipc.h"
 
@@ -369,6 +371,25 @@ static void comm_transport_view_fill(struct ncclComm* comm) {
   x->abort_flag = comm->abort_flag;
   x->fail = comm_transport_fail;
   x->owner = comm;
+  x->proxy_events = comm->profiler ? &profiler_proxy_events : NULL;
+  x->proxy_events_ctx = comm->profiler;
+}
+
+/* The profiler plugin's instance for this comm, if there is a plugin (never fails the init). */
+static void comm_profiler_open(struct ncclComm* comm) {
+  int nnodes = 0;
+  for (int i = 0; i < comm->nranks; i++) {
+    int first = 1;
+    for (int j = 0; j < i && first; j++) first = comm->peers[j].host_hash != comm->peers[i].host_hash;
+    nnodes += first;
+  }
+  struct braid_profiler_args a = {.comm_hash = comm->comm_hash,
+                                  .comm_name = comm->config.comm_name,
+                                  .nnodes = nnodes,
+                                  .nranks = comm->nranks,
+                                  .rank = comm->rank,
+                                  .net_lib = net_plugin_library_path()};
+  comm->profiler = profiler_open(&a);
 }
 
 /* What follows the bootstrap, for every way a communicator is made: peers, topology, rings. */
@@ -382,6 +403,7 @@ static ncclResult_t comm_init_connect(struct ncclComm* comm) {
   for (int i = 0; i < comm->nranks; i++)
     comm->local_ranks += comm->peers[i].host_hash == comm->peers[comm->rank].host_hash;
   BRAID_TRY(topo_comm_init(comm));
+  comm_profiler_open(comm);
   comm_transport_view_fill(comm);
   BRAID_TRY(channels_rings_connect(comm));
   BRAID_TRY(dev_state_create(comm));
@@ -512,6 +534,8 @@ void comm_free_timed(struct ncclComm* comm, struct comm_free_times* t) {
   t->ce = t2 - t1;
   t->dev_state = t3 - t2;
   t->transport = t4 - t3;
+  profiler_close(comm->profiler); /* after the channels: no proxy connection reports to it */
+  comm->profiler = NULL;
   topo_comm_free(comm);
   if (comm->bootstrap) bootstrap_close(comm->bootstrap);
   comm->bootstrap = NULL;

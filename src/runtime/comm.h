@@ -43,6 +43,7 @@ struct braid_watchdog;
 struct braid_ce;
 struct braid_share;
 struct braid_lender;
+struct braid_profiler;
 
 struct ncclComm {
   uint64_t magic;
@@ -75,6 +76,7 @@ struct ncclComm {
   int ce_wanted;                     /* an operation asked for it: set it up at the next connect */
   struct braid_share* share;         /* its family (share.c): kernel order, shared connections */
   struct braid_lender* lender;       /* a sharing child: the parent connections it may borrow */
+  struct braid_profiler* profiler;   /* its profiler plugin instance (profiler.c), or NULL */
 
   volatile braid_comm_state_t state;
   volatile ncclResult_t async_error; /* ncclInProgress while a nonblocking init runs */

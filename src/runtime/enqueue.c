@@ -28,6 +28,7 @@
 #include "runtime/dev_state.h"
 #include "runtime/group.h"
 #include "runtime/p2p_work.h"
+#include "runtime/profiler.h"
 #include "base/param.h"
 #include "runtime/redop.h"
 #include "runtime/share.h"
@@ -874,11 +875,54 @@ fail:
   return res;
 }
 
+/*
+ * The profiler's events of one launch (runtime/profiler.h): the group, then each operation
+ * with the algorithm, protocol and channels the launch will take (the connect-time choice,
+ * else the tuning model's, asked again here). *handles: [nops], freed by enq_profile_stop.
+ */
+static void enq_profile_start(struct ncclComm* comm, void** group, void*** handles) {
+  const struct braid_group_comm* g = comm->group;
+  *group = NULL;
+  *handles = NULL;
+  if (g == NULL || g->nops == 0) return;
+  *group = profiler_group_start(comm->profiler);
+  *handles = calloc((size_t)g->nops, sizeof **handles);
+  for (int i = 0; *handles && i < g->nops; i++) {
+    const struct braid_op* op = &g->ops[i];
+    struct braid_profiler_task t = {.coll = op->coll, .is_send = op->is_send,
+                                    .sendbuff = op->sendbuff, .recvbuff = op->recvbuff,
+                                    .count = op->count, .root = op->root, .peer = op->peer,
+                                    .dtype = op->dtype, .algo = -1, .proto = -1};
+    struct braid_tune_choice choice;
+    if (op->chosen.valid) {
+      t.algo = op->chosen.algo;
+      t.proto = op->chosen.proto;
+      t.nchannels = op->chosen.nchannels;
+    } else if (op->coll != BRAID_COLL_SENDRECV && op->count > 0 && !enq_one_rank_copy(comm, op) &&
+               enq_coll_choose(comm, op, &choice) == ncclSuccess) {
+      t.algo = choice.algo;
+      t.proto = choice.proto;
+      t.nchannels = choice.nchannels;
+    }
+    (*handles)[i] = profiler_task_start(comm->profiler, *group, &t);
+  }
+}
+
+static void enq_profile_stop(struct ncclComm* comm, int nops, void* group, void** handles) {
+  for (int i = 0; handles && i < nops; i++) profiler_event_stop(comm->profiler, handles[i]);
+  free(handles);
+  profiler_event_stop(comm->profiler, group);
+}
+
 /* A family's groups launch one at a time (share.h): their kernels go out in one order. */
 ncclResult_t enqueue_launch(struct ncclComm* comm) {
   int spoilt = 0;
+  void *pgroup = NULL, **ptasks = NULL;
+  const int nops = comm->group ? comm->group->nops : 0;
   share_lock(comm);
+  if (__builtin_expect(comm->profiler != NULL, 0)) enq_profile_start(comm, &pgroup, &ptasks);
   ncclResult_t res = enqueue_launch_locked(comm, &spoilt);
+  if (__builtin_expect(comm->profiler != NULL, 0)) enq_profile_stop(comm, nops, pgroup, ptasks);
   share_unlock(comm);
   /* The connections the family shares are out of step too. */
   if (spoilt) share_break(comm, "left with part of a group launched");
