@@ -25,6 +25,7 @@
 
 #include "base/debug.h"
 #include "base/error.h"
+#include "base/param.h"
 #include "base/utils.h"
 #include "graph/topo.h"
 
@@ -37,6 +38,7 @@ struct ring_search {
   long seg_budget; /* DFS steps left to the current host segment */
   int max_rings;
   int net_type_max; /* worst path type allowed between a NIC and a GPU (relaxed in steps) */
+  int same_rail;    /* BRAID_CROSS_NIC=0: ring k uses only NIC k mod nnets on every host */
   int nrings;
   int* seq; /* [max_rings * nranks]: ring k, host h: local indices at seq + k*nranks + offset[h] */
   int* offset; /* [nhosts] */
@@ -263,8 +265,9 @@ static int ring_find_segment(struct ring_search* st, int k, int h) {
     if (r == 1 && topo->nhosts > 1) st->virt[h] -= st->speed;
     return r < 0 ? (st->budget < 0 ? -1 : 0) : r;
   }
-  /* Spread rings over the NICs: ring k starts its NIC search at NIC k mod nnets. */
-  for (int j = 0; j < nnets; j++) {
+  /* Spread rings over the NICs: ring k starts its NIC search at NIC k mod nnets, the same
+     index (rail) on every host; BRAID_CROSS_NIC=0 allows no other. */
+  for (int j = 0; j < (st->same_rail ? 1 : nnets); j++) {
     int net = topo_system_nth(host->sys, TOPO_NET, (k + j) % nnets);
     if (!ring_feasible(st, h, net)) continue;
     int order[BRAID_MAX_RANKS_PER_HOST], n = host->nranks;
@@ -466,7 +469,8 @@ static void ring_search_speeds(struct ring_search* st, int* best_seq, int* best_
 
 ncclResult_t search_rings(struct braid_topo* topo) {
   ncclResult_t res = ncclSuccess;
-  struct ring_search st = {.topo = topo, .budget = tune_table.search_budget};
+  struct ring_search st = {.topo = topo, .budget = tune_table.search_budget,
+                           .same_rail = braid_param_int(BRAID_P_CROSS_NIC) == 0};
   int *best_seq = NULL, *best_net = NULL, best_n = 0, maxn = 1;
   float best_speed = 0.0f;
   char bottleneck[192];
