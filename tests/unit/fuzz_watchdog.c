@@ -6,10 +6,10 @@
  * watchdog_server.h), on a listener of its own with a fake clock.
  *
  * The first input byte says how many connections (1 to 8) carry the input,
- * whether each one's bytes start with a valid request (the right magic and
- * secret, so that the fuzzer reaches the answer as well as the refusal),
- * whether 32 idle connections come first (so that the new ones crowd them
- * out), and whether the clients half-close after writing. Then, per
+ * whether each one's first bytes get the right magic, the right secret or
+ * both (so that the fuzzer reaches the answer and each refusal), whether 32
+ * idle connections come first (so that the new ones crowd them out), and
+ * whether the clients half-close after writing. Then, per
  * connection, a length byte and that many bytes, written in two pieces on
  * either side of a round of the server. Past the deadline every connection
  * must be closed; a client must get the summary, whole, exactly when its
@@ -118,16 +118,15 @@ static ssize_t fuzz_drain(int fd, uint8_t* buf, size_t cap) {
 
 struct fuzz_client {
   int fd;
-  const uint8_t* bytes;
+  uint8_t bytes[sizeof(struct wd_request) + 255]; /* what it writes */
   size_t len;
-  struct wd_request head; /* the first bytes as written (with the valid request when patched) */
-  size_t head_len;
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const int nconns = 1 + (data[0] & (FUZZ_CONNS - 1));
-  const int patch = data[0] & 0x08, crowd = data[0] & 0x10, half_close = data[0] & 0x20;
+  const int patch_magic = data[0] & 0x08, patch_secret = data[0] & 0x10;
+  const int crowd = data[0] & 0x20, half_close = data[0] & 0x40;
   data++;
   size--;
   struct wd_server* sv = wd_server_new(fuzz_listen_fd, fuzz_secret, fuzz_summary, NULL, &fuzz_stop);
@@ -140,8 +139,6 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz_round(sv, 0.0); /* accepted with the earliest deadlines */
   }
   struct fuzz_client cl[FUZZ_CONNS];
-  struct wd_request valid = {.magic = BRAID_LEDGER_MAGIC};
-  memcpy(valid.secret, fuzz_secret, sizeof valid.secret);
   for (int i = 0; i < nconns; i++) {
     struct fuzz_client* c = &cl[i];
     size_t len = 0;
@@ -151,22 +148,23 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       size--;
     }
     if (len > size) len = size;
-    c->bytes = data;
+    memcpy(c->bytes, data, len);
     c->len = len;
     data += len;
     size -= len;
+    /* Patched: the first bytes become a whole request, its magic or secret made right. */
+    struct wd_request* head = (struct wd_request*)c->bytes;
+    if ((patch_magic || patch_secret) && c->len < sizeof *head) {
+      memset(c->bytes + c->len, 0, sizeof *head - c->len);
+      c->len = sizeof *head;
+    }
+    if (patch_magic) head->magic = BRAID_LEDGER_MAGIC;
+    if (patch_secret) memcpy(head->secret, fuzz_secret, sizeof head->secret);
     c->fd = fuzz_connect();
-    memset(&c->head, 0, sizeof c->head);
-    c->head_len = len < sizeof c->head ? len : sizeof c->head;
-    if (patch) c->head = valid, c->head_len = sizeof c->head;
-    else memcpy(&c->head, c->bytes, c->head_len);
   }
   /* The first piece of each connection's bytes, then a round that accepts them. */
-  for (int i = 0; i < nconns; i++) {
-    if (cl[i].fd < 0) continue;
-    if (patch) fuzz_feed(cl[i].fd, &valid, sizeof valid);
-    fuzz_feed(cl[i].fd, cl[i].bytes, cl[i].len / 2);
-  }
+  for (int i = 0; i < nconns; i++)
+    if (cl[i].fd >= 0) fuzz_feed(cl[i].fd, cl[i].bytes, cl[i].len / 2);
   fuzz_round(sv, 0.5);
   fuzz_round(sv, 0.6); /* reads the first pieces */
   for (int i = 0; i < nconns; i++) {
@@ -183,8 +181,9 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     struct braid_ledger_summary want, got;
     fuzz_summary(NULL, &want);
     ssize_t n = fuzz_drain(c->fd, (uint8_t*)&got, sizeof got);
-    const int asked = c->head_len == sizeof c->head && c->head.magic == BRAID_LEDGER_MAGIC &&
-                      memcmp(c->head.secret, fuzz_secret, sizeof fuzz_secret) == 0; /* any pad */
+    const struct wd_request* head = (const struct wd_request*)c->bytes;
+    const int asked = c->len >= sizeof *head && head->magic == BRAID_LEDGER_MAGIC &&
+                      memcmp(head->secret, fuzz_secret, sizeof fuzz_secret) == 0; /* any pad */
     if (n < 0) {
       fprintf(stderr, "fuzz_watchdog: connection %d left open past its deadline\n", i);
       abort();
