@@ -1,15 +1,17 @@
 /*
  * Bootstrap, the ranks' side: the unique id, joining the rendezvous, and the
  * out-of-band service later layers use before and beside any GPU transport
- * (all-gather, barrier, send/recv, split). Connections and the message queue
- * live in bootstrap_conn.c, the root in bootstrap_root.c, what both listeners
- * share in bootstrap_listen.c, the wire layouts in bootstrap_internal.h.
+ * (all-gather, barrier, send/recv, split). Joining the roots lives in
+ * bootstrap_join.c, connections and the message queue in bootstrap_conn.c,
+ * the root in bootstrap_root.c, what both listeners share in
+ * bootstrap_listen.c, the wire layouts in bootstrap_internal.h.
  *
- * Joining: a rank opens its listener, sends the root a JOIN hello (secret,
- * rank, nranks, listener), and gets back the listener of the next rank. The
- * ranks then all-gather their listeners and host names around that ring. A
- * JOIN (or a connection to a rank) that is refused, or dropped before its
- * reply, is made again with backoff until the deadline, as NCCL retries.
+ * Joining: a rank opens its listener, sends its root a JOIN hello (secret,
+ * rank, nranks, listener, which of its ids the root's is), and gets back the
+ * listener of the next rank. The ranks then all-gather their listeners and
+ * host names around that ring. A JOIN (or a connection to a rank) that is
+ * refused, or dropped before its reply, is made again with backoff until the
+ * deadline, as NCCL retries.
  *
  * Waits during bootstrap_init end at BRAID_BOOTSTRAP_TIMEOUT; later waits
  * last as long as needed (a peer may be busy for minutes between setup
@@ -51,19 +53,19 @@ static void bootstrap_id_pack(int mode, const union braid_sockaddr* root, const 
   memcpy(out, &id, sizeof id);
 }
 
-static ncclResult_t bootstrap_id_unpack(const ncclUniqueId* in, struct bootstrap_id_layout* id,
-                                        union braid_sockaddr* root) {
+ncclResult_t bootstrap_id_unpack(const ncclUniqueId* in, const char* which,
+                                 struct bootstrap_id_layout* id, union braid_sockaddr* root) {
   static const uint8_t zero[sizeof id->zero];
   memcpy(id, in, sizeof *id);
   if (id->magic != BOOTSTRAP_ID_MAGIC)
     return braid_err(ncclInvalidArgument,
-                     "bootstrap: the ncclUniqueId is not a Braid id (magic 0x%08x, expected 0x%08x): "
-                     "give every rank the bytes ncclGetUniqueId returned, unchanged; ids of another "
-                     "NCCL build cannot be mixed with Braid", id->magic, BOOTSTRAP_ID_MAGIC);
+                     "bootstrap: %s is not a Braid id (magic 0x%08x, expected 0x%08x): give every "
+                     "rank the bytes ncclGetUniqueId returned, unchanged; ids of another NCCL build "
+                     "cannot be mixed with Braid", which, id->magic, BOOTSTRAP_ID_MAGIC);
   if (id->version != BOOTSTRAP_ID_VERSION)
     return braid_err(ncclInvalidArgument,
-                     "bootstrap: the ncclUniqueId has version %u, this Braid speaks %u: every rank "
-                     "must load the same library", id->version, BOOTSTRAP_ID_VERSION);
+                     "bootstrap: %s has version %u, this Braid speaks %u: every rank must load the "
+                     "same library", which, id->version, BOOTSTRAP_ID_VERSION);
   const char* why = NULL;
   if (id->check != bootstrap_id_checksum(id)) why = "checksum mismatch";
   else if (id->mode != BOOTSTRAP_MODE_ROOT_THREAD && id->mode != BOOTSTRAP_MODE_RANK0) why = "bad mode";
@@ -71,8 +73,8 @@ static ncclResult_t bootstrap_id_unpack(const ncclUniqueId* in, struct bootstrap
   else if (bootstrap_wire_addr_unpack(&id->root, root) != 0) why = "no root address";
   if (why != NULL)
     return braid_err(ncclInvalidArgument,
-                     "bootstrap: the ncclUniqueId is corrupt (%s): was it copied or broadcast "
-                     "only in part?", why);
+                     "bootstrap: %s is corrupt (%s): was it copied or broadcast only in part?",
+                     which, why);
   return ncclSuccess;
 }
 
@@ -235,94 +237,15 @@ static ncclResult_t bootstrap_peers_fill(struct bootstrap* b, struct bootstrap_p
   return ncclSuccess;
 }
 
-/*
- * Registers with the root and learns the next rank's listener. A JOIN that is refused (the root
- * is not up yet: with BRAID_COMM_ID rank 0 starts it) or dropped before its answer (a root
- * swamped with strangers makes room; with BRAID_COMM_ID the port serves one rendezvous after
- * another, and a finished root closing its listener drops what waited in its backlog) is sent
- * again, with backoff, until the deadline.
- */
-static ncclResult_t bootstrap_join_root(struct bootstrap* b, const union braid_sockaddr* root, int mode) {
-  ncclResult_t res = ncclSuccess;
-  struct bootstrap_reply reply;
-  int fd = -1, again = 0, err = 0, tries = 0;
-  double pause = BOOTSTRAP_RETRY_MIN_S;
-  const double start = braid_time_sec();
-  socket_addr_str(root, b->root_text, sizeof b->root_text);
-  for (;;) {
-    res = bootstrap_dial(b, root, -1, BOOTSTRAP_HELLO_JOIN, &reply, &fd, &again, &err);
-    if (res == ncclSuccess || !again) break;
-    if (++tries == 1)
-      INFO(BRAID_LOG_BOOTSTRAP, "bootstrap: rank %d's join at the root at %s %s; joining again",
-           b->rank, b->root_text, err ? strerror(err) : "was dropped before its answer");
-    if (braid_time_sec() >= b->deadline) break;
-    BRAID_TRY(bootstrap_retry_pause(b, -1, &pause));
-  }
-  BRAID_CHECK(res == ncclSuccess || (!again && err == 0), ncclSystemError,
-              "bootstrap: rank %d of %d cannot reach the root at %s within %.0f s (%d attempts; the "
-              "last one: %s): %s",
-              b->rank, b->nranks, b->root_text, braid_time_sec() - start, BRAID_MAX(tries, 1),
-              err ? strerror(err) : "dropped before the answer",
-              mode == BOOTSTRAP_MODE_RANK0
-                  ? "with BRAID_COMM_ID rank 0 runs the root: did it start, with the same value?"
-                  : "the process that called ncclGetUniqueId must live until every rank has joined");
-  if (res != ncclSuccess) goto fail; /* logged where it failed */
-  if (reply.status != ncclSuccess) {
-    res = bootstrap_reply_fail(b, fd, -1, &reply);
-    goto fail;
-  }
-  int next = (b->rank + 1) % b->nranks;
-  BRAID_CHECK(bootstrap_wire_addr_unpack(&reply.next, &b->peers[next].addr) == 0, ncclSystemError,
-              "bootstrap: the root at %s sent rank %d no valid address for rank %d", b->root_text,
-              b->rank, next);
-fail:
-  socket_close(&fd);
-  return res;
-}
-
-/*
- * The extra ids of ncclCommInitRankScalable are not needed: tell their roots
- * to go (best effort), except a copy of ids[0], whose root we are joining.
- */
-static void bootstrap_dismiss_roots(const ncclUniqueId* ids, int nids, volatile uint32_t* abort) {
-  for (int i = 1; i < nids; i++) {
-    if (memcmp(&ids[i], &ids[0], sizeof ids[0]) == 0) continue;
-    struct bootstrap_id_layout id;
-    union braid_sockaddr root;
-    struct bootstrap_hello hello;
-    int fd = -1, err = 0;
-    memcpy(&id, &ids[i], sizeof id);
-    if (bootstrap_wire_addr_unpack(&id.root, &root) != 0 || id.mode != BOOTSTRAP_MODE_ROOT_THREAD) continue;
-    if (socket_connect_quiet(&root, 1.0, abort, &fd, &err) != ncclSuccess) continue;
-    bootstrap_hello_fill(NULL, BOOTSTRAP_HELLO_DISMISS, id.secret, &hello);
-    size_t sent = 0;
-    socket_send_some(fd, &hello, sizeof hello, &sent);
-    socket_close(&fd);
-  }
-}
-
-static ncclResult_t bootstrap_check_ids(const ncclUniqueId* ids, int nids, struct bootstrap_id_layout* id0,
-                                        union braid_sockaddr* root0) {
-  ncclResult_t res = ncclSuccess;
-  struct bootstrap_id_layout id;
-  union braid_sockaddr root;
-  BRAID_CHECK(ids != NULL && nids >= 1, ncclInvalidArgument, "bootstrap: no unique id given");
-  BRAID_TRY(bootstrap_id_unpack(&ids[0], id0, root0));
-  for (int i = 1; i < nids; i++) BRAID_TRY(bootstrap_id_unpack(&ids[i], &id, &root));
-fail:
-  return res;
-}
-
 ncclResult_t bootstrap_init(const ncclUniqueId* ids, int nids, int rank, int nranks,
                             volatile uint32_t* abort, struct bootstrap** out) {
   ncclResult_t res = ncclSuccess;
   struct bootstrap* b = NULL;
   struct bootstrap_root* root = NULL;
-  struct bootstrap_id_layout id;
+  struct bootstrap_ids checked;
   struct bootstrap_peer_wire* all = NULL;
   struct braid_netif netif;
-  union braid_sockaddr root_addr;
-  int count = 0;
+  int count = 0, joined = 0;
   double start = braid_time_sec();
   BRAID_CHECK(out != NULL, ncclInvalidArgument, "bootstrap: no place for the result");
   *out = NULL;
@@ -330,18 +253,19 @@ ncclResult_t bootstrap_init(const ncclUniqueId* ids, int nids, int rank, int nra
               "bootstrap: rank %d is out of range for %d ranks", rank, nranks);
   BRAID_CHECK(nranks <= BOOTSTRAP_MAX_RANKS, ncclInvalidArgument,
               "bootstrap: %d ranks, more than a bootstrap supports (%d)", nranks, BOOTSTRAP_MAX_RANKS);
-  BRAID_TRY(bootstrap_check_ids(ids, nids, &id, &root_addr));
+  BRAID_TRY(bootstrap_ids_check(ids, nids, nranks, &checked));
+  const int rank0_mode = checked.first.mode == BOOTSTRAP_MODE_RANK0;
   BRAID_TRY(bootstrap_alloc(rank, nranks, abort, &b));
-  memcpy(b->secret, id.secret, sizeof b->secret);
+  memcpy(b->secret, checked.first.secret, sizeof b->secret);
   /* A little longer than the root's own limit, so that its list of missing ranks arrives first. */
   b->deadline = start + b->timeout + BRAID_MAX(2.0, 0.1 * b->timeout);
   BRAID_TRY(socket_find_interfaces(&netif, 1, &count));
-  BRAID_TRY(
-      bootstrap_listen_on(b, &netif.addr, id.mode == BOOTSTRAP_MODE_RANK0 ? &root_addr : NULL));
-  if (id.mode == BOOTSTRAP_MODE_RANK0 && rank == 0)
-    BRAID_TRY(bootstrap_root_start(&root_addr, id.secret, b->timeout, 0, &root));
-  if (rank == 0) bootstrap_dismiss_roots(ids, nids, abort);
-  BRAID_TRY(bootstrap_join_root(b, &root_addr, id.mode));
+  BRAID_TRY(bootstrap_listen_on(b, &netif.addr, rank0_mode ? &checked.first_root : NULL));
+  if (rank0_mode && rank == 0)
+    BRAID_TRY(bootstrap_root_start(&checked.first_root, checked.first.secret, b->timeout, 0, &root));
+  if (rank == 0) bootstrap_dismiss_unused(&checked, abort);
+  BRAID_TRY(bootstrap_join(b, &checked));
+  joined = 1;
   BRAID_TRY(BRAID_CALLOC(&all, (size_t)nranks, "the bootstrap address table"));
   bootstrap_self_wire(b, &all[rank]);
   BRAID_TRY(bootstrap_ring_allgather(b, NULL, nranks, rank, BOOTSTRAP_CH_INFO, 0, all, sizeof *all));
@@ -350,13 +274,17 @@ ncclResult_t bootstrap_init(const ncclUniqueId* ids, int nids, int rank, int nra
   root = NULL;
   b->deadline = -1.0;
   char self[BOOTSTRAP_TEXT];
-  INFO(BRAID_LOG_BOOTSTRAP, "bootstrap: rank %d of %d ready in %.3f s (listener %s on %s, root %s)",
-       rank, nranks, braid_time_sec() - start, socket_addr_str(&b->listen_addr, self, sizeof self),
-       netif.name, b->root_text);
+  INFO(BRAID_LOG_BOOTSTRAP,
+       "bootstrap: rank %d of %d ready in %.3f s (listener %s on %s, root %s, %d of %d)", rank,
+       nranks, braid_time_sec() - start, socket_addr_str(&b->listen_addr, self, sizeof self),
+       netif.name, b->root_text, bootstrap_root_of(rank, nranks, checked.nroots) + 1,
+       checked.nroots);
   free(all);
   *out = b;
   return ncclSuccess;
 fail:
+  /* Ranks waiting for our part of the address exchange learn why (a notice's cause, passed on). */
+  if (joined) bootstrap_report_failure(b, braid_err_last());
   bootstrap_root_join(root, 1);
   free(all);
   bootstrap_close(b);

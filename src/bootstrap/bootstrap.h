@@ -8,7 +8,8 @@
  * id (magic, version and checksum first, so that a damaged or foreign id is
  * refused with ncclInvalidArgument). Each rank opens its own listener,
  * connects to the root, presents the secret and registers; once all have, the
- * root tells each rank where the next one listens and exits. The ranks then
+ * root tells each rank where the next one listens and exits (with several
+ * ids, each root does so for its block of ranks). The ranks then
  * all-gather their addresses around that ring. From then on ranks talk
  * directly over TCP connections made on first use and kept; every connection
  * starts with the secret, and one without it (a port scanner, a stale job,
@@ -67,11 +68,13 @@ ncclResult_t bootstrap_id_from_env(ncclUniqueId* id, int* found);
 uint64_t bootstrap_id_hash(const ncclUniqueId* id);
 
 /*
- * Joins the rendezvous of `ids[0]` as `rank` of `nranks` (ids[1..nids-1]
- * come from ncclCommInitRankScalable; rank 0 dismisses their roots). Fails
- * with ncclInvalidArgument if another rank already claimed `rank` or
- * disagrees about `nranks`; with ncclSystemError, naming the missing ranks,
- * after BRAID_BOOTSTRAP_TIMEOUT. `abort` (may be NULL) interrupts waits.
+ * Joins the rendezvous as `rank` of `nranks`. With several ids (ncclCommInitRankScalable,
+ * every rank passing the same ones in the same order) the ranks are split into blocks, one per
+ * id, as NCCL splits them, each rank joining the root of its block's id; ids beyond nranks serve
+ * no rank and rank 0 dismisses their roots. With BRAID_COMM_ID only ids[0] counts. Fails with
+ * ncclInvalidArgument for a bad or repeated id, or when another rank already claimed `rank` or
+ * disagrees about `nranks`, nids or the ids' order; with ncclSystemError, naming the missing
+ * ranks, after BRAID_BOOTSTRAP_TIMEOUT. `abort` (may be NULL) interrupts waits.
  */
 ncclResult_t bootstrap_init(const ncclUniqueId* ids, int nids, int rank, int nranks,
                             volatile uint32_t* abort, struct bootstrap** out);

@@ -55,7 +55,7 @@ static const char* const bootstrap_channel_names[BOOTSTRAP_CH_COUNT] = {
 const char* bootstrap_peer_describe(const struct bootstrap* b, int peer, char* buf, size_t size) {
   char addr[BOOTSTRAP_TEXT];
   if (peer < 0) {
-    snprintf(buf, size, "the root at %s", b->root_text);
+    snprintf(buf, size, "the root at %s", peer == -2 ? b->prev_root_text : b->root_text);
   } else if (b->peers[peer].pid != 0) {
     snprintf(buf, size, "rank %d (pid %d on %s, %s)", peer, b->peers[peer].pid, b->peers[peer].host,
              socket_addr_str(&b->peers[peer].addr, addr, sizeof addr));
@@ -71,12 +71,16 @@ ncclResult_t bootstrap_wait_check(struct bootstrap* b, int peer, const char* wha
     INFO(BRAID_LOG_BOOTSTRAP, "bootstrap: rank %d stopped waiting for %s: aborted", b->rank, what);
     return ncclRemoteError;
   }
-  if (b->failed_peer >= 0 && !b->reporting)
+  if (b->failed_peer >= 0 && !b->reporting) {
+    char from[BOOTSTRAP_TEXT + 16];
+    if (peer >= 0) snprintf(from, sizeof from, "rank %d", peer);
+    else bootstrap_peer_describe(b, peer, from, sizeof from);
     return braid_err(ncclRemoteError,
-                     "bootstrap: rank %d stopped waiting for %s from rank %d: %s failed its "
+                     "bootstrap: rank %d stopped waiting for %s from %s: %s failed its "
                      "initialization: %s",
-                     b->rank, what, peer,
+                     b->rank, what, from,
                      bootstrap_peer_describe(b, b->failed_peer, who, sizeof who), b->failed_why);
+  }
   if (b->deadline >= 0 && braid_time_sec() >= b->deadline)
     return braid_err(ncclSystemError, "bootstrap: rank %d of %d timed out after %.0f s waiting for %s "
                      "from %s", b->rank, b->nranks, b->timeout, what,
@@ -422,12 +426,29 @@ static int bootstrap_dial_retryable(const struct bootstrap* b, int err) {
   return err == ECONNRESET || err == ECONNABORTED || err == EAGAIN || err == EINTR;
 }
 
-ncclResult_t bootstrap_dial(struct bootstrap* b, const union braid_sockaddr* addr, int peer,
-                            int kind, struct bootstrap_reply* reply, int* out, int* again,
-                            int* err) {
+ncclResult_t bootstrap_dial_answer(struct bootstrap* b, int fd, int peer,
+                                   struct bootstrap_reply* reply, int* again) {
   ncclResult_t res = ncclSuccess;
-  struct bootstrap_hello hello;
   char who[160];
+  size_t moved = 0;
+  int reset = 0;
+  *again = 0;
+  res = bootstrap_fd_move_counted(b, fd, reply, sizeof *reply, 0, peer, &moved, &reset);
+  if (res != ncclSuccess) {
+    *again = reset;
+    return res;
+  }
+  BRAID_CHECK(reply->magic == BOOTSTRAP_WIRE_MAGIC && reply->text_len <= BOOTSTRAP_MAX_REPLY_TEXT,
+              ncclSystemError, "bootstrap: %s sent rank %d a malformed reply to its hello",
+              bootstrap_peer_describe(b, peer, who, sizeof who), b->rank);
+fail:
+  return res;
+}
+
+ncclResult_t bootstrap_dial(struct bootstrap* b, const union braid_sockaddr* addr, int peer,
+                            const struct bootstrap_hello* hello, struct bootstrap_reply* reply,
+                            int* out, int* again, int* err) {
+  ncclResult_t res = ncclSuccess;
   int fd = -1, state, reset = 0;
   size_t moved = 0;
   const int silent_s = socket_keepalive_sec();
@@ -450,17 +471,12 @@ ncclResult_t bootstrap_dial(struct bootstrap* b, const union braid_sockaddr* add
     return ncclSystemError;
   }
   socket_keepalive(fd, socket_keepalive_sec());
-  bootstrap_hello_fill(b, kind, b->secret, &hello);
-  res = bootstrap_fd_move_counted(b, fd, &hello, sizeof hello, 1, peer, &moved, &reset);
-  if (res == ncclSuccess)
-    res = bootstrap_fd_move_counted(b, fd, reply, sizeof *reply, 0, peer, &moved, &reset);
+  res = bootstrap_fd_move_counted(b, fd, (void*)hello, sizeof *hello, 1, peer, &moved, &reset);
   if (res != ncclSuccess) {
     *again = reset;
     goto fail;
   }
-  BRAID_CHECK(reply->magic == BOOTSTRAP_WIRE_MAGIC && reply->text_len <= BOOTSTRAP_MAX_REPLY_TEXT,
-              ncclSystemError, "bootstrap: %s sent rank %d a malformed reply to its hello",
-              bootstrap_peer_describe(b, peer, who, sizeof who), b->rank);
+  if (reply != NULL) BRAID_TRY(bootstrap_dial_answer(b, fd, peer, reply, again));
   *out = fd;
   return ncclSuccess;
 fail:
@@ -571,8 +587,10 @@ static ncclResult_t bootstrap_out_connect(struct bootstrap* b, int peer) {
   const double start = braid_time_sec();
   const double give_up = b->deadline >= 0 ? b->deadline : start + b->timeout;
   double pause = BOOTSTRAP_RETRY_MIN_S;
+  struct bootstrap_hello hello;
+  bootstrap_hello_fill(b, BOOTSTRAP_HELLO_PEER, b->secret, &hello);
   for (;;) {
-    res = bootstrap_dial(b, &p->addr, peer, BOOTSTRAP_HELLO_PEER, &reply, &fd, &again, &err);
+    res = bootstrap_dial(b, &p->addr, peer, &hello, &reply, &fd, &again, &err);
     if (res == ncclSuccess || !again) break;
     if (++tries == 1)
       INFO(BRAID_LOG_BOOTSTRAP, "bootstrap: rank %d's connection to %s %s; connecting again",

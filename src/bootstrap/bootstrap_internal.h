@@ -1,8 +1,9 @@
 /*
- * The bootstrap's insides, shared by its four files and its tests (nothing
+ * The bootstrap's insides, shared by its five files and its tests (nothing
  * else should include this): bootstrap.c (id, init, collectives, split),
- * bootstrap_conn.c (connections and the message queue), bootstrap_root.c (the
- * rendezvous root), bootstrap_listen.c (how both listeners admit connections).
+ * bootstrap_join.c (a rank joining its roots), bootstrap_conn.c (connections
+ * and the message queue), bootstrap_root.c (the rendezvous root),
+ * bootstrap_listen.c (how both listeners admit connections).
  *
  * Wire layouts first.
  *
@@ -48,8 +49,11 @@
 #define BOOTSTRAP_ID_MAGIC 0x44495242u    /* "BRID" */
 #define BOOTSTRAP_ID_VERSION 1
 #define BOOTSTRAP_WIRE_MAGIC 0x57444252u  /* "RBDW" */
-/* 2: failure notices (BOOTSTRAP_CH_FAIL); 3: every hello is answered (bootstrap_reply) */
-#define BOOTSTRAP_WIRE_VERSION 3
+/*
+ * 2: failure notices (BOOTSTRAP_CH_FAIL); 3: every hello is answered (bootstrap_reply);
+ * 4: a JOIN says which of the caller's ids it is for (several roots)
+ */
+#define BOOTSTRAP_WIRE_VERSION 4
 #define BOOTSTRAP_SECRET_BYTES 16
 /*
  * How long a new connection may take to present its hello before it is dropped. A rank sends
@@ -101,7 +105,7 @@ struct __attribute__((packed)) bootstrap_id_layout {
 enum bootstrap_hello_kind {
   BOOTSTRAP_HELLO_JOIN = 1,   /* rank -> root: here I am, this is my listener */
   BOOTSTRAP_HELLO_PEER = 2,   /* rank -> rank: messages from `rank` follow */
-  BOOTSTRAP_HELLO_DISMISS = 3 /* rank 0 -> an extra root of ncclCommInitRankScalable: exit */
+  BOOTSTRAP_HELLO_DISMISS = 3 /* rank 0 -> the root of an id that serves no rank: exit */
 };
 
 struct __attribute__((packed)) bootstrap_hello {
@@ -116,6 +120,10 @@ struct __attribute__((packed)) bootstrap_hello {
   uint32_t reserved;
   struct bootstrap_wire_addr listen; /* the sender's listener (JOIN) */
   char host[64];                     /* the sender's host name, for error messages */
+  /* JOIN: the ids the sender was given (ncclCommInitRankScalable's nId and commIds). */
+  int32_t nids;        /* how many */
+  int32_t iroot;       /* which of them this root's is */
+  uint64_t ids_digest; /* bootstrap_ids_digest of all of them, in order */
 };
 
 /*
@@ -142,7 +150,35 @@ struct __attribute__((packed)) bootstrap_msg_header {
 };
 
 _Static_assert(sizeof(struct bootstrap_id_layout) == NCCL_UNIQUE_ID_BYTES, "id layout is 128 bytes");
-_Static_assert(sizeof(struct bootstrap_hello) == 128, "hello is 128 bytes");
+_Static_assert(sizeof(struct bootstrap_hello) == 144, "hello is 144 bytes");
+
+/*
+ * Several roots (ncclCommInitRankScalable with nId ids): the ranks are split into nroots
+ * blocks of consecutive ranks, as NCCL splits them, nroots being min(nId, nranks): the first
+ * nranks % nroots roots serve nranks / nroots + 1 ranks each, the others nranks / nroots. Each
+ * rank joins the root of its block. The first rank of each block also joins the root of the
+ * block before it (the block of rank nranks-1, for rank 0) as that block's "next": so every
+ * root can tell each of its ranks where the next rank listens, and the ring closes across the
+ * blocks with no root talking to another. With one root, its block is every rank.
+ */
+static inline int bootstrap_roots_used(int nids, int nranks) { return nids < nranks ? nids : nranks; }
+
+/* The first rank of root `root`'s block. */
+static inline int bootstrap_root_first(int root, int nranks, int nroots) {
+  const int per = nranks / nroots, extra = nranks % nroots;
+  return root * per + (root < extra ? root : extra);
+}
+
+/* How many ranks root `root` serves (its block, without the next block's first rank). */
+static inline int bootstrap_root_count(int root, int nranks, int nroots) {
+  return nranks / nroots + (root < nranks % nroots ? 1 : 0);
+}
+
+/* The root whose block holds `rank`. */
+static inline int bootstrap_root_of(int rank, int nranks, int nroots) {
+  const int per = nranks / nroots, extra = nranks % nroots, big = extra * (per + 1);
+  return rank < big ? rank / (per + 1) : extra + (rank - big) / per;
+}
 
 static inline void bootstrap_wire_addr_pack(const union braid_sockaddr* in,
                                             struct bootstrap_wire_addr* out) {
@@ -389,7 +425,8 @@ struct bootstrap {
   uint32_t aborted;              /* set by bootstrap_abort (atomic) */
   int listen_fd;
   union braid_sockaddr listen_addr;
-  char root_text[BOOTSTRAP_TEXT]; /* the root's address, while joining */
+  char root_text[BOOTSTRAP_TEXT]; /* the root's address, while joining (peer -1) */
+  char prev_root_text[BOOTSTRAP_TEXT]; /* the root of the block before ours (peer -2) */
   struct bootstrap_peer* peers;   /* [nranks] */
   int* out_peers;                 /* [nranks]: ranks we have a connection to, watched for its end */
   int nout;
@@ -425,19 +462,26 @@ ncclResult_t bootstrap_wait_check(struct bootstrap* b, int peer, const char* wha
 /* Moves all of buf over fd (to/from `peer`, -1: the root), serving incoming traffic meanwhile. */
 ncclResult_t bootstrap_fd_move(struct bootstrap* b, int fd, void* buf, size_t size, int sending, int peer);
 /*
- * One attempt at a connection to `addr` (of `peer`; -1: the root) that presents a hello of
- * `kind`: connects (serving our own listener meanwhile), sends the hello and reads the fixed
- * part of the reply into *reply; *fd is then the connection. Fails with *again = 1 where a new
- * attempt may work: the connect was refused or unreachable (during init only: the listener may
- * not be up yet; after it, a refusal means the peer's bootstrap is gone), or the connection
- * ended before the first byte of the reply (dropped unread: a listener making room, or with
+ * One attempt at a connection to `addr` (of `peer`; -1: our root, -2: the root of the block
+ * before ours) that presents `hello`: connects (serving our own listener meanwhile), sends the
+ * hello and, unless `reply` is NULL, reads the fixed part of the reply into *reply (see
+ * bootstrap_dial_answer); *fd is then the connection. Fails with *again = 1 where a new attempt
+ * may work: the connect was refused or unreachable (during init only: the listener may not be
+ * up yet; after it, a refusal means the peer's bootstrap is gone), or the connection ended
+ * before the first byte of the reply (dropped unread: a listener making room, or with
  * BRAID_COMM_ID a finished rendezvous closing the port that the next one is to use). A failed
  * connect leaves its errno in *err (0 for other failures) and, like a dropped connection, is
  * not logged: the caller knows whether to try again.
  */
 ncclResult_t bootstrap_dial(struct bootstrap* b, const union braid_sockaddr* addr, int peer,
-                            int kind, struct bootstrap_reply* reply, int* fd, int* again,
-                            int* err);
+                            const struct bootstrap_hello* hello, struct bootstrap_reply* reply,
+                            int* fd, int* again, int* err);
+/*
+ * Reads the fixed part of the reply to a hello sent on `fd` (bootstrap_dial without a reply):
+ * fails with *again = 1, quietly, when the connection ended before its first byte.
+ */
+ncclResult_t bootstrap_dial_answer(struct bootstrap* b, int fd, int peer,
+                                   struct bootstrap_reply* reply, int* again);
 /* A reply with a nonzero status: reads its text and fails with that status and text. */
 ncclResult_t bootstrap_reply_fail(struct bootstrap* b, int fd, int peer,
                                   const struct bootstrap_reply* reply);
@@ -474,6 +518,39 @@ ncclResult_t bootstrap_msg_recv(struct bootstrap* b, int peer, int channel, int 
 void bootstrap_conn_init(struct bootstrap* b);
 /* Closes every connection of `b` and frees its queue (the listener stays). */
 void bootstrap_conn_release(struct bootstrap* b);
+
+/* ------------------------------------------------------------------------
+ * Joining the rendezvous, bootstrap_join.c (and the id, bootstrap.c).
+ */
+
+/* Unpacks and checks the id called `which` in messages ("commIds[2]"); ncclInvalidArgument, why. */
+ncclResult_t bootstrap_id_unpack(const ncclUniqueId* in, const char* which,
+                                 struct bootstrap_id_layout* id, union braid_sockaddr* root);
+
+/* The ids given to bootstrap_init, checked. */
+struct bootstrap_ids {
+  const ncclUniqueId* ids;
+  int nids;        /* those that count: all, or 1 with BRAID_COMM_ID (as NCCL's NCCL_COMM_ID) */
+  int nroots;      /* roots that serve ranks: bootstrap_roots_used(nids, nranks) */
+  uint64_t digest; /* of the roots of ids[0..nids-1], in order (the hellos carry it) */
+  struct bootstrap_id_layout first; /* ids[0]: its secret is the job's */
+  union braid_sockaddr first_root;
+};
+/*
+ * Checks every id (ncclInvalidArgument naming it: corrupt, of another version, from
+ * BRAID_COMM_ID beside ncclGetUniqueId's, the same id twice) and fills *out.
+ */
+ncclResult_t bootstrap_ids_check(const ncclUniqueId* ids, int nids, int nranks,
+                                 struct bootstrap_ids* out);
+/*
+ * Joins the root of our block and, as the first rank of a block with several roots, the root
+ * of the block before it; afterwards b->peers[next].addr says where the next rank listens.
+ * Fails with the root's refusal or failure (the missing ranks after its timeout), or at
+ * b->deadline.
+ */
+ncclResult_t bootstrap_join(struct bootstrap* b, const struct bootstrap_ids* ids);
+/* Tells the roots of ids that serve no rank (more ids than ranks) to go; best effort. */
+void bootstrap_dismiss_unused(const struct bootstrap_ids* ids, volatile uint32_t* abort);
 
 /* ------------------------------------------------------------------------
  * The root, bootstrap_root.c, run by a thread (ncclGetUniqueId's, detached,

@@ -11,14 +11,25 @@
  * the listener of the next rank (ranks then gather everything else over that
  * ring, so the root sends O(N) bytes, not O(N^2)) and the thread exits.
  *
- * The first JOIN fixes the number of ranks; a JOIN that says another number
- * is refused (with both numbers) and the rendezvous goes on without it, so a
- * stray process cannot spoil it. If every rank that joined leaves again, the
- * next JOIN fixes the number anew.
+ * With several ids (ncclCommInitRankScalable), a root serves one block of
+ * consecutive ranks and the first rank of the next block, so that it can give
+ * its last rank that one's listener (bootstrap_root_of, bootstrap_internal.h);
+ * roots never talk to each other. Which block is this root's, the JOINs say:
+ * each carries the number of ids, which of them it was sent to, and a digest
+ * of the list.
+ *
+ * The first JOIN fixes the number of ranks and the ids; a JOIN that says
+ * another number, another nId or other ids (another order) is refused (saying
+ * both sides) and the rendezvous goes on without it, so a stray process
+ * cannot spoil it. If every rank that joined leaves again, the next JOIN fixes
+ * them anew.
  *
  * Failures are answered to every joined rank, which reports them:
  * - two ranks claim one rank number: at once, with ncclInvalidArgument naming
  *   both processes; later arrivals get the same answer until the deadline;
+ * - a joined rank sends a failure notice (it joined a second root, as the
+ *   first rank of the next block, and its own root failed): at once, with
+ *   that rank's reason;
  * - not everyone arrived within BRAID_BOOTSTRAP_TIMEOUT of the first arrival:
  *   ncclSystemError naming the missing ranks (and a JOIN refused meanwhile).
  *   The root then exits, so a thread never outlives its rendezvous by more
@@ -31,6 +42,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,10 +75,18 @@ struct bootstrap_root {
   uint32_t stop;               /* set by bootstrap_root_join or bootstrap_roots_stop (atomic) */
   int done;
   int nranks;                  /* 0 until the first JOIN */
-  struct bootstrap_incoming first; /* copy of the first JOIN, to name it in a nranks conflict */
-  /* Connections to listen_fd; rank: the one a valid JOIN claimed, else -1. */
+  struct bootstrap_incoming first; /* copy of the first JOIN, to name it in a conflict */
+  /* What the first JOIN said of its ids, which every later one must say too. */
+  int nids, iroot;
+  uint64_t ids_digest;
+  /*
+   * The ranks this root serves (bootstrap_root_of): its block first_rank .. first_rank+count-1,
+   * and with several roots the next block's first rank, in slot `count`.
+   */
+  int first_rank, count, slots;
+  /* Connections to listen_fd; rank: the slot a valid JOIN took, else -1. */
   struct bootstrap_listener listener;
-  struct bootstrap_incoming** joined; /* [nranks] */
+  struct bootstrap_incoming** joined; /* [slots] */
   int njoined;
   ncclResult_t failure;
   char failure_text[BOOTSTRAP_MAX_REPLY_TEXT];
@@ -197,6 +217,18 @@ static void root_reply(struct bootstrap_root* root, struct bootstrap_incoming* c
   root_conn_kill(root, c);
 }
 
+/* The rank in slot `slot` (see struct bootstrap_root). */
+static int root_slot_rank(const struct bootstrap_root* root, int slot) {
+  return slot < root->count ? root->first_rank + slot : (root->first_rank + root->count) % root->nranks;
+}
+
+/* The slot of `rank`, or -1 when this root does not serve it. */
+static int root_slot_of(const struct bootstrap_root* root, int rank) {
+  if (rank >= root->first_rank && rank < root->first_rank + root->count) return rank - root->first_rank;
+  if (root->slots > root->count && rank == root_slot_rank(root, root->count)) return root->count;
+  return -1;
+}
+
 /*
  * Ends the rendezvous with an error that every joined rank, `also` (a
  * connection not yet joined, may be NULL) and every later arrival receive.
@@ -210,35 +242,52 @@ static void root_fail(struct bootstrap_root* root, ncclResult_t status, const ch
   snprintf(root->failure_text, sizeof root->failure_text, "%s", text);
   int self = (int)getpid();
   for (int ours = 0; ours <= 1; ours++) {
-    for (int r = 0; r < root->nranks; r++) {
-      struct bootstrap_incoming* c = root->joined[r];
+    for (int s = 0; s < root->slots; s++) {
+      struct bootstrap_incoming* c = root->joined[s];
       if (c && (c->hello.pid == self) == ours) root_reply(root, c, status, text, NULL);
     }
     if (also && (also->hello.pid == self) == ours) root_reply(root, also, status, text, NULL);
   }
 }
 
+/*
+ * Everyone is in: each rank of the block gets the listener of the next one (the last one that
+ * of the next block's first rank, or with one root rank 0's), the next block's first rank a
+ * plain yes.
+ */
 static void root_finish(struct bootstrap_root* root) {
   INFO(BRAID_LOG_BOOTSTRAP, "bootstrap root %s: all %d ranks joined in %.3f s", root->addr_text,
-       root->nranks, braid_time_sec() - root->first_join);
-  /* Each reply closes its connection and clears joined[r]: keep rank 0's listener for the last rank. */
-  struct bootstrap_wire_addr rank0 = root->joined[0]->hello.listen;
-  const int n = root->nranks;
-  for (int r = 0; r < n; r++) {
-    struct bootstrap_wire_addr next = r + 1 < n ? root->joined[r + 1]->hello.listen : rank0;
-    root_reply(root, root->joined[r], ncclSuccess, NULL, &next);
+       root->slots, braid_time_sec() - root->first_join);
+  /* Each reply closes its connection and clears joined[s]: keep slot 0's listener for the last. */
+  struct bootstrap_wire_addr slot0 = root->joined[0]->hello.listen;
+  for (int s = 0; s < root->count; s++) {
+    struct bootstrap_wire_addr next = s + 1 < root->slots ? root->joined[s + 1]->hello.listen : slot0;
+    root_reply(root, root->joined[s], ncclSuccess, NULL, &next);
   }
+  if (root->slots > root->count) root_reply(root, root->joined[root->count], ncclSuccess, NULL, NULL);
   root->done = 1;
 }
 
-/* The first JOIN fixes nranks and starts the clock: the timeout counts from the first arrival. */
+/*
+ * The first JOIN fixes nranks and the ids, hence the ranks this root serves, and starts the
+ * clock: the timeout counts from the first arrival.
+ */
 static int root_first_join(struct bootstrap_root* root, struct bootstrap_incoming* c) {
-  root->joined = calloc((size_t)c->hello.nranks, sizeof *root->joined);
+  const struct bootstrap_hello* h = &c->hello;
+  const int nroots = bootstrap_roots_used(h->nids, h->nranks);
+  root->nranks = h->nranks;
+  root->nids = h->nids;
+  root->iroot = h->iroot;
+  root->ids_digest = h->ids_digest;
+  root->first_rank = bootstrap_root_first(h->iroot, h->nranks, nroots);
+  root->count = bootstrap_root_count(h->iroot, h->nranks, nroots);
+  root->slots = root->count + (nroots > 1);
+  root->joined = calloc((size_t)root->slots, sizeof *root->joined);
   if (root->joined == NULL) {
+    root->nranks = 0;
     root_reply(root, c, ncclSystemError, "bootstrap: the root is out of memory", NULL);
     return -1;
   }
-  root->nranks = c->hello.nranks;
   root->first = *c;
   if (root->deadline < 0) {
     root->first_join = braid_time_sec();
@@ -256,55 +305,86 @@ static void root_forget_nranks(struct bootstrap_root* root) {
   root->nranks = 0;
 }
 
-/* A JOIN that says another nranks than the first: refused alone, the rendezvous goes on. */
-static void root_refuse_nranks(struct bootstrap_root* root, struct bootstrap_incoming* c) {
+/*
+ * A JOIN that disagrees with the first about nranks or the ids: refused alone with `what`
+ * (both sides), and the rendezvous goes on, so that a stray process cannot spoil it. A rank
+ * that was refused is named again if the others time out waiting.
+ */
+static void root_refuse(struct bootstrap_root* root, struct bootstrap_incoming* c, const char* what) {
   char who[160], first[160];
-  const struct bootstrap_hello* h = &c->hello;
   snprintf(root->refused_text, sizeof root->refused_text,
-           "bootstrap: rank %d (%s) passed nranks %d, but the rendezvous at %s is for %d ranks, "
-           "as rank %d (%s) said when it joined first; every rank must pass the same nranks "
-           "(this join is refused, the others wait on)",
-           (int)h->rank, root_conn_describe(c, who, sizeof who), (int)h->nranks, root->addr_text,
-           root->nranks, (int)root->first.hello.rank,
-           root_conn_describe(&root->first, first, sizeof first));
+           "bootstrap: rank %d (%s) %s, as rank %d (%s) said when it joined the root at %s first; "
+           "every rank must pass the same nranks, nId and commIds, in the same order (this join "
+           "is refused, the others wait on)",
+           (int)c->hello.rank, root_conn_describe(c, who, sizeof who), what,
+           (int)root->first.hello.rank, root_conn_describe(&root->first, first, sizeof first),
+           root->addr_text);
   INFO(BRAID_LOG_BOOTSTRAP, "%s", root->refused_text);
   root_reply(root, c, ncclInvalidArgument, root->refused_text, NULL);
+}
+
+/* Why a JOIN disagrees with the first one (NULL: it agrees), into `buf`. */
+static const char* root_join_disagrees(const struct bootstrap_root* root, const struct bootstrap_hello* h,
+                                       char* buf, size_t size) {
+  if (h->nranks != root->nranks)
+    snprintf(buf, size, "passed nranks %d, but the rendezvous is for %d ranks", (int)h->nranks,
+             root->nranks);
+  else if (h->nids != root->nids)
+    snprintf(buf, size, "passed nId %d (%d unique ids), but the rendezvous is for nId %d",
+             (int)h->nids, (int)h->nids, root->nids);
+  else if (h->ids_digest != root->ids_digest || h->iroot != root->iroot)
+    snprintf(buf, size, "passed commIds that differ (this root's id is its commIds[%d], and "
+             "commIds[%d] of the rank that joined first): the same %d ids in another order, or "
+             "other ids", (int)h->iroot, root->iroot, root->nids);
+  else
+    return NULL;
+  return buf;
 }
 
 /* Checks a JOIN against the ones before it; a rank claimed twice fails the whole rendezvous. */
 static void root_handle_join(struct bootstrap_root* root, struct bootstrap_incoming* c) {
   const struct bootstrap_hello* h = &c->hello;
-  char text[BOOTSTRAP_MAX_REPLY_TEXT], who[160], other[160];
+  char text[BOOTSTRAP_MAX_REPLY_TEXT], who[160], other[160], why[300];
   union braid_sockaddr listen;
   if (root->failure != ncclSuccess) {
     root_reply(root, c, root->failure, root->failure_text, NULL);
     return;
   }
   if (h->nranks < 1 || h->nranks > BOOTSTRAP_MAX_RANKS || h->rank < 0 || h->rank >= h->nranks ||
+      h->nids < 1 || h->iroot < 0 || h->iroot >= bootstrap_roots_used(h->nids, h->nranks) ||
       bootstrap_wire_addr_unpack(&h->listen, &listen) != 0) {
-    snprintf(text, sizeof text, "bootstrap: %s sent an invalid join (rank %d of %d)",
-             root_conn_describe(c, who, sizeof who), (int)h->rank, (int)h->nranks);
+    snprintf(text, sizeof text, "bootstrap: %s sent an invalid join (rank %d of %d, id %d of %d)",
+             root_conn_describe(c, who, sizeof who), (int)h->rank, (int)h->nranks, (int)h->iroot,
+             (int)h->nids);
     root_reply(root, c, ncclInvalidArgument, text, NULL);
     return;
   }
   if (root->nranks == 0 && root_first_join(root, c) != 0) return;
-  if (h->nranks != root->nranks) {
-    root_refuse_nranks(root, c);
+  if (root_join_disagrees(root, h, why, sizeof why) != NULL) {
+    root_refuse(root, c, why);
     return;
   }
-  if (root->joined[h->rank] != NULL) {
+  const int slot = root_slot_of(root, h->rank);
+  if (slot < 0) { /* only a process that is not Braid's own rank logic gets here */
+    snprintf(text, sizeof text, "bootstrap: %s joined as rank %d of %d the root of commIds[%d], "
+             "which serves ranks %d to %d", root_conn_describe(c, who, sizeof who), (int)h->rank,
+             root->nranks, root->iroot, root->first_rank, root->first_rank + root->count - 1);
+    root_reply(root, c, ncclInvalidArgument, text, NULL);
+    return;
+  }
+  if (root->joined[slot] != NULL) {
     snprintf(text, sizeof text,
              "bootstrap: rank %d of %d claimed twice: by %s and by %s; every process needs its "
              "own rank", (int)h->rank, root->nranks,
-             root_conn_describe(root->joined[h->rank], other, sizeof other),
+             root_conn_describe(root->joined[slot], other, sizeof other),
              root_conn_describe(c, who, sizeof who));
     root_fail(root, ncclInvalidArgument, text, c);
     return;
   }
-  c->rank = h->rank;
-  root->joined[c->rank] = c;
+  c->rank = slot;
+  root->joined[slot] = c;
   root->njoined++;
-  if (root->njoined == root->nranks) root_finish(root);
+  if (root->njoined == root->slots) root_finish(root);
 }
 
 static void root_handle_hello(struct bootstrap_root* root, struct bootstrap_incoming* c) {
@@ -328,16 +408,50 @@ static void root_handle_hello(struct bootstrap_root* root, struct bootstrap_inco
 }
 
 /* Reads a connection: its hello, or a joined rank leaving. Returns whether the rendezvous is over. */
+/*
+ * A joined rank's failure notice (a bootstrap_reply with a nonzero status and its text, in
+ * `buf`, `n` bytes): the rank failed while joining, for good, so the rendezvous cannot complete
+ * and fails now, with its reason. 0 when buf holds no such notice.
+ */
+static int root_conn_failed(struct bootstrap_root* root, struct bootstrap_incoming* c,
+                            const char* buf, size_t n) {
+  struct bootstrap_reply head;
+  char text[2 * BOOTSTRAP_MAX_REPLY_TEXT], who[160], why[BOOTSTRAP_MAX_REPLY_TEXT + 1]; /* the reply keeps what fits */
+  if (n < sizeof head) return 0;
+  memcpy(&head, buf, sizeof head);
+  if (head.magic != BOOTSTRAP_WIRE_MAGIC || head.status <= 0 || head.status >= ncclNumResults ||
+      head.status == ncclInProgress || head.text_len > n - sizeof head || head.text_len >= sizeof why)
+    return 0;
+  for (uint32_t i = 0; i < head.text_len; i++) {
+    const char ch = buf[sizeof head + i];
+    why[i] = ch >= 0x20 && ch < 0x7f ? ch : '?';
+  }
+  why[head.text_len] = '\0';
+  snprintf(text, sizeof text, "bootstrap: rank %d of %d (%s) failed its initialization: %s",
+           (int)c->hello.rank, root->nranks, root_conn_describe(c, who, sizeof who), why);
+  root_conn_kill(root, c);
+  root_fail(root, (ncclResult_t)head.status, text, NULL);
+  root->done = 1;
+  return 1;
+}
+
+/* Reads a connection: its hello, or a joined rank leaving. Returns whether the rendezvous is over. */
 static int root_conn_read(void* owner, struct bootstrap_incoming* c) {
   struct bootstrap_root* root = owner;
   char addr[ROOT_ADDR_TEXT];
   size_t got = 0;
   if (c->rank >= 0) {
-    /* A joined rank only waits for our answer: input here means it left (or misbehaves). */
-    char byte;
-    if (socket_recv_some(c->fd, &byte, 1, &got) == ncclSuccess && got == 0) return root->done;
+    /*
+     * A joined rank only waits for our answer: input here is its failure notice (it failed,
+     * for good), or it left (or misbehaves). A notice comes whole, in one small send before
+     * the close; one that does not is taken for a plain leave.
+     */
+    char buf[sizeof(struct bootstrap_reply) + BOOTSTRAP_MAX_REPLY_TEXT];
+    if (socket_recv_some(c->fd, buf, sizeof buf, &got) == ncclSuccess && got == 0) return root->done;
+    if (root->failure == ncclSuccess && !root->done && root_conn_failed(root, c, buf, got))
+      return root->done;
     INFO(BRAID_LOG_BOOTSTRAP, "bootstrap root %s: rank %d (%s) left before everyone joined",
-         root->addr_text, c->rank, socket_addr_str(&c->remote, addr, sizeof addr));
+         root->addr_text, (int)c->hello.rank, socket_addr_str(&c->remote, addr, sizeof addr));
     root_conn_kill(root, c);
     if (root->njoined == 0 && root->failure == ncclSuccess && !root->done) root_forget_nranks(root);
     return root->done;
@@ -382,6 +496,18 @@ static void root_poll(struct bootstrap_root* root, int wait_ms) {
   }
 }
 
+/* Appends to the text in buf (*used bytes so far), keeping what fits. */
+static void root_append(char* buf, size_t size, size_t* used, const char* fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void root_append(char* buf, size_t size, size_t* used, const char* fmt, ...) {
+  va_list ap;
+  if (*used >= size - 1) return;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf + *used, size - *used, fmt, ap);
+  va_end(ap);
+  if (n > 0) *used = BRAID_MIN(*used + (size_t)n, size - 1);
+}
+
 /* Ends the rendezvous at the timeout, telling every joined rank who is missing. */
 static void root_expire(struct bootstrap_root* root) {
   char text[2 * BOOTSTRAP_MAX_REPLY_TEXT]; /* the reply keeps what fits */
@@ -394,19 +520,23 @@ static void root_expire(struct bootstrap_root* root) {
          "within %.0f s; closing", root->addr_text, root->timeout);
     return;
   }
-  int missing = root->nranks - root->njoined, listed = 0;
-  size_t used = (size_t)snprintf(text, sizeof text, "bootstrap: rank%s ", missing > 1 ? "s" : "");
-  for (int r = 0; r < root->nranks && listed < ROOT_MISSING_LISTED; r++) {
-    if (root->joined[r]) continue;
-    used += (size_t)snprintf(text + used, sizeof text - used, "%s%d", listed ? ", " : "", r);
+  int missing = root->slots - root->njoined, listed = 0;
+  size_t used = 0;
+  root_append(text, sizeof text, &used, "bootstrap: rank%s ", missing > 1 ? "s" : "");
+  for (int s = 0; s < root->slots && listed < ROOT_MISSING_LISTED; s++) {
+    if (root->joined[s]) continue;
+    root_append(text, sizeof text, &used, "%s%d", listed ? ", " : "", root_slot_rank(root, s));
     listed++;
   }
-  if (listed < missing)
-    used += (size_t)snprintf(text + used, sizeof text - used, " and %d more", missing - listed);
-  used += (size_t)snprintf(text + used, sizeof text - used, " of %d never joined within %.0f s (root %s)",
-                           root->nranks, root->timeout, root->addr_text);
-  if (root->refused_text[0] && used < sizeof text)
-    snprintf(text + used, sizeof text - used, "; refused meanwhile: %s", root->refused_text);
+  if (listed < missing) root_append(text, sizeof text, &used, " and %d more", missing - listed);
+  root_append(text, sizeof text, &used, " of %d never joined within %.0f s (root %s", root->nranks,
+              root->timeout, root->addr_text);
+  if (root->slots > root->count)
+    root_append(text, sizeof text, &used, ", commIds[%d] of %d, for ranks %d to %d and rank %d",
+                root->iroot, root->nids, root->first_rank, root->first_rank + root->count - 1,
+                root_slot_rank(root, root->count));
+  root_append(text, sizeof text, &used, ")");
+  if (root->refused_text[0]) root_append(text, sizeof text, &used, "; refused meanwhile: %s", root->refused_text);
   root_fail(root, ncclSystemError, text, NULL);
 }
 

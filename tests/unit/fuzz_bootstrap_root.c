@@ -6,9 +6,10 @@
  * them: hello checks, the first JOIN fixing nranks, conflicts, refusals,
  * replies, the end of the rendezvous. The first input byte chooses how many
  * connections there are and which of them start with a hello carrying the
- * job's secret, whose rank, nranks, kind and listener the fuzzer then picks,
- * so that it gets past the secret. Any crash, leak or sanitizer report is a
- * bug; a rejected connection or a failed rendezvous is an expected answer.
+ * job's secret, whose rank, nranks, kind, listener and ids (how many, which
+ * one is this root's) the fuzzer then picks, so that it gets past the secret.
+ * Any crash, leak or sanitizer report is a bug; a rejected connection or a
+ * failed rendezvous is an expected answer.
  *
  *   CC=clang cmake -B build-fuzz -DBRAID_FUZZ=ON
  *   cmake --build build-fuzz --target fuzz_bootstrap_root
@@ -54,7 +55,7 @@ static void fuzz_feed(int fd, const void* data, size_t size) {
  * from the first bytes of `part`, which are consumed.
  */
 static void fuzz_hello(int fd, const uint8_t** part, size_t* left) {
-  uint8_t f[6] = {0};
+  uint8_t f[7] = {0};
   size_t n = *left < sizeof f ? *left : sizeof f;
   memcpy(f, *part, n);
   *part += n;
@@ -71,6 +72,10 @@ static void fuzz_hello(int fd, const uint8_t** part, size_t* left) {
   h.listen.port = f[5];
   h.listen.addr[0] = 127;
   h.listen.addr[3] = 1;
+  /* One to three ids, this root's being any of them, and now and then another list. */
+  h.nids = 1 + f[6] % 3;
+  h.iroot = (f[6] >> 2) % 3;
+  h.ids_digest = f[6] >> 4 & 1;
   fuzz_feed(fd, &h, sizeof h);
 }
 
