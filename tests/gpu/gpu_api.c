@@ -13,6 +13,9 @@
  *                     memory than an unshared one; (Braid) aborting a sharing child fails
  *                     the parent
  *   init nonblocking  ncclCommInitRankConfig with blocking = 0, polled, then a collective
+ *   init scalable     ncclCommInitRankScalable with 2 and with 4 unique ids (where there are
+ *                     as many ranks), each made by the process of the first rank of its
+ *                     block, then the collectives
  *   shrink            without the last rank; the parent still works afterwards
  *   shrink abort      the excluded rank leaves; the others shrink with NCCL_SHRINK_ABORT
  *   revoke            a revoked communicator refuses work and can still be shrunk
@@ -418,6 +421,46 @@ out:
     cudaSetDevice(w->dev[0]);
     cudaFree(probe);
   }
+  world_case_end(w);
+}
+
+/* ---- scalable init ----------------------------------------------------------------------------- */
+
+/*
+ * ncclCommInitRankScalable with `nids` ids in slots first_slot.., each made (ncclGetUniqueId) by
+ * the process of the first rank of its block, as NCCL's documentation suggests, so that the
+ * roots live in different processes; then the collectives of the split cases on it.
+ */
+static void api_init_scalable(struct gpu_world* w, int nids, int first_slot) {
+  char name[128];
+  snprintf(name, sizeof name, "InitRankScalable nId=%d mode=%s", nids, w->opts->mode);
+  if (!world_case_fits(w, name, w->nranks >= nids, "needs as many ranks as ids (NCCL's rule)"))
+    return;
+  if (!world_case_begin(w, name)) return;
+  ncclComm_t comms[GPU_MAX_RANKS] = {0};
+  ncclUniqueId ids[4];
+  int color[GPU_MAX_RANKS] = {0}, key[GPU_MAX_RANKS];
+  for (int r = 0; r < w->nranks; r++) key[r] = r;
+  for (int i = 0; i < nids; i++) {
+    const int per = w->nranks / nids, extra = w->nranks % nids;
+    const int maker = i * per + (i < extra ? i : extra);
+    if (world_id_from(w, first_slot + i, maker, &ids[i]) != 0) goto out;
+  }
+  if (world_group_start(w) != 0) goto out;
+  for (int l = 0; l < w->nlocal; l++) {
+    if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") != 0) break;
+    ncclResult_t res =
+        ncclCommInitRankScalable(&comms[l], w->nranks, api_rank(w, l), nids, ids, NULL);
+    if (!api_ok(res)) {
+      world_nccl(w, res, NULL, "ncclCommInitRankScalable");
+      break;
+    }
+  }
+  if (world_group_end(w) != 0 || w->case_failed) goto out;
+  if (api_check_children(w, comms, color, key) != 0) goto out;
+  api_interleave(w, comms, color, key);
+out:
+  api_destroy(w, comms);
   world_case_end(w);
 }
 
@@ -1571,6 +1614,8 @@ void suite_api(struct gpu_world* w) {
   api_split_share(w);
   api_split_share_abort(w);
   api_init_nonblocking(w);
+  api_init_scalable(w, 2, 3);
+  api_init_scalable(w, 4, 5);
   api_shrink(w);
   api_shrink_abort(w);
   api_revoke(w);

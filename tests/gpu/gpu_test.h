@@ -30,7 +30,7 @@
 #define GPU_SKIP_CODE 77 /* CTest's SKIP_RETURN_CODE */
 #define GPU_POISON 0xA5  /* every output byte before a call: a missed write shows */
 #define GPU_GUARD 64     /* poisoned bytes after every receive buffer: an overrun shows */
-#define GPU_ID_SLOTS 4   /* unique ids the procs children share: 0 first comm, 1 second, 2.. tests */
+#define GPU_ID_SLOTS 9   /* unique ids the procs children share: 0 first comm, 1 second, 2.. tests */
 
 /* ---- element types, values and reference results (gpu_ref.c) ------------------------------- */
 
@@ -181,6 +181,8 @@ int world_sync(struct gpu_world* w);
  * once) and the others wait for it; in threads mode a fresh one. 0 on success.
  */
 int world_id(struct gpu_world* w, int slot, ncclUniqueId* id);
+/* world_id, made by the process that runs rank `maker` (so that a root lives there). */
+int world_id_from(struct gpu_world* w, int slot, int maker, ncclUniqueId* id);
 /* Slot i (0..3) of a few doubles every process of the run shares (zero at start). */
 volatile double* world_stamp(struct gpu_world* w, int i);
 /* Creates the second communicator over the same GPUs (once); 0 on success. */

@@ -6,8 +6,9 @@
  * ncclGroupStart/End.
  *
  * procs: one process per GPU, forked by mp_run (tests/mp) with a time limit.
- * Child 0 calls ncclGetUniqueId and publishes the ids through memory mapped
- * before the fork; the others wait for them. The parent never touches CUDA: a
+ * Child 0 (or, for an id of world_id_from, the child of the rank it names)
+ * calls ncclGetUniqueId and publishes the ids through memory mapped before the
+ * fork; the others wait for them. The parent never touches CUDA: a
  * CUDA context does not survive fork(), and the parent must stay able to fork.
  *
  * hosts: procs where every child sets BRAID_HOSTID and NCCL_HOSTID to a name
@@ -75,7 +76,8 @@ struct gpu_tally {
 /* procs mode: what the children share, mapped by the parent before the fork. */
 struct gpu_shared {
   /*
-   * Child 0 raises ids_ready[s] once ids[s] holds id slot s: 0 the first
+   * The child that makes id slot s (child 0, or the one world_id_from names)
+   * raises ids_ready[s] once ids[s] holds it: 0 the first
    * communicator's, then the others' (world_id), each made when first
    * needed: a root nobody joins gives up after BRAID_BOOTSTRAP_TIMEOUT.
    */
@@ -235,16 +237,16 @@ uint64_t world_seed(const struct gpu_world* w, unsigned suite, size_t index, int
   return z ^ (z >> 31);
 }
 
-/* procs: child 0 makes an id in ids[slot] and raises *ready; the others wait for it. */
-static int world_id_share(struct gpu_world* w, ncclUniqueId* ids, int slot, int* ready) {
-  if (w->rank0 == 0) {
+/* procs: the child of rank `maker` makes an id in ids[slot] and raises *ready; the others wait. */
+static int world_id_share(struct gpu_world* w, ncclUniqueId* ids, int slot, int maker, int* ready) {
+  if (maker >= w->rank0 && maker < w->rank0 + w->nlocal) {
     if (world_nccl(w, ncclGetUniqueId(&ids[slot]), NULL, "ncclGetUniqueId") != 0) return -1;
     __atomic_store_n(ready, 1, __ATOMIC_RELEASE);
     return 0;
   }
   for (double waited = 0; !__atomic_load_n(ready, __ATOMIC_ACQUIRE); waited += 0.001) {
     if (waited > GPU_ID_WAIT_S) {
-      world_case_fail(w, "no unique id from rank 0 after %.0f s", waited);
+      world_case_fail(w, "no unique id from rank %d after %.0f s", maker, waited);
       return -1;
     }
     mp_sleep(0.001);
@@ -252,12 +254,14 @@ static int world_id_share(struct gpu_world* w, ncclUniqueId* ids, int slot, int*
   return 0;
 }
 
-int world_id(struct gpu_world* w, int slot, ncclUniqueId* id) {
+int world_id_from(struct gpu_world* w, int slot, int maker, ncclUniqueId* id) {
   if (w->nlocal == w->nranks) return world_nccl(w, ncclGetUniqueId(id), NULL, "ncclGetUniqueId");
-  if (world_id_share(w, w->shared->ids, slot, &w->shared->ids_ready[slot]) != 0) return -1;
+  if (world_id_share(w, w->shared->ids, slot, maker, &w->shared->ids_ready[slot]) != 0) return -1;
   *id = w->shared->ids[slot];
   return 0;
 }
+
+int world_id(struct gpu_world* w, int slot, ncclUniqueId* id) { return world_id_from(w, slot, 0, id); }
 
 volatile double* world_stamp(struct gpu_world* w, int i) {
   static double local[4]; /* threads mode: nobody to share with */
@@ -269,7 +273,7 @@ int world_comm2(struct gpu_world* w) {
   if (w->nlocal == w->nranks)
     return world_nccl(w, ncclCommInitAll(w->comm2, w->nranks, w->dev), NULL,
                       "ncclCommInitAll (second communicator)");
-  if (world_id_share(w, w->shared->ids, 1, &w->shared->ids_ready[1]) != 0) return -1;
+  if (world_id_share(w, w->shared->ids, 1, 0, &w->shared->ids_ready[1]) != 0) return -1;
   if (world_cuda(w, cudaSetDevice(w->dev[0]), "cudaSetDevice") != 0) return -1;
   return world_nccl(w, ncclCommInitRank(&w->comm2[0], w->nranks, w->ids[1], w->rank0), NULL,
                     "ncclCommInitRank (second communicator)");
@@ -584,7 +588,7 @@ static int world_child(const struct mp_child* ch) {
   w.ids = sh->ids;
   w.shared = sh;
   watchdog_install();
-  if (world_id_share(&w, sh->ids, 0, &sh->ids_ready[0]) != 0) return 1;
+  if (world_id_share(&w, sh->ids, 0, 0, &sh->ids_ready[0]) != 0) return 1;
   if (world_cuda(&w, cudaSetDevice(w.dev[0]), "cudaSetDevice") != 0) return 1;
   ncclResult_t init = ncclCommInitRank(&w.comm[0], w.nranks, sh->ids[0], w.rank0);
   if (a->opts->init_fails) return world_init_refused(&w, init, "ncclCommInitRank");
