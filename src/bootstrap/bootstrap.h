@@ -68,6 +68,13 @@ ncclResult_t bootstrap_id_from_env(ncclUniqueId* id, int* found);
 uint64_t bootstrap_id_hash(const ncclUniqueId* id);
 
 /*
+ * Checks the unique ids an init was given as bootstrap_init would (a Braid id, whole, of this
+ * version; no id twice), before anything waits on them; a refusal's message is led by `api`,
+ * the NCCL function the application called.
+ */
+ncclResult_t bootstrap_ids_validate(const ncclUniqueId* ids, int nids, int nranks, const char* api);
+
+/*
  * Joins the rendezvous as `rank` of `nranks`. With several ids (ncclCommInitRankScalable,
  * every rank passing the same ones in the same order) the ranks are split into blocks, one per
  * id, as NCCL splits them, each rank joining the root of its block's id; ids beyond nranks serve

@@ -267,3 +267,12 @@ fail:
   if (joined) join_tell_next(b);
   return res;
 }
+
+ncclResult_t bootstrap_ids_validate(const ncclUniqueId* ids, int nids, int nranks, const char* api) {
+  struct bootstrap_ids checked;
+  ncclResult_t res = bootstrap_ids_check(ids, nids, nranks, &checked);
+  if (res == ncclSuccess) return ncclSuccess;
+  char why[512];
+  snprintf(why, sizeof why, "%s", braid_err_last());
+  return braid_err(res, "%s: %s", api, why);
+}

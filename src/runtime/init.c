@@ -108,6 +108,7 @@ static ncclResult_t init_start(ncclComm_t* newcomm, int nranks, int rank, int ni
   pthread_once(&banner_once, init_banner);
   BRAID_TRY(init_check_args(newcomm, nranks, rank, api));
   BRAID_TRY(config_resolve_api(config, &cfg, api));
+  BRAID_TRY(bootstrap_ids_validate(ids, nids, nranks, api));
   BRAID_TRY(init_current_device(&dev, api));
   BRAID_TRY(comm_alloc(&comm, rank, nranks, dev, &cfg));
   BRAID_TRY(BRAID_CALLOC(&job, 1, "init job"));

@@ -206,6 +206,15 @@ static void test_refusals_name_function_and_argument(void) {
   ncclComm_t comm = NULL;
   ncclUniqueId id;
   memset(&id, 0, sizeof id);
+  /* An id that is not Braid's is refused at the call, before any device or wait, naming it. */
+  ncclComm_t nc = NULL;
+  EXPECT_REFUSAL(ncclCommInitRank(&nc, 2, id, 0), ncclInvalidArgument, NULL, "ncclCommInitRank",
+                 "ncclUniqueId");
+  TEST_CHECK(nc == NULL, "a refused init gives no communicator");
+  ncclUniqueId two[2];
+  memset(two, 0, sizeof two);
+  EXPECT_REFUSAL(ncclCommInitRankScalable(&nc, 2, 0, 2, two, NULL), ncclInvalidArgument, NULL,
+                 "ncclCommInitRankScalable", "commIds[0]");
   EXPECT_REFUSAL(ncclCommCount(NULL, &x), ncclInvalidArgument, NULL, "ncclCommCount", "comm");
   EXPECT_REFUSAL(ncclCommCuDevice(NULL, &x), ncclInvalidArgument, NULL, "ncclCommCuDevice", "comm");
   EXPECT_REFUSAL(ncclCommUserRank(NULL, &x), ncclInvalidArgument, NULL, "ncclCommUserRank", "comm");
