@@ -425,6 +425,11 @@ const char* braid_param_name(int index) {
 const char* braid_param_alias(int index) { return param_index_ok(index) ? rows[index].alias : NULL; }
 const char* braid_param_help(int index) { return param_index_ok(index) ? rows[index].help : NULL; }
 const char* braid_param_default(int index) { return param_index_ok(index) ? rows[index].def : NULL; }
+
+const char* braid_param_var(braid_param_id_t id) {
+  return braid_param_source(id) == BRAID_PARAM_FROM_NCCL_ENV ? rows[id].alias
+                                                              : braid_param_name((int)id);
+}
 braid_param_type_t braid_param_type(int index) {
   return param_index_ok(index) ? rows[index].type : BRAID_PARAM_STRING;
 }

@@ -124,6 +124,9 @@ int64_t braid_param_int(braid_param_id_t id);
 const char* braid_param_str(braid_param_id_t id);
 /* Where the value came from. */
 braid_param_source_t braid_param_source(braid_param_id_t id);
+/* The variable it came from, for messages: the NCCL alias when that was set, else BRAID_<name>
+ * (in a buffer of the calling thread, until its next call). */
+const char* braid_param_var(braid_param_id_t id);
 /* Re-read every parameter from the environment. Not thread-safe against concurrent readers. */
 void braid_param_reload(void);
 

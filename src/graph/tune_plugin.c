@@ -12,7 +12,6 @@
  */
 #include <dlfcn.h>
 #include <limits.h>
-#include <link.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -24,6 +23,7 @@
 #include "base/debug.h"
 #include "base/error.h"
 #include "base/param.h"
+#include "base/plugin_lib.h"
 #include "base/utils.h"
 #include "graph/topo.h"
 #include "graph/tune_plugin.h"
@@ -193,47 +193,8 @@ static const struct tune_plugin_ops tune_plugin_versions[] = {
 
 /* ---- finding the library ---- */
 
-/* The variable the user set, for messages. */
-static const char* tune_plugin_var(void) {
-  return braid_param_source(BRAID_P_TUNER_PLUGIN) == BRAID_PARAM_FROM_NCCL_ENV
-             ? "NCCL_TUNER_PLUGIN"
-             : "BRAID_TUNER_PLUGIN";
-}
-
-/* dlopen, appending dlerror's text to `why` on failure. */
-static void* tune_plugin_dlopen(const char* file, char* why, size_t size) {
-  void* handle = dlopen(file, RTLD_NOW | RTLD_LOCAL);
-  if (handle == NULL) {
-    const char* err = dlerror();
-    size_t len = strlen(why);
-    if (len < size &&
-        snprintf(why + len, size - len, "%s%s", len ? "; " : "", err ? err : file) < 0)
-      why[len] = '\0';
-  }
-  return handle;
-}
-
-/*
- * NCCL's search: the setting as given (a file name the loader searches
- * for, or a path), then, for a plain name, libnccl-tuner-<name>.so; unset,
- * libnccl-tuner.so.
- */
-static void* tune_plugin_dlopen_setting(const char* setting, char* why, size_t size) {
-  if (setting == NULL) return tune_plugin_dlopen("libnccl-tuner.so", why, size);
-  void* handle = tune_plugin_dlopen(setting, why, size);
-  size_t n = strlen(setting);
-  int lib_file = strncmp(setting, "lib", 3) == 0 && n >= 3 && strcmp(setting + n - 3, ".so") == 0;
-  if (handle == NULL && strchr(setting, '/') == NULL && !lib_file) {
-    char file[PATH_MAX];
-    snprintf(file, sizeof file, "libnccl-tuner-%s.so", setting);
-    handle = tune_plugin_dlopen(file, why, size);
-  }
-  return handle;
-}
-
 /* Fills lib from an opened library; 0 (and a message) when it exports no version Braid reads. */
 static int tune_plugin_lib_resolve(void* handle, const char* opened, int quiet) {
-  struct link_map* map = NULL;
   for (int i = 0; i < TUNE_PLUGIN_NVERSIONS; i++) {
     const void* sym = dlsym(handle, tune_plugin_versions[i].symbol);
     if (sym == NULL) continue;
@@ -241,8 +202,7 @@ static int tune_plugin_lib_resolve(void* handle, const char* opened, int quiet) 
     lib.ops = &tune_plugin_versions[i];
     lib.sym = sym;
     lib.name = ((const tuner_v4_t*)sym)->name ? ((const tuner_v4_t*)sym)->name : "unnamed";
-    const char* path = dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map ? map->l_name : opened;
-    snprintf(lib.path, sizeof lib.path, "%s", path && path[0] ? path : opened);
+    braid_plugin_path(handle, opened, lib.path, sizeof lib.path);
     return 1;
   }
   char others[128] = "";
@@ -261,7 +221,7 @@ static int tune_plugin_lib_resolve(void* handle, const char* opened, int quiet) 
     WARN(
         "%s: %s has no ncclTunerPlugin_v5 to _v2 (the versions NCCL 2.28 reads)%s: not loaded; "
         "the tuning model decides",
-        tune_plugin_var(), opened, others);
+        braid_param_var(BRAID_P_TUNER_PLUGIN), opened, others);
   return 0;
 }
 
@@ -278,14 +238,14 @@ static int tune_plugin_lib_load(const char* net_lib) {
   if (lib_not_found[0] && strcmp(key, lib_not_found) == 0) return 0;
   snprintf(lib_not_found, sizeof lib_not_found, "%s", key); /* cleared below when found */
   if (setting) {
-    INFO(BRAID_LOG_ENV, "%s set by environment to %s", tune_plugin_var(), setting);
+    INFO(BRAID_LOG_ENV, "%s set by environment to %s", braid_param_var(BRAID_P_TUNER_PLUGIN), setting);
     if (strcasecmp(setting, "none") == 0) return 0;
   }
   char why[1024] = "";
   const char* opened = setting ? setting : "libnccl-tuner.so";
-  void* handle = tune_plugin_dlopen_setting(setting, why, sizeof why);
+  void* handle = braid_plugin_open("tuner", setting, why, sizeof why);
   if (handle == NULL && setting)
-    WARN("%s=%s: no tuner plugin loaded (%s); %s", tune_plugin_var(), setting, why,
+    WARN("%s=%s: no tuner plugin loaded (%s); %s", braid_param_var(BRAID_P_TUNER_PLUGIN), setting, why,
          net_lib ? "looking in the net plugin's library" : "the tuning model decides");
   else if (handle == NULL)
     INFO(BRAID_LOG_TUNING, "TUNER/Plugin: no tuner plugin (%s)%s", why,

@@ -11,7 +11,6 @@
 
 #include <dlfcn.h>
 #include <limits.h>
-#include <link.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,6 +23,7 @@
 #include "base/debug.h"
 #include "base/error.h"
 #include "base/param.h"
+#include "base/plugin_lib.h"
 #include "runtime/profiler_abi.h"
 
 /* The process's profiler library, while any communicator uses it. */
@@ -304,41 +304,6 @@ static void profiler_step_state(void* ctx, void* step, braid_proxy_step_state_t 
 
 /* ---- finding the library ---- */
 
-static const char* profiler_var(void) {
-  return braid_param_source(BRAID_P_PROFILER_PLUGIN) == BRAID_PARAM_FROM_NCCL_ENV
-             ? "NCCL_PROFILER_PLUGIN"
-             : "BRAID_PROFILER_PLUGIN";
-}
-
-static void* profiler_dlopen(const char* file, char* why, size_t size) {
-  void* handle = dlopen(file, RTLD_NOW | RTLD_LOCAL);
-  if (handle == NULL) {
-    const char* err = dlerror();
-    size_t len = strlen(why);
-    if (len < size &&
-        snprintf(why + len, size - len, "%s%s", len ? "; " : "", err ? err : file) < 0)
-      why[len] = '\0';
-  }
-  return handle;
-}
-
-/*
- * NCCL's search: the setting as given (a file name the loader searches for, or a path), then,
- * for a plain name, libnccl-profiler-<name>.so; unset, libnccl-profiler.so.
- */
-static void* profiler_dlopen_setting(const char* setting, char* why, size_t size) {
-  if (setting == NULL) return profiler_dlopen("libnccl-profiler.so", why, size);
-  void* handle = profiler_dlopen(setting, why, size);
-  size_t n = strlen(setting);
-  int lib_file = strncmp(setting, "lib", 3) == 0 && n >= 3 && strcmp(setting + n - 3, ".so") == 0;
-  if (handle == NULL && strchr(setting, '/') == NULL && !lib_file) {
-    char file[PATH_MAX];
-    snprintf(file, sizeof file, "libnccl-profiler-%s.so", setting);
-    handle = profiler_dlopen(file, why, size);
-  }
-  return handle;
-}
-
 /* Fills lib from an opened library; 0 (and a message) when it exports no version Braid reads. */
 static int profiler_lib_resolve(void* handle, const char* opened, int quiet) {
   for (int v = 5; v >= 1; v--) {
@@ -346,10 +311,8 @@ static int profiler_lib_resolve(void* handle, const char* opened, int quiet) {
     snprintf(symbol, sizeof symbol, "ncclProfiler_v%d", v);
     const void* sym = dlsym(handle, symbol);
     if (sym == NULL) continue;
-    struct link_map* map = NULL;
-    const char* path = dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name[0]
-                           ? map->l_name
-                           : opened;
+    char path[PATH_MAX];
+    braid_plugin_path(handle, opened, path, sizeof path);
     lib.handle = handle;
     lib.version = v;
     lib.sym = sym;
@@ -372,7 +335,7 @@ static int profiler_lib_resolve(void* handle, const char* opened, int quiet) {
   else
     WARN("%s: %s has no ncclProfiler_v5 to _v1 (the versions NCCL 2.28 reads)%s: not loaded; "
          "no profiler",
-         profiler_var(), opened, others);
+         braid_param_var(BRAID_P_PROFILER_PLUGIN), opened, others);
   return 0;
 }
 
@@ -386,14 +349,14 @@ static int profiler_lib_load(const char* net_lib) {
   if (lib_not_found[0] && strcmp(key, lib_not_found) == 0) return 0;
   snprintf(lib_not_found, sizeof lib_not_found, "%s", key); /* cleared below when found */
   if (setting) {
-    INFO(BRAID_LOG_ENV, "%s set by environment to %s", profiler_var(), setting);
+    INFO(BRAID_LOG_ENV, "%s set by environment to %s", braid_param_var(BRAID_P_PROFILER_PLUGIN), setting);
     if (strcasecmp(setting, "none") == 0) return 0;
   }
   char why[1024] = "";
   const char* opened = setting ? setting : "libnccl-profiler.so";
-  void* handle = profiler_dlopen_setting(setting, why, sizeof why);
+  void* handle = braid_plugin_open("profiler", setting, why, sizeof why);
   if (handle == NULL && setting)
-    WARN("%s=%s: no profiler plugin loaded (%s)%s", profiler_var(), setting, why,
+    WARN("%s=%s: no profiler plugin loaded (%s)%s", braid_param_var(BRAID_P_PROFILER_PLUGIN), setting, why,
          net_lib ? "; looking in the net plugin's library" : "");
   else if (handle == NULL)
     INFO(BRAID_LOG_INIT, "PROFILER/Plugin: no profiler plugin (%s)%s", why,

@@ -30,6 +30,7 @@
 #include "base/debug.h"
 #include "base/error.h"
 #include "base/param.h"
+#include "base/plugin_lib.h"
 #include "base/utils.h"
 #include "transport/net.h"
 
@@ -95,46 +96,6 @@ static ncclResult_t plugin_profiler_event(void** event, int type, void* parent, 
 }
 
 /* ----------------------------------------------------------- opening */
-
-static const char* plugin_param_name(void) {
-  return braid_param_source(BRAID_P_NET_PLUGIN) == BRAID_PARAM_FROM_NCCL_ENV ? "NCCL_NET_PLUGIN"
-                                                                             : "BRAID_NET_PLUGIN";
-}
-
-/* Appends what dlopen said about `file` to `tried` ("; " between attempts). */
-static void plugin_note_failure(const char* file, char* tried, size_t size) {
-  const char* err = dlerror();
-  size_t len = strlen(tried);
-  if (err == NULL) err = "unknown dlopen error";
-  if (strstr(err, file))
-    snprintf(tried + len, size - len, "%s%s", len ? "; " : "", err);
-  else
-    snprintf(tried + len, size - len, "%s%s: %s", len ? "; " : "", file, err);
-}
-
-/* `entry` as given, then as libnccl-net-<entry>.so when it is a bare name (NCCL's rule). */
-static void* plugin_open(const char* entry, char* tried, size_t size) {
-  void* dl = dlopen(entry, RTLD_NOW | RTLD_LOCAL);
-  if (dl) return dl;
-  plugin_note_failure(entry, tried, size);
-  size_t len = strlen(entry);
-  int lib_so = strncmp(entry, "lib", 3) == 0 && len > 3 && strcmp(entry + len - 3, ".so") == 0;
-  if (strchr(entry, '/') || lib_so) return NULL;
-  char file[PATH_MAX];
-  snprintf(file, sizeof file, "libnccl-net-%s.so", entry);
-  dl = dlopen(file, RTLD_NOW | RTLD_LOCAL);
-  if (dl == NULL) plugin_note_failure(file, tried, size);
-  return dl;
-}
-
-/* Where the library was found, for the log. */
-static void plugin_path(void* dl, const char* entry, char* out, size_t size) {
-  struct link_map* map = NULL;
-  if (dlinfo(dl, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && map->l_name[0])
-    snprintf(out, size, "%s", map->l_name);
-  else
-    snprintf(out, size, "%s", entry);
-}
 
 /* The slots every version places alike, from a table of any version. */
 #define PLUGIN_COPY_COMMON(p, table)           \
@@ -274,7 +235,7 @@ static void plugin_refuse(int warn, const char* fmt, ...) {
   const char* next =
       loaded.more ? "trying the next entry of " : "using Braid's own network backends";
   if (warn)
-    WARN("NET/Plugin: %s; %s%s", loaded.why, next, loaded.more ? plugin_param_name() : "");
+    WARN("NET/Plugin: %s; %s%s", loaded.why, next, loaded.more ? braid_param_var(BRAID_P_NET_PLUGIN) : "");
   else
     INFO(BRAID_LOG_INIT, "NET/Plugin: %s", loaded.why);
 }
@@ -321,15 +282,15 @@ static int plugin_try(const char* entry, int asked) {
   struct net_plugin* p = &loaded.p;
   char tried[BRAID_ERROR_MAX / 2] = "";
   memset(p, 0, sizeof *p);
-  void* dl = plugin_open(entry, tried, sizeof tried);
+  void* dl = braid_plugin_open("net", entry, tried, sizeof tried);
   if (dl == NULL) {
     if (asked)
-      plugin_refuse(1, "cannot load %s=%s: %s", plugin_param_name(), entry, tried);
+      plugin_refuse(1, "cannot load %s=%s: %s", braid_param_var(BRAID_P_NET_PLUGIN), entry, tried);
     else
       plugin_refuse(0, "no net plugin: %s", tried);
     return 0;
   }
-  plugin_path(dl, entry, p->path, sizeof p->path);
+  braid_plugin_path(dl, entry, p->path, sizeof p->path);
   if (!plugin_find_table(dl, p)) {
     plugin_refuse(1, "%s exports none of the net plugin versions Braid loads (%s)", p->path,
                   NET_PLUGIN_VERSIONS);
@@ -361,7 +322,7 @@ static void plugin_load_once(void) {
   const char* spec = braid_param_str(BRAID_P_NET_PLUGIN);
   int asked = spec != NULL;
   if (asked && (spec[0] == '\0' || strcasecmp(spec, "none") == 0)) {
-    snprintf(loaded.why, sizeof loaded.why, "net plugin disabled (%s=%s)", plugin_param_name(),
+    snprintf(loaded.why, sizeof loaded.why, "net plugin disabled (%s=%s)", braid_param_var(BRAID_P_NET_PLUGIN),
              spec[0] ? spec : "\"\"");
     INFO(BRAID_LOG_INIT, "NET/Plugin: %s", loaded.why);
     return;
