@@ -656,7 +656,12 @@ static void* wd_main(void* arg) {
                wd->warn_s);
       wd_warn_run(wd, why);
     }
-    if (!wd->failed && (pending || (wd->graph_live != 0 && comm->state != BRAID_COMM_REVOKED)) &&
+    /*
+     * Peers of this host are watched whatever BRAID_TIMEOUT says and whether or not a launch is
+     * followed: wd_check_local_peers fails the communicator only while its last launch (or a
+     * replay) has not finished, the only time a dead peer can leave it waiting.
+     */
+    if (!wd->failed && comm->state != BRAID_COMM_REVOKED &&
         now - wd->peers_checked > WD_PEER_CHECK_S) {
       wd->peers_checked = now;
       wd_check_local_peers(wd);
