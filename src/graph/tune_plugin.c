@@ -231,33 +231,15 @@ static int tune_plugin_lib_resolve(void* handle, const char* opened, int quiet) 
  */
 static int tune_plugin_lib_load(const char* net_lib) {
   if (lib.users > 0) return 1;
-  const char* setting = braid_param_str(BRAID_P_TUNER_PLUGIN);
-  if (setting && setting[0] == '\0') setting = NULL;
-  char key[sizeof lib_not_found];
-  snprintf(key, sizeof key, "%s\n%s", setting ? setting : "", net_lib ? net_lib : "");
-  if (lib_not_found[0] && strcmp(key, lib_not_found) == 0) return 0;
-  snprintf(lib_not_found, sizeof lib_not_found, "%s", key); /* cleared below when found */
-  if (setting) {
-    INFO(BRAID_LOG_ENV, "%s set by environment to %s", braid_param_var(BRAID_P_TUNER_PLUGIN), setting);
-    if (strcasecmp(setting, "none") == 0) return 0;
-  }
-  char why[1024] = "";
-  const char* opened = setting ? setting : "libnccl-tuner.so";
-  void* handle = braid_plugin_open("tuner", setting, why, sizeof why);
-  if (handle == NULL && setting)
-    WARN("%s=%s: no tuner plugin loaded (%s); %s", braid_param_var(BRAID_P_TUNER_PLUGIN), setting, why,
-         net_lib ? "looking in the net plugin's library" : "the tuning model decides");
-  else if (handle == NULL)
-    INFO(BRAID_LOG_TUNING, "TUNER/Plugin: no tuner plugin (%s)%s", why,
-         net_lib ? "; looking in the net plugin's library" : "");
-  int from_net = 0;
-  if (handle == NULL && net_lib && net_lib[0]) {
-    handle = dlopen(net_lib, RTLD_NOW | RTLD_LOCAL);
-    from_net = handle != NULL;
-    opened = net_lib;
-  }
+  const struct braid_plugin_search search = {
+      .kind = "tuner", .label = "TUNER", .param = BRAID_P_TUNER_PLUGIN,
+      .log_subsys = BRAID_LOG_TUNING, .without = "the tuning model decides", .net_lib = net_lib,
+      .not_found = lib_not_found, .not_found_size = sizeof lib_not_found};
+  char opened[PATH_MAX];
+  int from_net = 0, quiet = 0;
+  void* handle = braid_plugin_find(&search, opened, sizeof opened, &from_net, &quiet);
   if (handle == NULL) return 0;
-  if (!tune_plugin_lib_resolve(handle, opened, setting == NULL || from_net)) {
+  if (!tune_plugin_lib_resolve(handle, opened, quiet)) {
     dlclose(handle);
     return 0;
   }
