@@ -368,6 +368,38 @@ ncclResult_t bootstrap_recv(struct bootstrap* b, int peer, int tag, void* data, 
   return res;
 }
 
+ncclResult_t bootstrap_send_until(struct bootstrap* b, int peer, int tag, const void* data,
+                                  size_t size, double until, int* late) {
+  ncclResult_t res = bootstrap_p2p_check(b, peer, data, size, "bootstrap_send_until");
+  *late = 0;
+  if (res != ncclSuccess) return res;
+  pthread_mutex_lock(&b->lock);
+  b->call_deadline = until;
+  b->call_late = 0;
+  res = bootstrap_msg_send(b, peer, BOOTSTRAP_CH_P2P, tag, data, size);
+  *late = res != ncclSuccess && b->call_late;
+  b->call_deadline = -1.0;
+  b->call_late = 0;
+  pthread_mutex_unlock(&b->lock);
+  return res;
+}
+
+ncclResult_t bootstrap_recv_until(struct bootstrap* b, int peer, int tag, void* data, size_t size,
+                                  double until, int* late) {
+  ncclResult_t res = bootstrap_p2p_check(b, peer, data, size, "bootstrap_recv_until");
+  *late = 0;
+  if (res != ncclSuccess) return res;
+  pthread_mutex_lock(&b->lock);
+  b->call_deadline = until;
+  b->call_late = 0;
+  res = bootstrap_msg_recv(b, peer, BOOTSTRAP_CH_P2P, tag, 0, data, size);
+  *late = res != ncclSuccess && b->call_late;
+  b->call_deadline = -1.0;
+  b->call_late = 0;
+  pthread_mutex_unlock(&b->lock);
+  return res;
+}
+
 /* Checks a split's member list: in range, no repeats, and we are member new_rank. */
 static ncclResult_t bootstrap_split_check(const struct bootstrap* parent, const int* ranks, int nranks,
                                           int new_rank) {

@@ -27,10 +27,11 @@
  *
  * A rank that never arrives: BRAID_BOOTSTRAP_TIMEOUT seconds after the first
  * rank joined, every waiting rank fails with ncclSystemError naming the
- * missing ranks. Waits after bootstrap_init have no time limit (a peer may be
- * busy between setup steps) but end on abort, and when the awaited peer is
- * gone (ncclRemoteError naming it): its connection closed or reset, its host
- * silent for BRAID_SOCKET_KEEPALIVE_SEC, its listener refusing connections.
+ * missing ranks. Waits after bootstrap_init have no time limit unless the
+ * caller gives one (a peer may be busy between setup steps) but end on
+ * abort, and when the awaited peer is gone (ncclRemoteError naming it): its
+ * connection closed or reset, its host silent for BRAID_SOCKET_KEEPALIVE_SEC,
+ * its listener refusing connections.
  *
  * Threading: one struct bootstrap is used by one thread at a time, except
  * bootstrap_abort, which may be called from any thread. There is no helper
@@ -121,6 +122,17 @@ ncclResult_t bootstrap_barrier(struct bootstrap* b);
  */
 ncclResult_t bootstrap_send(struct bootstrap* b, int peer, int tag, const void* data, size_t size);
 ncclResult_t bootstrap_recv(struct bootstrap* b, int peer, int tag, void* data, size_t size);
+/*
+ * The same, given up at `until` (braid_time_sec()'s clock): the wait then ends quietly (no
+ * message kept) with ncclRemoteError and *late = 1. A message already queued is still taken
+ * after `until`, so a caller that waits for several peers up to one time learns about each. A
+ * send given up mid-message leaves its connection unusable, as after an abort. Abort and a lost
+ * peer end these waits as they end bootstrap_send/recv, *late = 0.
+ */
+ncclResult_t bootstrap_send_until(struct bootstrap* b, int peer, int tag, const void* data,
+                                  size_t size, double until, int* late);
+ncclResult_t bootstrap_recv_until(struct bootstrap* b, int peer, int tag, void* data, size_t size,
+                                  double until, int* late);
 
 /*
  * A new bootstrap among a subset of this one's ranks (comm split/shrink):

@@ -81,6 +81,10 @@ ncclResult_t bootstrap_wait_check(struct bootstrap* b, int peer, const char* wha
                      b->rank, what, from,
                      bootstrap_peer_describe(b, b->failed_peer, who, sizeof who), b->failed_why);
   }
+  if (b->call_deadline >= 0 && braid_time_sec() >= b->call_deadline) {
+    b->call_late = 1; /* quietly: the caller knows what it waited for and says so */
+    return ncclRemoteError;
+  }
   if (b->deadline >= 0 && braid_time_sec() >= b->deadline)
     return braid_err(ncclSystemError, "bootstrap: rank %d of %d timed out after %.0f s waiting for %s "
                      "from %s", b->rank, b->nranks, b->timeout, what,
@@ -265,6 +269,7 @@ static const struct bootstrap_listener_ops bootstrap_in_ops = {
 void bootstrap_conn_init(struct bootstrap* b) {
   b->queue = NULL;
   b->queue_tail = &b->queue;
+  b->call_deadline = -1.0;
   bootstrap_listener_init(&b->listener, &bootstrap_in_ops, b);
 }
 

@@ -421,6 +421,12 @@ struct bootstrap {
   uint8_t secret[BOOTSTRAP_SECRET_BYTES];
   double timeout;                /* BRAID_BOOTSTRAP_TIMEOUT */
   double deadline;               /* waits fail after this (init only); negative: no limit */
+  /*
+   * The caller's bound on one call after init (bootstrap_send_until, bootstrap_recv_until),
+   * negative: none. Its waits then end quietly at that time, call_late telling why.
+   */
+  double call_deadline;
+  int call_late;
   volatile uint32_t* abort_flag; /* the caller's, may be NULL */
   uint32_t aborted;              /* set by bootstrap_abort (atomic) */
   int listen_fd;
@@ -514,7 +520,10 @@ ncclResult_t bootstrap_msg_send(struct bootstrap* b, int peer, int channel, int 
  */
 ncclResult_t bootstrap_msg_recv(struct bootstrap* b, int peer, int channel, int tag, int any_tag,
                                 void* data, size_t size);
-/* Readies the message engine of a new `b`: an empty queue, a listener table without connections. */
+/*
+ * Readies the message engine of a new `b`: an empty queue, a listener table without connections,
+ * no bound on calls.
+ */
 void bootstrap_conn_init(struct bootstrap* b);
 /* Closes every connection of `b` and frees its queue (the listener stays). */
 void bootstrap_conn_release(struct bootstrap* b);
