@@ -129,6 +129,15 @@ void watchdog_issue(struct ncclComm* comm, const struct braid_op* op) {
   pthread_mutex_unlock(&wd->lock);
 }
 
+uint64_t watchdog_issued(struct ncclComm* comm) {
+  struct braid_watchdog* wd = comm->watchdog;
+  if (wd == NULL) return 0;
+  pthread_mutex_lock(&wd->lock);
+  const uint64_t issued = wd->issued;
+  pthread_mutex_unlock(&wd->lock);
+  return issued;
+}
+
 uint64_t watchdog_launch_seq(struct ncclComm* comm, int captured, int grid) {
   struct braid_watchdog* wd = comm->watchdog;
   uint64_t seq = 0;

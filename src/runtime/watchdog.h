@@ -76,6 +76,8 @@ ncclResult_t watchdog_start(struct ncclComm* comm);
 void watchdog_stop(struct ncclComm* comm);
 /* Numbers `op` (the next sequence number) and remembers it. */
 void watchdog_issue(struct ncclComm* comm, const struct braid_op* op);
+/* How many operations were numbered so far (the next one is this + 1); 0 without a watchdog. */
+uint64_t watchdog_issued(struct ncclComm* comm);
 /*
  * For the launch of `grid` blocks that completes the operations issued so
  * far: the sequence number its blocks report when done (kernel args'
