@@ -23,6 +23,7 @@
 #include "base/param.h"
 #include "runtime/redop.h"
 #include "runtime/register.h"
+#include "runtime/window.h"
 #include "base/utils.h"
 #include "runtime/watchdog.h"
 #include "runtime/topo_comm.h"
@@ -542,6 +543,7 @@ void comm_free_timed(struct ncclComm* comm, struct comm_free_times* t) {
   redop_table_free(comm);
   group_comm_free(comm);
   register_free_all(comm);
+  window_free_all(comm); /* before ipc_release: its mappings of other processes' memory */
   free(comm->peers);
   if (comm->abort_flag_mem) cudaFreeHost(comm->abort_flag_mem);
   share_free(family); /* the last of its family: what the departed members left, too */

@@ -1,6 +1,5 @@
 /*
- * ncclCommRegister / ncclCommDeregister and ncclCommWindowRegister /
- * ncclCommWindowDeregister (register.h says what they do today).
+ * ncclCommRegister / ncclCommDeregister (register.h says what they do today).
  */
 #include "runtime/register.h"
 
@@ -108,42 +107,3 @@ void register_free_all(struct ncclComm* comm) {
     comm->regs = next;
   }
 }
-
-NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
-                                             ncclWindow_t* win, int winFlags) {
-  ncclResult_t res = ncclSuccess;
-  braid_err_clear();
-  BRAID_TRY(comm_check_ready(comm, "ncclCommWindowRegister"));
-  BRAID_CHECK(win != NULL, ncclInvalidArgument, "ncclCommWindowRegister: win is NULL");
-  *win = NULL;
-  BRAID_CHECK(winFlags == NCCL_WIN_DEFAULT || winFlags == NCCL_WIN_COLL_SYMMETRIC,
-              ncclInvalidArgument, "ncclCommWindowRegister: winFlags = 0x%x is not a known flag",
-              (unsigned)winFlags);
-  BRAID_TRY(reg_check_buffer(comm, buff, size, "ncclCommWindowRegister"));
-  INFO(BRAID_LOG_REG,
-       "rank %d: ncclCommWindowRegister(%p, %zu bytes) gives a NULL window: this communicator has "
-       "no symmetric-memory support (Braid has no symmetric kernels), as NCCL answers without it",
-       comm->rank, buff, size);
-  return ncclSuccess;
-fail:
-  comm_error_record(comm, res);
-  return res;
-}
-NCCL_ALIAS(ncclResult_t, ncclCommWindowRegister, (ncclComm_t comm, void* buff, size_t size,
-           ncclWindow_t* win, int winFlags))
-
-NCCL_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
-  ncclResult_t res = ncclSuccess;
-  braid_err_clear();
-  BRAID_TRY(comm_check(comm, "ncclCommWindowDeregister"));
-  /* NULL is what ncclCommWindowRegister gave back. */
-  BRAID_CHECK(win == NULL, ncclInvalidArgument,
-              "ncclCommWindowDeregister: win %p was not made by Braid (it only makes NULL "
-              "windows)",
-              (void*)win);
-  return ncclSuccess;
-fail:
-  comm_error_record(comm, res);
-  return res;
-}
-NCCL_ALIAS(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win))

@@ -1,14 +1,11 @@
 /*
- * Buffer registration (ncclCommRegister) and memory windows
- * (ncclCommWindowRegister).
+ * Buffer registration (ncclCommRegister); memory windows are window.h's.
  *
  * A registration records a device buffer with its communicator and hands
  * back a handle that ncclCommDeregister checks. No algorithm reads user
  * buffers in place yet, so a registered buffer moves through the same
  * FIFOs as any other; NCCL does the same where its zero-copy paths do not
- * apply. Windows need symmetric-memory kernels, which Braid does not have:
- * like NCCL on a communicator without symmetric support, registration
- * succeeds with a NULL window and says so in the INFO log.
+ * apply.
  */
 #ifndef BRAID_CORE_REGISTER_H
 #define BRAID_CORE_REGISTER_H

@@ -57,6 +57,7 @@ static struct {
   CUresult (*range)(CUdeviceptr*, size_t*, CUdeviceptr);
   CUresult (*dev_count)(int*);
   CUresult (*can_access)(int*, CUdevice, CUdevice);
+  CUresult (*props)(CUmemAllocationProp*, CUmemGenericAllocationHandle);
   int ok;
 } drv;
 
@@ -80,6 +81,7 @@ static void drv_load(void) {
   drv.range = braid_driver_fn("cuMemGetAddressRange");
   drv.dev_count = braid_driver_fn("cuDeviceGetCount");
   drv.can_access = braid_driver_fn("cuDeviceCanAccessPeer");
+  drv.props = braid_driver_fn("cuMemGetAllocationPropertiesFromHandle");
   drv.ok = drv.create && drv.release && drv.reserve && drv.addr_free && drv.map && drv.unmap &&
            drv.set_access && drv.granularity && drv.export_ && drv.import && drv.dev_get &&
            drv.dev_attr;
@@ -852,4 +854,137 @@ ncclResult_t ipc_user_free(void* ptr) {
 fail:
   (void)cudaGetLastError();
   return res;
+}
+
+/* ---- Windows: a peer's whole allocation mapped at an address the caller chose. ---- */
+
+ncclResult_t ipc_win_export(ipc_kind_t kind, void* buff, int owner_rank, struct ipc_mem* keep,
+                            struct ipc_desc* desc, size_t* offset) {
+  ncclResult_t res = ncclSuccess;
+  CUmemGenericAllocationHandle h = 0;
+  int have_handle = 0, dev = -1, fd = -1;
+  CUdeviceptr base = 0;
+  size_t size = 0, gran = 0;
+  CUmemAllocationProp prop;
+  memset(keep, 0, sizeof *keep);
+  keep->fd = -1;
+  memset(desc, 0, sizeof *desc);
+  BRAID_CUDA_TRY(cudaGetDevice(&dev));
+  pthread_once(&drv_once, drv_load);
+  BRAID_CHECK(drv.ok && drv.retain && drv.range && drv.props, ncclSystemError,
+              "the CUDA driver lacks the cuMem functions that windows need");
+  CUresult r = drv.retain(&h, buff);
+  if (r != CUDA_SUCCESS) {
+    (void)cudaGetLastError();
+    BRAID_CHECK(0, ncclInvalidArgument,
+                "buff %p is not cuMem memory (%s): a window's buffer comes from ncclMemAlloc", buff,
+                drv_err(r));
+  }
+  have_handle = 1;
+  DRV_TRY(drv.range(&base, &size, (CUdeviceptr)(uintptr_t)buff), "cuMemGetAddressRange");
+  DRV_TRY(drv.props(&prop, h), "cuMemGetAllocationPropertiesFromHandle");
+  DRV_TRY(drv.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+          "cuMemGetAllocationGranularity");
+  BRAID_CHECK(gran != 0 && size % gran == 0 && base % gran == 0, ncclInvalidArgument,
+              "buff %p lies in a cuMem range (%p, %zu bytes) that is not whole granules of %zu "
+              "bytes", buff, (void*)(uintptr_t)base, size, gran);
+  if (kind == IPC_CUMEM) {
+    BRAID_CHECK(prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                ncclInvalidArgument,
+                "buff %p is cuMem memory made without a file-descriptor handle type, so other "
+                "processes cannot map it: allocate it with ncclMemAlloc", buff);
+    DRV_TRY(drv.export_(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+            "cuMemExportToShareableHandle");
+    (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+    BRAID_TRY(ipc_fd_offer(fd, desc, &keep->export_));
+    keep->kind = IPC_CUMEM;
+    keep->fd = fd;
+    fd = -1;
+  } else {
+    BRAID_CHECK(kind == IPC_LOCAL, ncclInternalError, "windows map memory of one process or "
+                "through cuMem handles (kind %d)", (int)kind);
+    keep->kind = IPC_LOCAL;
+  }
+  (void)drv.release(h);
+  desc->kind = (uint32_t)kind;
+  desc->owner_rank = (uint32_t)owner_rank;
+  desc->owner_dev = dev;
+  desc->bytes = size;
+  desc->align = gran;
+  desc->ptr = (void*)(uintptr_t)base;
+  *offset = (size_t)((uintptr_t)buff - (uintptr_t)base);
+  return ncclSuccess;
+fail:
+  if (fd >= 0) close(fd);
+  if (have_handle) (void)drv.release(h);
+  (void)cudaGetLastError();
+  return res;
+}
+
+ncclResult_t ipc_va_reserve(size_t bytes, size_t align, void** va) {
+  ncclResult_t res = ncclSuccess;
+  CUdeviceptr p = 0;
+  *va = NULL;
+  pthread_once(&drv_once, drv_load);
+  BRAID_CHECK(drv.ok, ncclSystemError, "the CUDA driver lacks the cuMem functions");
+  DRV_TRY(drv.reserve(&p, bytes, align, 0, 0), "cuMemAddressReserve");
+  *va = (void*)(uintptr_t)p;
+  return ncclSuccess;
+fail:
+  (void)cudaGetLastError();
+  return res;
+}
+
+void ipc_va_release(void* va, size_t bytes) {
+  if (va == NULL) return;
+  CUresult r = drv.addr_free((CUdeviceptr)(uintptr_t)va, bytes);
+  if (r != CUDA_SUCCESS) WARN("releasing %zu bytes of address space failed: %s", bytes, drv_err(r));
+}
+
+ncclResult_t ipc_map_at(const struct ipc_desc* desc, void* va, int my_rank,
+                        volatile uint32_t* abort_flag) {
+  ncclResult_t res = ncclSuccess;
+  CUmemGenericAllocationHandle h = 0;
+  int have_handle = 0, mapped = 0, dev = -1, fd = -1;
+  const CUdeviceptr at = (CUdeviceptr)(uintptr_t)va;
+  const size_t size = (size_t)desc->bytes;
+  CUmemAccessDesc access;
+  BRAID_CUDA_TRY(cudaGetDevice(&dev));
+  pthread_once(&drv_once, drv_load);
+  BRAID_CHECK(drv.ok && drv.retain, ncclSystemError, "the CUDA driver lacks the cuMem functions");
+  if (desc->kind == IPC_LOCAL) {
+    DRV_TRY(drv.retain(&h, desc->ptr), "cuMemRetainAllocationHandle");
+  } else {
+    BRAID_CHECK(desc->kind == IPC_CUMEM, ncclInternalError, "rank %u's window memory cannot be "
+                "mapped here (kind %u)", desc->owner_rank, desc->kind);
+    BRAID_TRY(ipc_fd_fetch(desc, my_rank, abort_flag, &fd));
+    DRV_TRY(drv.import(&h, (void*)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+            "cuMemImportFromShareableHandle");
+    close(fd);
+    fd = -1;
+  }
+  have_handle = 1;
+  DRV_TRY(drv.map(at, size, 0, h, 0), "cuMemMap");
+  mapped = 1;
+  (void)drv.release(h); /* the mapping holds the memory */
+  have_handle = 0;
+  memset(&access, 0, sizeof access);
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = dev;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  DRV_TRY(drv.set_access(at, size, &access, 1),
+          "cuMemSetAccess (this GPU may not reach the owner's)");
+  return ncclSuccess;
+fail:
+  if (fd >= 0) close(fd);
+  if (mapped) (void)drv.unmap(at, size);
+  if (have_handle) (void)drv.release(h);
+  (void)cudaGetLastError();
+  return res;
+}
+
+void ipc_unmap_at(void* va, size_t bytes) {
+  if (va == NULL) return;
+  CUresult r = drv.unmap((CUdeviceptr)(uintptr_t)va, bytes);
+  if (r != CUDA_SUCCESS) WARN("unmapping %zu bytes of a window failed: %s", bytes, drv_err(r));
 }

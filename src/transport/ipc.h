@@ -124,6 +124,24 @@ void ipc_fd_withdraw(struct ipc_export* e);
 ncclResult_t ipc_fd_fetch(const struct ipc_desc* desc, int my_rank, volatile uint32_t* abort_flag,
                           int* out_fd);
 
+/*
+ * Windows (symmetric memory): each rank's buffer, a cuMem allocation, is mapped whole at an
+ * address of the mapper's choosing.
+ * ipc_win_export describes the allocation holding `buff` (desc->ptr its start, desc->bytes its
+ * size, desc->align its granularity, *offset where buff lies in it); `kind` IPC_LOCAL for
+ * mappers of this process, IPC_CUMEM to offer a descriptor to other processes (released with
+ * ipc_mem_free(keep), which leaves the memory itself alone).
+ * ipc_map_at maps the allocation `desc` names at `va` (reserved with ipc_va_reserve, aligned
+ * to desc->align) for this thread's device; ipc_unmap_at undoes it.
+ */
+ncclResult_t ipc_win_export(ipc_kind_t kind, void* buff, int owner_rank, struct ipc_mem* keep,
+                            struct ipc_desc* desc, size_t* offset);
+ncclResult_t ipc_va_reserve(size_t bytes, size_t align, void** va);
+void ipc_va_release(void* va, size_t bytes);
+ncclResult_t ipc_map_at(const struct ipc_desc* desc, void* va, int my_rank,
+                        volatile uint32_t* abort_flag);
+void ipc_unmap_at(void* va, size_t bytes);
+
 /* For tests: exports whose descriptors the service still holds, in this process. */
 int ipc_exports_live(void);
 

@@ -91,27 +91,35 @@ static int p2p_local_device(int64_t bus_id) {
  * shows) and a way to share their memory (ipc_choose, from what both sent at
  * init). Inside one process CUDA must also allow peer access.
  */
+/* The topology part: same host, GPUs close enough for NCCL_P2P_LEVEL; `quiet`: no INFO. */
+static int p2p_close(const struct braid_transport_comm* comm, const struct braid_peer_info* me,
+                     const struct braid_peer_info* peer, int quiet) {
+  if (braid_param_int(BRAID_P_P2P_DISABLE)) return 0;
+  if (me->host_hash != peer->host_hash) return 0;
+  if (me->dev_bus_id == peer->dev_bus_id) return 1; /* ranks sharing one GPU (BRAID_TOPO_BUSID) */
+  int user_set = 0;
+  braid_path_type_t level = p2p_level(&user_set);
+  braid_path_type_t path = comm->topo ? topo_path(comm->topo, me->rank, peer->rank, NULL)
+                                      : BRAID_PATH_SYS;
+  /* NVLink is always close enough unless the user asks for less. */
+  int near = path <= level || (!user_set && (path == BRAID_PATH_NVL || path == BRAID_PATH_NVB));
+  if (!near && !quiet)
+    INFO(BRAID_LOG_INIT | BRAID_LOG_P2P, "no P2P between ranks %d and %d: their GPUs are %s "
+         "apart, farther than NCCL_P2P_LEVEL (%s)", me->rank, peer->rank,
+         topo_path_type_name(path), topo_path_type_name(level));
+  return near;
+}
+
+int p2p_pair_close(const struct braid_transport_comm* comm, int a, int b) {
+  return p2p_close(comm, &comm->peers[a], &comm->peers[b], 1);
+}
+
 static ncclResult_t p2p_can_connect(const struct braid_transport_comm* comm, const struct braid_peer_info* me,
                                     const struct braid_peer_info* peer, int* ok) {
   char why[512] = "";
   *ok = 0;
-  if (braid_param_int(BRAID_P_P2P_DISABLE)) return ncclSuccess;
-  if (me->host_hash != peer->host_hash) return ncclSuccess;
-  int same_gpu = me->dev_bus_id == peer->dev_bus_id; /* ranks sharing one GPU (BRAID_TOPO_BUSID) */
-  if (!same_gpu) {
-    int user_set = 0;
-    braid_path_type_t level = p2p_level(&user_set);
-    braid_path_type_t path = comm->topo ? topo_path(comm->topo, me->rank, peer->rank, NULL)
-                                        : BRAID_PATH_SYS;
-    /* NVLink is always close enough unless the user asks for less. */
-    int near = path <= level || (!user_set && (path == BRAID_PATH_NVL || path == BRAID_PATH_NVB));
-    if (!near) {
-      INFO(BRAID_LOG_INIT | BRAID_LOG_P2P, "no P2P between ranks %d and %d: their GPUs are %s "
-           "apart, farther than NCCL_P2P_LEVEL (%s)", me->rank, peer->rank,
-           topo_path_type_name(path), topo_path_type_name(level));
-      return ncclSuccess;
-    }
-  }
+  if (!p2p_close(comm, me, peer, 0)) return ncclSuccess;
+  int same_gpu = me->dev_bus_id == peer->dev_bus_id;
   ipc_kind_t kind = ipc_choose(me, peer, why, sizeof why);
   if (kind == IPC_NONE) {
     static int warned;

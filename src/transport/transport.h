@@ -162,6 +162,12 @@ extern const struct braid_transport_ops braid_transport_net; /* between hosts (n
 /* The transport that connects this rank and `peer`, in order of preference (P2P, SHM, NET). */
 ncclResult_t transport_select(const struct braid_transport_comm* comm, int peer,
                               const struct braid_transport_ops** out);
+/*
+ * Whether ranks a and b are close enough for P2P (same host, NCCL_P2P_LEVEL, P2P not
+ * disabled), from what every rank knows alike (the peers' info, the topology): the same
+ * answer on every rank, for any pair. Whether they can share memory is ipc_choose's part.
+ */
+int p2p_pair_close(const struct braid_transport_comm* comm, int a, int b);
 /* FIFO bytes (all BRAID_STEPS slots) for a parameter's size: at least 4 KiB a slot, whole lines. */
 size_t transport_buff_bytes(braid_param_id_t id);
 /* Bytes per slot of every send/recv connection (BRAID_P2P_BUFFSIZE / BRAID_STEPS). */

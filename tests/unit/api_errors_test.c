@@ -13,13 +13,16 @@
  */
 #include <string.h>
 
+#include "abi/dev_api.h"
 #include "nccl.h"
 #include "runtime/comm.h"
 #include "runtime/config.h"
 #include "test.h"
 
-/* From nccl_device.h (not part of nccl.h); Braid exports it for programs that link it. */
-ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void* reqs, void* outDevComm);
+/* From nccl_device.h (C++ only, not part of nccl.h): the layouts as abi/dev_api.h mirrors them. */
+ncclResult_t ncclDevCommCreate(ncclComm_t comm, const struct devapi_comm_req* reqs,
+                               struct devapi_comm* outDevComm);
+ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const struct devapi_comm* devComm);
 
 static int last_error_has(const char* word) { return strstr(ncclGetLastError(NULL), word) != NULL; }
 
@@ -53,13 +56,18 @@ struct test_team ncclTeamRail(ncclComm_t comm);
 int ncclTeamRankToWorld(ncclComm_t comm, struct test_team team, int rank);
 int ncclTeamRankToLsa(ncclComm_t comm, struct test_team team, int rank);
 int ncclLLA2ACalcSlots(int maxElts, int maxEltSize);
-ncclResult_t ncclLsaBarrierCreateRequirement(struct test_team team, int nBarriers, void* outHandle,
-                                             void* outReq);
+ncclResult_t ncclLsaBarrierCreateRequirement(struct test_team team, int nBarriers,
+                                             struct devapi_lsa_barrier* outHandle,
+                                             struct devapi_resource_req* outReq);
 ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t comm, struct test_team team, int nBarriers,
                                              void* outHandle, void* outReq);
-ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots, void* outHandle, void* outReq);
+ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots, struct devapi_lla2a* outHandle,
+                                        struct devapi_resource_req* outReq);
 
-/* Teams of no communicator are empty; the device API's requirements say it is missing. */
+/*
+ * Teams of no communicator are empty; the requirements a device communicator is made from hold
+ * what NCCL's inline code reads (sizes, handles to fill); GIN says it is missing.
+ */
 static void test_device_api_host(void) {
   struct test_team t = ncclTeamWorld(NULL);
   TEST_CHECK(t.nRanks == 0, "the world team of no comm has %d ranks", t.nRanks);
@@ -71,10 +79,35 @@ static void test_device_api_host(void) {
   TEST_CHECK(ncclTeamRankToLsa(NULL, t, 0) == -1, "RankToLsa of no comm");
   TEST_CHECK(ncclLLA2ACalcSlots(32, 16) == 64 && ncclLLA2ACalcSlots(10, 1) == 10,
              "LL all-to-all slots: 8 bytes each");
-  TEST_EXPECT_RES(ncclLsaBarrierCreateRequirement(t, 1, NULL, NULL), ncclInvalidUsage);
+  struct devapi_lsa_barrier bar;
+  struct devapi_lla2a a2a;
+  struct devapi_resource_req req;
+  EXPECT_REFUSAL(ncclLsaBarrierCreateRequirement(t, 1, NULL, &req), ncclInvalidArgument, NULL,
+                 "ncclLsaBarrierCreateRequirement", "outHandle");
+  EXPECT_REFUSAL(ncclLsaBarrierCreateRequirement(t, 1, &bar, NULL), ncclInvalidArgument, NULL,
+                 "ncclLsaBarrierCreateRequirement", "outReq");
+  EXPECT_REFUSAL(ncclLsaBarrierCreateRequirement((struct test_team){4, 1, 1}, -1, &bar, &req),
+                 ncclInvalidArgument, NULL, "ncclLsaBarrierCreateRequirement", "nBarriers");
+  memset(&req, 0xff, sizeof req);
+  TEST_EXPECT_RES(ncclLsaBarrierCreateRequirement((struct test_team){4, 1, 1}, 3, &bar, &req),
+                  ncclSuccess);
+  /* Per barrier two epochs, a multicast inbox and one inbox per member: 3 * (3 + 4) words. */
+  TEST_CHECK(req.buffer_size == 3 * 7 * 4 && req.out_buffer_handle == &bar.buf &&
+                 bar.nbarriers == 3 && req.next == NULL && req.gin_signal_count == 0,
+             "LSA barrier requirement: %zu bytes, handle %p (want %p), %d barriers",
+             req.buffer_size, (void*)req.out_buffer_handle, (void*)&bar.buf, bar.nbarriers);
+  EXPECT_REFUSAL(ncclLLA2ACreateRequirement(1, 1, NULL, &req), ncclInvalidArgument, NULL,
+                 "ncclLLA2ACreateRequirement", "outHandle");
+  EXPECT_REFUSAL(ncclLLA2ACreateRequirement(-1, 1, &a2a, &req), ncclInvalidArgument, NULL,
+                 "ncclLLA2ACreateRequirement", "nBlocks");
+  TEST_EXPECT_RES(ncclLLA2ACreateRequirement(2, 5, &a2a, &req), ncclSuccess);
+  /* Per block an epoch line and two generations of 5 slots, 16 bytes each. */
+  TEST_CHECK(req.buffer_size == 2 * 11 * 16 && req.out_buffer_handle == &a2a.buf &&
+                 a2a.nslots == 5,
+             "LL all-to-all requirement: %zu bytes, %u slots", req.buffer_size, a2a.nslots);
   TEST_EXPECT_RES(ncclGinBarrierCreateRequirement(NULL, t, 1, NULL, NULL), ncclInvalidUsage);
-  TEST_EXPECT_RES(ncclLLA2ACreateRequirement(1, 1, NULL, NULL), ncclInvalidUsage);
-  TEST_CHECK(last_error_has("not implemented"), "says so: %s", ncclGetLastError(NULL));
+  TEST_CHECK(last_error_has("not implemented") && last_error_has("GIN"), "says so: %s",
+             ncclGetLastError(NULL));
 }
 
 static void test_version_and_strings(void) {
@@ -170,8 +203,10 @@ static void test_comm_api_args(void) {
   ncclWindow_t win;
   TEST_EXPECT_RES(ncclCommWindowRegister(NULL, NULL, 0, &win, 0), ncclInvalidArgument);
   TEST_EXPECT_RES(ncclCommFinalize(NULL), ncclSuccess); /* as NCCL's: nothing to finalize */
-  TEST_EXPECT_RES(ncclDevCommCreate(NULL, NULL, NULL), ncclInvalidUsage);
-  TEST_CHECK(last_error_has("not implemented"), "the device API says so: %s", ncclGetLastError(NULL));
+  TEST_EXPECT_RES(ncclDevCommCreate(NULL, NULL, NULL), ncclInvalidArgument);
+  TEST_CHECK(last_error_has("ncclDevCommCreate") && last_error_has("comm"),
+             "ncclDevCommCreate names comm: %s", ncclGetLastError(NULL));
+  TEST_EXPECT_RES(ncclDevCommDestroy(NULL, NULL), ncclInvalidArgument);
   /* Simulation: needs an initialized simInfo and an open group; an empty group takes no time. */
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   TEST_EXPECT_RES(ncclGroupSimulateEnd(&sim), ncclInvalidUsage);
@@ -325,6 +360,38 @@ static void test_comm_last_error(void) {
                  c, "ncclCommWindowRegister", "buff");
   EXPECT_REFUSAL(ncclCommWindowDeregister(c, (ncclWindow_t)(void*)&s), ncclInvalidArgument, c,
                  "ncclCommWindowDeregister", "win");
+  EXPECT_REFUSAL(ncclCommWindowRegister(c, &s, 0, &win, NCCL_WIN_DEFAULT), ncclInvalidArgument, c,
+                 "ncclCommWindowRegister", "size");
+  /* Collective at once: refused inside a group, where one thread may drive several ranks. */
+  TEST_EXPECT_RES(ncclGroupStart(), ncclSuccess);
+  EXPECT_REFUSAL(ncclCommWindowRegister(c, &s, sizeof s, &win, NCCL_WIN_DEFAULT), ncclInvalidUsage,
+                 c, "ncclCommWindowRegister", "ncclGroupStart");
+  TEST_EXPECT_RES(ncclGroupEnd(), ncclSuccess);
+  struct devapi_comm_req dreq;
+  struct devapi_comm dcomm;
+  memset(&dreq, 0, sizeof dreq);
+  memset(&dcomm, 0, sizeof dcomm);
+  EXPECT_REFUSAL(ncclDevCommCreate(c, NULL, &dcomm), ncclInvalidArgument, c, "ncclDevCommCreate",
+                 "reqs");
+  EXPECT_REFUSAL(ncclDevCommCreate(c, &dreq, NULL), ncclInvalidArgument, c, "ncclDevCommCreate",
+                 "outDevComm");
+  dreq.lsa_barrier_count = -2;
+  EXPECT_REFUSAL(ncclDevCommCreate(c, &dreq, &dcomm), ncclInvalidArgument, c, "ncclDevCommCreate",
+                 "lsaBarrierCount");
+  dreq.lsa_barrier_count = 4;
+  dreq.rail_gin_barrier_count = 4; /* GIN, which Braid lacks: refused, naming the field */
+  EXPECT_REFUSAL(ncclDevCommCreate(c, &dreq, &dcomm), ncclInvalidUsage, c, "ncclDevCommCreate",
+                 "railGinBarrierCount");
+  dreq.rail_gin_barrier_count = 0;
+  dreq.gin_signal_count = 1;
+  EXPECT_REFUSAL(ncclDevCommCreate(c, &dreq, &dcomm), ncclInvalidUsage, c, "ncclDevCommCreate",
+                 "ginSignalCount");
+  dreq.gin_signal_count = 0;
+  dreq.lsa_multimem = true;
+  EXPECT_REFUSAL(ncclDevCommCreate(c, &dreq, &dcomm), ncclInvalidUsage, c, "ncclDevCommCreate",
+                 "lsaMultimem");
+  EXPECT_REFUSAL(ncclDevCommDestroy(c, &dcomm), ncclInvalidArgument, c, "ncclDevCommDestroy",
+                 "devComm");
   EXPECT_REFUSAL(ncclRedOpCreatePreMulSum(NULL, &s, ncclFloat32, ncclScalarHostImmediate, c),
                  ncclInvalidArgument, c, "ncclRedOpCreatePreMulSum", "op");
   EXPECT_REFUSAL(ncclRedOpCreatePreMulSum(&op, NULL, ncclFloat32, ncclScalarHostImmediate, c),

@@ -1,0 +1,749 @@
+/*
+ * Symmetric memory windows and the device API's communicator (window.h says
+ * what they are; abi/dev_api.h how their structures are laid out).
+ */
+#include "runtime/window.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "abi/dev_api.h"
+#include "base/debug.h"
+#include "base/utils.h"
+#include "bootstrap/bootstrap.h"
+#include "runtime/comm.h"
+#include "runtime/group.h"
+#include "transport/ipc.h"
+#include "transport/transport.h"
+
+#define NCCL_API __attribute__((visibility("default")))
+#define NCCL_ALIAS(ret, name, params) NCCL_API ret p##name params __attribute__((alias(#name)));
+
+#define WIN_MAGIC 0x4257494eU    /* "BWIN" */
+#define DEVCOMM_MAGIC 0x4244434dU /* "BDCM" */
+#define WIN_STRIDE_UNIT ((size_t)1 << 32) /* the inline code steps between ranks in 4 GiB */
+
+/* One registered window, as this rank holds it. */
+struct win {
+  uint32_t magic;
+  struct ncclComm* comm;
+  void* user;   /* the buffer as the caller passed it */
+  size_t size;
+  int flags;
+  int internal; /* a device communicator's resource window, not the caller's */
+  struct devapi_window host;  /* what `dev` holds */
+  struct devapi_window* dev;  /* device memory: the ncclWindow_t handed out */
+  void* resv;   /* the address range of the whole team's mappings */
+  size_t resv_bytes;
+  int nmaps;
+  void** map_va;     /* [team size]: where each member's allocation is mapped, or NULL */
+  size_t* map_bytes;
+  int slot;          /* its entry in the window table */
+  struct win* next;
+};
+
+/* A device communicator: its resource window and the copy handed out. */
+struct devcomm {
+  uint32_t magic;
+  struct win* res;
+  void* res_mem; /* ncclMemAlloc'ed memory behind the resource window */
+  struct devcomm* next;
+};
+
+/* The per-communicator state, made at the first need. */
+struct braid_windows {
+  pthread_mutex_t lock; /* the lists and the table */
+  int lsa_size, lsa_rank;
+  struct win* list;
+  struct devcomm* devcomms;
+  struct devapi_window_table** tables; /* device blocks, linked by `next` */
+  int ntables;
+  struct win** slots; /* [ntables * 32]: the window in each entry, or NULL */
+};
+
+static pthread_mutex_t windows_make_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---------------------------------------------------------------- the LSA team */
+
+/*
+ * Blocks of `local_ranks` consecutive ranks, one host each, every pair close
+ * enough for P2P and sharing cuMem memory; else this rank alone. Every rank
+ * computes the same from the peers' info and the topology.
+ */
+static void lsa_compute(const struct ncclComm* comm, int* size, int* rank) {
+  *size = 1;
+  *rank = 0;
+  const int n = comm->local_ranks;
+  if (n <= 1 || comm->nranks % n != 0 || comm->peers == NULL) return;
+  for (int r = 0; r < comm->nranks; r++) /* blocks of n consecutive ranks, one host each */
+    if (comm->peers[r].host_hash != comm->peers[r - r % n].host_hash) return;
+  const int first = comm->rank - comm->rank % n;
+  char why[512];
+  for (int a = first; a < first + n; a++) {
+    for (int b = a + 1; b < first + n; b++) {
+      ipc_kind_t kind = ipc_choose(&comm->peers[a], &comm->peers[b], why, sizeof why);
+      if (!p2p_pair_close(&comm->xport, a, b) || (kind != IPC_LOCAL && kind != IPC_CUMEM)) {
+        INFO(BRAID_LOG_INIT | BRAID_LOG_REG, "the LSA team is rank %d alone: ranks %d and %d "
+             "cannot load and store each other's memory (%s)", comm->rank, a, b,
+             kind == IPC_NONE ? why
+             : kind == IPC_LEGACY ? "no cuMem sharing between them"
+                                  : "their GPUs are not close enough for P2P");
+        return;
+      }
+    }
+  }
+  *size = n;
+  *rank = comm->rank % n;
+}
+
+/* The comm's window state, made at the first call; NULL only when memory ran out. */
+static struct braid_windows* windows_of(struct ncclComm* comm) {
+  struct braid_windows* w = __atomic_load_n(&comm->windows, __ATOMIC_ACQUIRE);
+  if (w) return w;
+  pthread_mutex_lock(&windows_make_lock);
+  w = comm->windows;
+  if (w == NULL && (w = calloc(1, sizeof *w)) != NULL) {
+    pthread_mutex_init(&w->lock, NULL);
+    lsa_compute(comm, &w->lsa_size, &w->lsa_rank);
+    __atomic_store_n(&comm->windows, w, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&windows_make_lock);
+  return w;
+}
+
+void window_lsa(struct ncclComm* comm, int* size, int* rank) {
+  struct braid_windows* w = windows_of(comm);
+  if (w) {
+    *size = w->lsa_size;
+    *rank = w->lsa_rank;
+  } else {
+    lsa_compute(comm, size, rank);
+  }
+}
+
+/* ---------------------------------------------------------------- the window table */
+
+/*
+ * ncclFindWindow (inline in NCCL's headers) walks the device communicator's
+ * table: blocks of 32 entries {user buffer, size, window}, linked on the
+ * device. An empty entry is all zeros. Called with w->lock held.
+ */
+static ncclResult_t table_put(struct braid_windows* w, struct win* win) {
+  ncclResult_t res = ncclSuccess;
+  int slot = -1;
+  for (int i = 0; i < w->ntables * DEVAPI_WINDOW_TABLE_SIZE && slot < 0; i++)
+    if (w->slots[i] == NULL) slot = i;
+  if (slot < 0) { /* a new block, linked after the last */
+    struct devapi_window_table* block = NULL;
+    struct devapi_window_table** tables = NULL;
+    struct win** slots = NULL;
+    const int n = w->ntables + 1;
+    BRAID_CUDA_TRY(cudaMalloc((void**)&block, sizeof *block));
+    tables = realloc(w->tables, (size_t)n * sizeof *tables);
+    if (tables) w->tables = tables;
+    slots = tables ? realloc(w->slots, (size_t)n * DEVAPI_WINDOW_TABLE_SIZE * sizeof *slots)
+                   : NULL;
+    if (slots) w->slots = slots;
+    res = slots ? braid_cuda_zero(block, sizeof *block)
+                : braid_err(ncclSystemError, "out of host memory for the window table");
+    if (res != ncclSuccess) {
+      (void)cudaFree(block);
+      goto fail;
+    }
+    memset(slots + (size_t)w->ntables * DEVAPI_WINDOW_TABLE_SIZE, 0,
+           DEVAPI_WINDOW_TABLE_SIZE * sizeof *slots);
+    w->slots = slots;
+    if (w->ntables > 0)
+      BRAID_CUDA_TRY(cudaMemcpy(&w->tables[w->ntables - 1]->next, &block, sizeof block,
+                                cudaMemcpyHostToDevice));
+    w->tables[w->ntables++] = block;
+    slot = (n - 1) * DEVAPI_WINDOW_TABLE_SIZE;
+  }
+  if (win) {
+    struct devapi_window_table* block = w->tables[slot / DEVAPI_WINDOW_TABLE_SIZE];
+    const int i = slot % DEVAPI_WINDOW_TABLE_SIZE;
+    uintptr_t entry[3] = {(uintptr_t)win->user, (uintptr_t)win->size, (uintptr_t)win->dev};
+    _Static_assert(sizeof entry == sizeof block->entries[0], "a table entry is three words");
+    BRAID_CUDA_TRY(cudaMemcpy(&block->entries[i], entry, sizeof entry, cudaMemcpyHostToDevice));
+    w->slots[slot] = win;
+    win->slot = slot;
+  }
+  return ncclSuccess;
+fail:
+  (void)cudaGetLastError();
+  return res;
+}
+
+/* Empties the window's entry (w->lock held). */
+static void table_drop(struct braid_windows* w, struct win* win) {
+  if (win->slot < 0 || win->slot >= w->ntables * DEVAPI_WINDOW_TABLE_SIZE) return;
+  struct devapi_window_table* block = w->tables[win->slot / DEVAPI_WINDOW_TABLE_SIZE];
+  uintptr_t zero[3] = {0, 0, 0};
+  if (cudaMemcpy(&block->entries[win->slot % DEVAPI_WINDOW_TABLE_SIZE], zero, sizeof zero,
+                 cudaMemcpyHostToDevice) != cudaSuccess) {
+    WARN("clearing a window's table entry failed: %s", cudaGetErrorString(cudaGetLastError()));
+  }
+  w->slots[win->slot] = NULL;
+  win->slot = -1;
+}
+
+/* ---------------------------------------------------------------- registration */
+
+/* What each rank tells all the others about its buffer. */
+struct win_offer {
+  int32_t status; /* ncclResult_t of this rank's preparation */
+  int32_t pad;
+  uint64_t size;   /* the caller's size */
+  uint64_t offset; /* where the buffer lies in its cuMem allocation */
+  struct ipc_desc desc;
+  char why[256];   /* status != 0: why */
+};
+
+/* After mapping: whether each rank mapped its team's buffers. */
+struct win_verdict {
+  int32_t status;
+  char why[252];
+};
+
+static void win_unmap(struct win* win) {
+  for (int i = 0; i < win->nmaps; i++) ipc_unmap_at(win->map_va ? win->map_va[i] : NULL,
+                                                     win->map_bytes ? win->map_bytes[i] : 0);
+  ipc_va_release(win->resv, win->resv_bytes);
+  win->resv = NULL;
+  free(win->map_va);
+  free(win->map_bytes);
+  win->map_va = NULL;
+  win->map_bytes = NULL;
+  win->nmaps = 0;
+}
+
+static void win_free(struct win* win) {
+  if (win == NULL) return;
+  win_unmap(win);
+  if (win->dev && cudaFree(win->dev) != cudaSuccess)
+    WARN("freeing a window's device record failed: %s", cudaGetErrorString(cudaGetLastError()));
+  win->magic = 0;
+  free(win);
+}
+
+/* The first rank whose entry failed, or -1. */
+static int first_failed(const void* entries, size_t stride, int n) {
+  for (int r = 0; r < n; r++)
+    if (*(const int32_t*)((const char*)entries + (size_t)r * stride) != 0) return r;
+  return -1;
+}
+
+ncclResult_t window_layout(const struct window_part* parts, int n, size_t* gran, size_t* lead,
+                           size_t* stride) {
+  ncclResult_t res = ncclSuccess;
+  size_t tail = 0;
+  *gran = 1;
+  *lead = 0;
+  for (int i = 0; i < n; i++)
+    if (parts[i].align > *gran) *gran = parts[i].align;
+  BRAID_CHECK((*gran & (*gran - 1)) == 0 && *gran <= WIN_STRIDE_UNIT, ncclInternalError,
+              "a window's granule of %zu bytes is not a power of two up to 4 GiB", *gran);
+  const size_t rem = parts[0].offset % *gran;
+  for (int i = 0; i < n; i++) {
+    BRAID_CHECK(parts[i].offset % *gran == rem && parts[i].offset < parts[i].bytes,
+                ncclInvalidArgument,
+                "ncclCommWindowRegister: the buffers of LSA ranks 0 and %d start at offsets %zu "
+                "and %zu of their allocations, which differ modulo the %zu-byte granule: the "
+                "window cannot map them at one stride (pass the start of an ncclMemAlloc buffer, "
+                "or offsets that agree modulo %zu)", i, parts[0].offset, parts[i].offset, *gran,
+                *gran);
+    if (parts[i].offset > *lead) *lead = parts[i].offset;
+    if (parts[i].bytes - parts[i].offset > tail) tail = parts[i].bytes - parts[i].offset;
+  }
+  *lead = BRAID_ALIGN_UP(*lead - rem, *gran) + rem; /* >= every offset, == rem modulo gran */
+  *stride = BRAID_ALIGN_UP(*lead + tail, WIN_STRIDE_UNIT);
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+/*
+ * Maps the team's offers (rank `first` of the team at index 0) as
+ * window_layout places them.
+ */
+static ncclResult_t win_map_team(struct ncclComm* comm, struct win* win,
+                                 const struct win_offer* offers, int first, int n) {
+  ncclResult_t res = ncclSuccess;
+  size_t gran, lead, stride;
+  struct window_part* parts = calloc((size_t)n, sizeof *parts);
+  BRAID_CHECK(parts != NULL, ncclSystemError, "out of host memory for a window's layout");
+  for (int i = 0; i < n; i++) {
+    parts[i].offset = (size_t)offers[first + i].offset;
+    parts[i].bytes = (size_t)offers[first + i].desc.bytes;
+    parts[i].align = (size_t)offers[first + i].desc.align;
+  }
+  res = window_layout(parts, n, &gran, &lead, &stride);
+  free(parts);
+  BRAID_TRY(res);
+  win->resv_bytes = stride * (size_t)n;
+  BRAID_TRY(ipc_va_reserve(win->resv_bytes, gran, &win->resv));
+  BRAID_CHECK((win->map_va = calloc((size_t)n, sizeof *win->map_va)) != NULL &&
+                  (win->map_bytes = calloc((size_t)n, sizeof *win->map_bytes)) != NULL,
+              ncclSystemError, "out of host memory for a window's mappings");
+  win->nmaps = n;
+  char* base = (char*)win->resv + lead;
+  for (int i = 0; i < n; i++) {
+    const int r = first + i;
+    struct ipc_desc d = offers[r].desc;
+    /* Memory of this process is retained from its address; another process's, by descriptor. */
+    if (comm->peers[r].pid_hash == comm->peers[comm->rank].pid_hash) d.kind = IPC_LOCAL;
+    void* at = base + (size_t)i * stride - offers[r].offset;
+    BRAID_TRY(ipc_map_at(&d, at, comm->rank, comm->abort_flag));
+    win->map_va[i] = at;
+    win->map_bytes[i] = (size_t)d.bytes;
+  }
+  win->host.lsa_flat_base = base;
+  win->host.stride4g = (uint32_t)(stride / WIN_STRIDE_UNIT);
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+/*
+ * The collective registration: offers, mappings, verdicts. On success
+ * *out is the window, in the table; on failure every rank returns an error
+ * and nothing is left.
+ */
+static ncclResult_t win_register(struct ncclComm* comm, void* buff, size_t size, int flags,
+                                 int internal, struct win** out) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_windows* w = windows_of(comm);
+  struct win_offer* offers = NULL;
+  struct win_verdict* verdicts = NULL;
+  struct win* win = NULL;
+  struct ipc_mem keep;
+  memset(&keep, 0, sizeof keep);
+  keep.fd = -1;
+  *out = NULL;
+  BRAID_CHECK(w != NULL, ncclSystemError, "out of host memory for the window state");
+  const int n = w->lsa_size, first = comm->rank - w->lsa_rank;
+  BRAID_CHECK((offers = calloc((size_t)comm->nranks, sizeof *offers)) != NULL &&
+                  (verdicts = calloc((size_t)comm->nranks, sizeof *verdicts)) != NULL &&
+                  (win = calloc(1, sizeof *win)) != NULL,
+              ncclSystemError, "out of host memory for a window registration");
+  win->magic = WIN_MAGIC;
+  win->comm = comm;
+  win->user = buff;
+  win->size = size;
+  win->flags = flags;
+  win->internal = internal;
+  win->slot = -1;
+
+  /* This rank's offer: by descriptor when a member of its team lives in another process. */
+  int other_process = 0;
+  for (int r = first; r < first + n; r++)
+    other_process |= comm->peers[r].pid_hash != comm->peers[comm->rank].pid_hash;
+  struct win_offer* mine = &offers[comm->rank];
+  mine->size = size;
+  ncclResult_t prep = ipc_win_export(other_process ? IPC_CUMEM : IPC_LOCAL, buff, comm->rank,
+                                     &keep, &mine->desc, (size_t*)&mine->offset);
+  if (prep != ncclSuccess) {
+    mine->status = (int32_t)prep;
+    snprintf(mine->why, sizeof mine->why, "%s", braid_err_last());
+  }
+  comm_wait_splits(comm);
+  BRAID_TRY(bootstrap_allgather(comm->bootstrap, offers, sizeof *offers));
+  int bad = first_failed(offers, sizeof *offers, comm->nranks);
+  BRAID_CHECK(bad < 0, bad >= 0 ? (ncclResult_t)offers[bad].status : ncclSuccess,
+              "ncclCommWindowRegister(%p, %zu bytes): rank %d cannot offer its buffer: %s", buff,
+              size, bad, bad >= 0 ? offers[bad].why : "");
+
+  /* Map the team's buffers; then all ranks learn whether every rank could. */
+  win->host.world_rank = comm->rank;
+  win->host.lsa_rank = w->lsa_rank;
+  win->host.win_host = win;
+  ncclResult_t mapped = win_map_team(comm, win, offers, first, n);
+  if (mapped == ncclSuccess && cudaMalloc((void**)&win->dev, sizeof *win->dev) != cudaSuccess) {
+    mapped = braid_err(ncclUnhandledCudaError, "cudaMalloc of a window's %zu-byte record failed: %s",
+                       sizeof *win->dev, cudaGetErrorString(cudaGetLastError()));
+    win->dev = NULL;
+  }
+  if (mapped == ncclSuccess &&
+      cudaMemcpy(win->dev, &win->host, sizeof win->host, cudaMemcpyHostToDevice) != cudaSuccess)
+    mapped = braid_err(ncclUnhandledCudaError, "writing a window's record failed: %s",
+                       cudaGetErrorString(cudaGetLastError()));
+  if (mapped != ncclSuccess) {
+    verdicts[comm->rank].status = (int32_t)mapped;
+    snprintf(verdicts[comm->rank].why, sizeof verdicts[comm->rank].why, "%s", braid_err_last());
+  }
+  BRAID_TRY(bootstrap_allgather(comm->bootstrap, verdicts, sizeof *verdicts));
+  /* Every peer that maps this buffer has its own handle now: the descriptor can go. */
+  ipc_mem_free(&keep);
+  bad = first_failed(verdicts, sizeof *verdicts, comm->nranks);
+  BRAID_CHECK(bad < 0, bad >= 0 ? (ncclResult_t)verdicts[bad].status : ncclSuccess,
+              "ncclCommWindowRegister(%p, %zu bytes): rank %d could not map its LSA team's "
+              "buffers: %s", buff, size, bad, bad >= 0 ? verdicts[bad].why : "");
+
+  pthread_mutex_lock(&w->lock);
+  res = table_put(w, win);
+  if (res == ncclSuccess) {
+    win->next = w->list;
+    w->list = win;
+  }
+  pthread_mutex_unlock(&w->lock);
+  BRAID_TRY(res);
+  INFO(BRAID_LOG_REG, "rank %d: window %p for %p (%zu bytes, flags 0x%x): LSA team of %d, "
+       "stride %u x 4 GiB", comm->rank, (void*)win->dev, buff, size, flags, n, win->host.stride4g);
+  free(offers);
+  free(verdicts);
+  *out = win;
+  return ncclSuccess;
+fail:
+  ipc_mem_free(&keep);
+  win_free(win);
+  free(offers);
+  free(verdicts);
+  return res;
+}
+
+/* Unlinks and frees `win` (a window of `comm`'s list). */
+static void win_release(struct braid_windows* w, struct win* win) {
+  pthread_mutex_lock(&w->lock);
+  for (struct win** p = &w->list; *p; p = &(*p)->next) {
+    if (*p == win) {
+      *p = win->next;
+      break;
+    }
+  }
+  table_drop(w, win);
+  pthread_mutex_unlock(&w->lock);
+  win_free(win);
+}
+
+/* The window `handle` (a device pointer) names on `comm`, or NULL. */
+static struct win* win_find(struct braid_windows* w, const void* handle) {
+  struct win* found = NULL;
+  pthread_mutex_lock(&w->lock);
+  for (struct win* p = w->list; p && !found; p = p->next)
+    if (p->dev == handle) found = p;
+  pthread_mutex_unlock(&w->lock);
+  return found;
+}
+
+NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
+                                             ncclWindow_t* win, int winFlags) {
+  ncclResult_t res = ncclSuccess;
+  struct win* made = NULL;
+  braid_err_clear();
+  BRAID_TRY(comm_check_ready(comm, "ncclCommWindowRegister"));
+  BRAID_CHECK(win != NULL, ncclInvalidArgument, "ncclCommWindowRegister: win is NULL");
+  *win = NULL;
+  BRAID_CHECK(winFlags == NCCL_WIN_DEFAULT || winFlags == NCCL_WIN_COLL_SYMMETRIC,
+              ncclInvalidArgument, "ncclCommWindowRegister: winFlags = 0x%x is not a known flag",
+              (unsigned)winFlags);
+  BRAID_CHECK(size > 0, ncclInvalidArgument, "ncclCommWindowRegister: size is 0 (buff %p)", buff);
+  BRAID_CHECK(buff != NULL, ncclInvalidArgument, "ncclCommWindowRegister: buff is NULL");
+  /* Collective at once: inside a group, one thread driving several ranks would wait on itself. */
+  BRAID_CHECK(group_depth() == 0, ncclInvalidUsage,
+              "ncclCommWindowRegister inside ncclGroupStart/ncclGroupEnd is not supported by "
+              "Braid: call it outside the group (one thread per rank)");
+  BRAID_CUDA_TRY(cudaSetDevice(comm->cuda_dev));
+  BRAID_TRY(win_register(comm, buff, size, winFlags, 0, &made));
+  *win = (ncclWindow_t)made->dev;
+  return ncclSuccess;
+fail:
+  comm_error_record(comm, res);
+  return res;
+}
+NCCL_ALIAS(ncclResult_t, ncclCommWindowRegister, (ncclComm_t comm, void* buff, size_t size,
+           ncclWindow_t* win, int winFlags))
+
+NCCL_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  ncclResult_t res = ncclSuccess;
+  braid_err_clear();
+  BRAID_TRY(comm_check(comm, "ncclCommWindowDeregister"));
+  if (win == NULL) return ncclSuccess; /* as NCCL: what a registration without support gives */
+  struct braid_windows* w = __atomic_load_n(&comm->windows, __ATOMIC_ACQUIRE);
+  struct win* found = w ? win_find(w, win) : NULL;
+  BRAID_CHECK(found != NULL && !found->internal, ncclInvalidArgument,
+              "ncclCommWindowDeregister: win %p is not a window of rank %d's communicator "
+              "(deregistered already, or registered with another communicator)",
+              (void*)win, comm->rank);
+  BRAID_CUDA_TRY(cudaSetDevice(comm->cuda_dev));
+  win_release(w, found);
+  return ncclSuccess;
+fail:
+  comm_error_record(comm, res);
+  return res;
+}
+NCCL_ALIAS(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win))
+
+/* ---------------------------------------------------------------- teams */
+
+static struct devapi_team team_of(ncclComm_t comm, int which) {
+  struct devapi_team t = {0, 0, 1};
+  if (comm_check(comm, "ncclTeam") != ncclSuccess || comm->state != BRAID_COMM_READY) return t;
+  int lsa_size, lsa_rank;
+  window_lsa(comm, &lsa_size, &lsa_rank);
+  if (which == 0) t = (struct devapi_team){comm->nranks, comm->rank, 1};
+  if (which == 1) t = (struct devapi_team){lsa_size, lsa_rank, 1};
+  if (which == 2) t = (struct devapi_team){comm->nranks / lsa_size, comm->rank / lsa_size, lsa_size};
+  return t;
+}
+
+NCCL_API struct devapi_team ncclTeamWorld(ncclComm_t comm) { return team_of(comm, 0); }
+NCCL_ALIAS(struct devapi_team, ncclTeamWorld, (ncclComm_t comm))
+NCCL_API struct devapi_team ncclTeamLsa(ncclComm_t comm) { return team_of(comm, 1); }
+NCCL_ALIAS(struct devapi_team, ncclTeamLsa, (ncclComm_t comm))
+NCCL_API struct devapi_team ncclTeamRail(ncclComm_t comm) { return team_of(comm, 2); }
+NCCL_ALIAS(struct devapi_team, ncclTeamRail, (ncclComm_t comm))
+
+NCCL_API int ncclTeamRankToWorld(ncclComm_t comm, struct devapi_team team, int rank) {
+  return comm_check(comm, "ncclTeamRankToWorld") == ncclSuccess
+             ? comm->rank + (rank - team.rank) * team.stride
+             : -1;
+}
+NCCL_ALIAS(int, ncclTeamRankToWorld, (ncclComm_t comm, struct devapi_team team, int rank))
+
+NCCL_API int ncclTeamRankToLsa(ncclComm_t comm, struct devapi_team team, int rank) {
+  int lsa_size, lsa_rank;
+  if (comm_check(comm, "ncclTeamRankToLsa") != ncclSuccess) return -1;
+  window_lsa(comm, &lsa_size, &lsa_rank);
+  return lsa_rank + (rank - team.rank) * team.stride;
+}
+NCCL_ALIAS(int, ncclTeamRankToLsa, (ncclComm_t comm, struct devapi_team team, int rank))
+
+/* ---------------------------------------------------------------- requirements */
+
+NCCL_API int ncclLLA2ACalcSlots(int maxElts, int maxEltSize) {
+  return maxElts * ((maxEltSize + 7) / 8); /* a slot carries 8 bytes of payload */
+}
+NCCL_ALIAS(int, ncclLLA2ACalcSlots, (int maxElts, int maxEltSize))
+
+NCCL_API ncclResult_t ncclLsaBarrierCreateRequirement(struct devapi_team team, int nBarriers,
+                                                      struct devapi_lsa_barrier* outHandle,
+                                                      struct devapi_resource_req* outReq) {
+  ncclResult_t res = ncclSuccess;
+  braid_err_clear();
+  BRAID_CHECK(outHandle != NULL && outReq != NULL, ncclInvalidArgument,
+              "ncclLsaBarrierCreateRequirement: %s is NULL", outHandle ? "outReq" : "outHandle");
+  BRAID_CHECK(nBarriers >= 0 && team.nranks > 0, ncclInvalidArgument,
+              "ncclLsaBarrierCreateRequirement: nBarriers = %d, team of %d ranks", nBarriers,
+              team.nranks);
+  memset(outReq, 0, sizeof *outReq);
+  /* Per barrier: two epochs (multicast, unicast), a multicast inbox, one inbox per member. */
+  outHandle->buf = 0;
+  outHandle->nbarriers = nBarriers;
+  outReq->buffer_size = (size_t)nBarriers * (3 + (size_t)team.nranks) * sizeof(uint32_t);
+  outReq->buffer_align = DEVAPI_RESOURCE_UNIT;
+  outReq->out_buffer_handle = &outHandle->buf;
+  return ncclSuccess;
+fail:
+  return res;
+}
+NCCL_ALIAS(ncclResult_t, ncclLsaBarrierCreateRequirement,
+           (struct devapi_team team, int nBarriers, struct devapi_lsa_barrier* outHandle,
+            struct devapi_resource_req* outReq))
+
+NCCL_API ncclResult_t ncclLLA2ACreateRequirement(int nBlocks, int nSlots,
+                                                 struct devapi_lla2a* outHandle,
+                                                 struct devapi_resource_req* outReq) {
+  ncclResult_t res = ncclSuccess;
+  braid_err_clear();
+  BRAID_CHECK(outHandle != NULL && outReq != NULL, ncclInvalidArgument,
+              "ncclLLA2ACreateRequirement: %s is NULL", outHandle ? "outReq" : "outHandle");
+  BRAID_CHECK(nBlocks >= 0 && nSlots >= 0, ncclInvalidArgument,
+              "ncclLLA2ACreateRequirement: nBlocks = %d, nSlots = %d", nBlocks, nSlots);
+  memset(outReq, 0, sizeof *outReq);
+  /* Per block: one line for its epoch, then two generations of nSlots 16-byte lines. */
+  outHandle->buf = 0;
+  outHandle->nslots = (uint32_t)nSlots;
+  outReq->buffer_size = (size_t)nBlocks * (1 + 2 * (size_t)nSlots) * 16;
+  outReq->buffer_align = DEVAPI_RESOURCE_UNIT;
+  outReq->out_buffer_handle = &outHandle->buf;
+  return ncclSuccess;
+fail:
+  return res;
+}
+NCCL_ALIAS(ncclResult_t, ncclLLA2ACreateRequirement,
+           (int nBlocks, int nSlots, struct devapi_lla2a* outHandle,
+            struct devapi_resource_req* outReq))
+
+/* ---------------------------------------------------------------- device communicators */
+
+/* What Braid cannot give: GPU-initiated networking and multicast. */
+static ncclResult_t devcomm_refused(const struct devapi_comm_req* q, int rail_size) {
+  const char* field = NULL;
+  if (q->rail_gin_barrier_count > 0) field = "railGinBarrierCount";
+  else if (q->gin_force_enable) field = "ginForceEnable";
+  else if (q->gin_signal_count > 0) field = "ginSignalCount";
+  else if (q->gin_counter_count > 0) field = "ginCounterCount";
+  else if (q->barrier_count > 0 && rail_size > 1) field = "barrierCount (across hosts)";
+  if (field == NULL)
+    for (const struct devapi_resource_req* r = q->resource_requirements; r && !field; r = r->next)
+      if (r->gin_signal_count > 0 || r->gin_counter_count > 0)
+        field = "a resource requirement's ginSignalCount/ginCounterCount";
+  if (field)
+    return braid_err(ncclInvalidUsage, "ncclDevCommCreate: reqs->%s asks for GIN (GPU-initiated "
+                     "networking), which Braid does not offer", field);
+  if (q->lsa_multimem) field = "lsaMultimem";
+  for (const struct devapi_team_req* t = q->team_requirements; t && !field; t = t->next)
+    if (t->multimem) field = "a team requirement's multimem";
+  if (field)
+    return braid_err(ncclInvalidUsage, "ncclDevCommCreate: reqs->%s asks for multimem (NVLink "
+                     "multicast), which Braid does not offer", field);
+  return ncclSuccess;
+}
+
+NCCL_API ncclResult_t ncclDevCommCreate(ncclComm_t comm, const struct devapi_comm_req* reqs,
+                                        struct devapi_comm* outDevComm) {
+  ncclResult_t res = ncclSuccess;
+  struct devcomm* dc = NULL;
+  void* mem = NULL;
+  braid_err_clear();
+  BRAID_TRY(comm_check_ready(comm, "ncclDevCommCreate"));
+  BRAID_CHECK(reqs != NULL, ncclInvalidArgument, "ncclDevCommCreate: reqs is NULL");
+  BRAID_CHECK(outDevComm != NULL, ncclInvalidArgument, "ncclDevCommCreate: outDevComm is NULL");
+  BRAID_CHECK(reqs->lsa_barrier_count >= 0 && reqs->barrier_count >= 0, ncclInvalidArgument,
+              "ncclDevCommCreate: reqs->lsaBarrierCount = %d, barrierCount = %d",
+              reqs->lsa_barrier_count, reqs->barrier_count);
+  struct braid_windows* w = windows_of(comm);
+  BRAID_CHECK(w != NULL, ncclSystemError, "out of host memory for the window state");
+  BRAID_TRY(devcomm_refused(reqs, comm->nranks / w->lsa_size));
+  BRAID_CHECK(group_depth() == 0, ncclInvalidUsage,
+              "ncclDevCommCreate inside ncclGroupStart/ncclGroupEnd is not supported by Braid: "
+              "call it outside the group (one thread per rank)");
+  BRAID_CUDA_TRY(cudaSetDevice(comm->cuda_dev));
+
+  /* The resource window: the caller's requirements in list order, then the LSA barriers. */
+  size_t total = 0;
+  for (const struct devapi_resource_req* r = reqs->resource_requirements; r; r = r->next) {
+    size_t align = r->buffer_align > DEVAPI_RESOURCE_UNIT ? r->buffer_align
+                                                             : DEVAPI_RESOURCE_UNIT;
+    BRAID_CHECK((align & (align - 1)) == 0, ncclInvalidArgument,
+                "ncclDevCommCreate: a resource requirement's bufferAlign = %zu is not a power of "
+                "two", r->buffer_align);
+    total = BRAID_ALIGN_UP(total, align) + BRAID_ALIGN_UP(r->buffer_size, DEVAPI_RESOURCE_UNIT);
+  }
+  const int nbarriers = reqs->lsa_barrier_count > reqs->barrier_count ? reqs->lsa_barrier_count
+                                                                      : reqs->barrier_count;
+  const size_t barrier_at = total;
+  total += BRAID_ALIGN_UP((size_t)nbarriers * (3 + (size_t)w->lsa_size) * sizeof(uint32_t),
+                          DEVAPI_RESOURCE_UNIT);
+  if (total == 0) total = DEVAPI_RESOURCE_UNIT;
+  BRAID_CHECK(total / DEVAPI_RESOURCE_UNIT <= UINT32_MAX, ncclInvalidArgument,
+              "ncclDevCommCreate: the requirements ask for %zu bytes of resources", total);
+  /* Zeroed: the barriers' and LL all-to-all's epochs start from zero. */
+  BRAID_TRY(ipc_user_alloc(&mem, total));
+  BRAID_TRY(braid_cuda_zero(mem, total));
+  BRAID_CHECK((dc = calloc(1, sizeof *dc)) != NULL, ncclSystemError,
+              "out of host memory for a device communicator");
+  dc->magic = DEVCOMM_MAGIC;
+  dc->res_mem = mem;
+  BRAID_TRY(win_register(comm, mem, total, NCCL_WIN_COLL_SYMMETRIC, 1, &dc->res));
+  mem = NULL;
+
+  size_t at = 0;
+  for (const struct devapi_resource_req* r = reqs->resource_requirements; r; r = r->next) {
+    size_t align = r->buffer_align > DEVAPI_RESOURCE_UNIT ? r->buffer_align
+                                                             : DEVAPI_RESOURCE_UNIT;
+    at = BRAID_ALIGN_UP(at, align);
+    if (r->out_buffer_handle) *r->out_buffer_handle = (uint32_t)(at / DEVAPI_RESOURCE_UNIT);
+    at += BRAID_ALIGN_UP(r->buffer_size, DEVAPI_RESOURCE_UNIT);
+  }
+  pthread_mutex_lock(&w->lock);
+  if (w->ntables == 0) res = table_put(w, NULL); /* the table exists before any window */
+  struct devapi_window_table* table = w->ntables ? w->tables[0] : NULL;
+  pthread_mutex_unlock(&w->lock);
+  BRAID_TRY(res);
+
+  struct devapi_comm d;
+  memset(&d, 0, sizeof d);
+  d.rank = comm->rank;
+  d.nranks = comm->nranks;
+  d.nranks_rcp32 = devapi_rcp32((uint32_t)comm->nranks);
+  d.lsa_rank = w->lsa_rank;
+  d.lsa_size = w->lsa_size;
+  d.lsa_size_rcp32 = devapi_rcp32((uint32_t)w->lsa_size);
+  d.window_table = table;
+  d.resource_window = dc->res->dev;
+  d.resource_window_inlined = dc->res->host;
+  d.lsa_barrier.buf = (uint32_t)(barrier_at / DEVAPI_RESOURCE_UNIT);
+  d.lsa_barrier.nbarriers = nbarriers;
+  *outDevComm = d;
+
+  pthread_mutex_lock(&w->lock);
+  dc->next = w->devcomms;
+  w->devcomms = dc;
+  pthread_mutex_unlock(&w->lock);
+  INFO(BRAID_LOG_REG, "rank %d: device communicator with %zu bytes of resources, %d LSA "
+       "barriers, LSA team of %d", comm->rank, total, nbarriers, w->lsa_size);
+  return ncclSuccess;
+fail:
+  if (dc && dc->res) win_release(w, dc->res);
+  if (dc && dc->res_mem) (void)ipc_user_free(dc->res_mem);
+  else if (mem) (void)ipc_user_free(mem);
+  free(dc);
+  comm_error_record(comm, res);
+  return res;
+}
+NCCL_ALIAS(ncclResult_t, ncclDevCommCreate, (ncclComm_t comm, const struct devapi_comm_req* reqs,
+           struct devapi_comm* outDevComm))
+
+static void devcomm_free(struct braid_windows* w, struct devcomm* dc) {
+  if (dc->res) win_release(w, dc->res);
+  if (dc->res_mem && ipc_user_free(dc->res_mem) != ncclSuccess)
+    WARN("freeing a device communicator's resources failed: %s", braid_err_last());
+  dc->magic = 0;
+  free(dc);
+}
+
+NCCL_API ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const struct devapi_comm* devComm) {
+  ncclResult_t res = ncclSuccess;
+  struct devcomm* found = NULL;
+  braid_err_clear();
+  BRAID_TRY(comm_check(comm, "ncclDevCommDestroy"));
+  BRAID_CHECK(devComm != NULL, ncclInvalidArgument, "ncclDevCommDestroy: devComm is NULL");
+  struct braid_windows* w = __atomic_load_n(&comm->windows, __ATOMIC_ACQUIRE);
+  if (w) {
+    pthread_mutex_lock(&w->lock);
+    for (struct devcomm** p = &w->devcomms; *p; p = &(*p)->next) {
+      if ((*p)->res && (*p)->res->dev == devComm->resource_window) {
+        found = *p;
+        *p = found->next;
+        break;
+      }
+    }
+    pthread_mutex_unlock(&w->lock);
+  }
+  BRAID_CHECK(found != NULL, ncclInvalidArgument,
+              "ncclDevCommDestroy: devComm %p is not a device communicator of rank %d's "
+              "communicator (destroyed already, or made by another communicator)",
+              (const void*)devComm, comm->rank);
+  BRAID_CUDA_TRY(cudaSetDevice(comm->cuda_dev));
+  devcomm_free(w, found);
+  return ncclSuccess;
+fail:
+  comm_error_record(comm, res);
+  return res;
+}
+NCCL_ALIAS(ncclResult_t, ncclDevCommDestroy, (ncclComm_t comm, const struct devapi_comm* devComm))
+
+void window_free_all(struct ncclComm* comm) {
+  struct braid_windows* w = comm->windows;
+  if (w == NULL) return;
+  while (w->devcomms) {
+    struct devcomm* dc = w->devcomms;
+    w->devcomms = dc->next;
+    devcomm_free(w, dc);
+  }
+  while (w->list) win_release(w, w->list);
+  for (int i = 0; i < w->ntables; i++)
+    if (cudaFree(w->tables[i]) != cudaSuccess)
+      WARN("freeing the window table failed: %s", cudaGetErrorString(cudaGetLastError()));
+  free(w->tables);
+  free(w->slots);
+  pthread_mutex_destroy(&w->lock);
+  free(w);
+  comm->windows = NULL;
+}

@@ -1,0 +1,50 @@
+/*
+ * Symmetric memory windows (ncclCommWindowRegister) and the device API's
+ * communicator (ncclDevCommCreate, nccl_device.h), with the teams both use.
+ *
+ * The LSA team ("load/store accessible") is the block of consecutive ranks of
+ * this host whose GPUs are close enough for P2P (NCCL_P2P_LEVEL) and whose
+ * processes can share cuMem memory; every host holds as many, or the team is
+ * this rank alone. A window maps every member's buffer in every member's
+ * address space at one stride (abi/dev_api.h); the kernels that programs
+ * compile from NCCL's headers then load and store peers' memory directly.
+ *
+ * Registration is collective over the communicator: each rank offers its
+ * buffer (a cuMem allocation, as ncclMemAlloc makes), all ranks learn every
+ * offer through the bootstrap, each maps its team's, and a second exchange
+ * makes every rank fail together when any rank could not. Deregistration and
+ * ncclDevCommDestroy are local: a mapping holds its memory until it goes, so
+ * a peer that deregisters first takes nothing from the others.
+ */
+#ifndef BRAID_RUNTIME_WINDOW_H
+#define BRAID_RUNTIME_WINDOW_H
+
+#include <stddef.h>
+
+#include "nccl.h"
+
+struct ncclComm;
+
+/* This rank's LSA team: its size and this rank's place in it (computed once per comm). */
+void window_lsa(struct ncclComm* comm, int* size, int* rank);
+
+/*
+ * Where a window maps its team's buffers. Member i's allocation (`bytes`
+ * from its start, granule `align`, the buffer `offset` into it) is mapped
+ * whole at base + i * stride - offset, base = reservation + lead: cuMem maps
+ * allocations from their start, so the part before the buffer lies below the
+ * member's slot; `lead` leaves room for the largest such part and keeps every
+ * mapping on its granule, which needs the offsets to agree modulo the
+ * granule. The stride is a multiple of 4 GiB. Fails with a message naming
+ * the member whose offset disagrees.
+ */
+struct window_part {
+  size_t offset, bytes, align;
+};
+ncclResult_t window_layout(const struct window_part* parts, int n, size_t* gran, size_t* lead,
+                           size_t* stride);
+
+/* Frees every window and device communicator left on `comm` (at destroy, as NCCL). */
+void window_free_all(struct ncclComm* comm);
+
+#endif
