@@ -309,6 +309,30 @@ fail:
   return res;
 }
 
+/* Unlinks and frees `win` (a window of `comm`'s list). */
+static void win_release(struct braid_windows* w, struct win* win) {
+  pthread_mutex_lock(&w->lock);
+  for (struct win** p = &w->list; *p; p = &(*p)->next) {
+    if (*p == win) {
+      *p = win->next;
+      break;
+    }
+  }
+  table_drop(w, win);
+  pthread_mutex_unlock(&w->lock);
+  win_free(win);
+}
+
+/* The window `handle` (a device pointer) names on `comm`, or NULL. */
+static struct win* win_find(struct braid_windows* w, const void* handle) {
+  struct win* found = NULL;
+  pthread_mutex_lock(&w->lock);
+  for (struct win* p = w->list; p && !found; p = p->next)
+    if (p->dev == handle) found = p;
+  pthread_mutex_unlock(&w->lock);
+  return found;
+}
+
 /*
  * The collective registration: offers, mappings, verdicts. On success
  * *out is the window, in the table; on failure every rank returns an error
@@ -372,26 +396,33 @@ static ncclResult_t win_register(struct ncclComm* comm, void* buff, size_t size,
       cudaMemcpy(win->dev, &win->host, sizeof win->host, cudaMemcpyHostToDevice) != cudaSuccess)
     mapped = braid_err(ncclUnhandledCudaError, "writing a window's record failed: %s",
                        cudaGetErrorString(cudaGetLastError()));
+  if (mapped == ncclSuccess) { /* listed before the verdicts: all that can fail is behind */
+    pthread_mutex_lock(&w->lock);
+    mapped = table_put(w, win);
+    if (mapped == ncclSuccess) {
+      win->next = w->list;
+      w->list = win;
+    }
+    pthread_mutex_unlock(&w->lock);
+  }
   if (mapped != ncclSuccess) {
     verdicts[comm->rank].status = (int32_t)mapped;
     snprintf(verdicts[comm->rank].why, sizeof verdicts[comm->rank].why, "%s", braid_err_last());
   }
-  BRAID_TRY(bootstrap_allgather(comm->bootstrap, verdicts, sizeof *verdicts));
+  res = bootstrap_allgather(comm->bootstrap, verdicts, sizeof *verdicts);
   /* Every peer that maps this buffer has its own handle now: the descriptor can go. */
   ipc_mem_free(&keep);
-  bad = first_failed(verdicts, sizeof *verdicts, comm->nranks);
-  BRAID_CHECK(bad < 0, bad >= 0 ? (ncclResult_t)verdicts[bad].status : ncclSuccess,
-              "ncclCommWindowRegister(%p, %zu bytes): rank %d could not map its LSA team's "
-              "buffers: %s", buff, size, bad, bad >= 0 ? verdicts[bad].why : "");
-
-  pthread_mutex_lock(&w->lock);
-  res = table_put(w, win);
-  if (res == ncclSuccess) {
-    win->next = w->list;
-    w->list = win;
+  bad = res == ncclSuccess ? first_failed(verdicts, sizeof *verdicts, comm->nranks) : -1;
+  if (res == ncclSuccess && bad >= 0)
+    res = braid_err((ncclResult_t)verdicts[bad].status, "ncclCommWindowRegister(%p, %zu bytes): "
+                    "rank %d could not map its LSA team's buffers: %s", buff, size, bad,
+                    verdicts[bad].why);
+  if (res != ncclSuccess) {
+    if (mapped == ncclSuccess) win_release(w, win); /* listed: unlisted and freed */
+    else win_free(win);
+    win = NULL;
+    goto fail;
   }
-  pthread_mutex_unlock(&w->lock);
-  BRAID_TRY(res);
   INFO(BRAID_LOG_REG, "rank %d: window %p for %p (%zu bytes, flags 0x%x): LSA team of %d, "
        "stride %u x 4 GiB", comm->rank, (void*)win->dev, buff, size, flags, n, win->host.stride4g);
   free(offers);
@@ -404,30 +435,6 @@ fail:
   free(offers);
   free(verdicts);
   return res;
-}
-
-/* Unlinks and frees `win` (a window of `comm`'s list). */
-static void win_release(struct braid_windows* w, struct win* win) {
-  pthread_mutex_lock(&w->lock);
-  for (struct win** p = &w->list; *p; p = &(*p)->next) {
-    if (*p == win) {
-      *p = win->next;
-      break;
-    }
-  }
-  table_drop(w, win);
-  pthread_mutex_unlock(&w->lock);
-  win_free(win);
-}
-
-/* The window `handle` (a device pointer) names on `comm`, or NULL. */
-static struct win* win_find(struct braid_windows* w, const void* handle) {
-  struct win* found = NULL;
-  pthread_mutex_lock(&w->lock);
-  for (struct win* p = w->list; p && !found; p = p->next)
-    if (p->dev == handle) found = p;
-  pthread_mutex_unlock(&w->lock);
-  return found;
 }
 
 NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
