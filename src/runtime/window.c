@@ -578,10 +578,15 @@ NCCL_ALIAS(ncclResult_t, ncclLLA2ACreateRequirement,
 
 /* ---------------------------------------------------------------- device communicators */
 
-/* What Braid cannot give: GPU-initiated networking and multicast. */
+/*
+ * What Braid cannot give: GPU-initiated networking and multicast. Barriers across the rail
+ * team are GIN's, except where the rail is this rank alone (every rank in the LSA team): there
+ * they meet nobody, and their handles are made like the LSA ones (PyTorch asks for them on
+ * any machine).
+ */
 static ncclResult_t devcomm_refused(const struct devapi_comm_req* q, int rail_size) {
   const char* field = NULL;
-  if (q->rail_gin_barrier_count > 0) field = "railGinBarrierCount";
+  if (q->rail_gin_barrier_count > 0 && rail_size > 1) field = "railGinBarrierCount (across hosts)";
   else if (q->gin_force_enable) field = "ginForceEnable";
   else if (q->gin_signal_count > 0) field = "ginSignalCount";
   else if (q->gin_counter_count > 0) field = "ginCounterCount";
@@ -637,6 +642,11 @@ NCCL_API ncclResult_t ncclDevCommCreate(ncclComm_t comm, const struct devapi_com
   const size_t barrier_at = total;
   total += BRAID_ALIGN_UP((size_t)nbarriers * (3 + (size_t)w->lsa_size) * sizeof(uint32_t),
                           DEVAPI_RESOURCE_UNIT);
+  /* The rail barriers' epochs, one word per GIN context each (a one-rank rail: see above). */
+  const int nrail = reqs->rail_gin_barrier_count > 0 ? reqs->rail_gin_barrier_count : 0;
+  const size_t rail_at = total;
+  total += BRAID_ALIGN_UP((size_t)nrail * DEVAPI_GIN_MAX_CONTEXTS * sizeof(uint32_t),
+                          DEVAPI_RESOURCE_UNIT);
   if (total == 0) total = DEVAPI_RESOURCE_UNIT;
   BRAID_CHECK(total / DEVAPI_RESOURCE_UNIT <= UINT32_MAX, ncclInvalidArgument,
               "ncclDevCommCreate: the requirements ask for %zu bytes of resources", total);
@@ -677,6 +687,7 @@ NCCL_API ncclResult_t ncclDevCommCreate(ncclComm_t comm, const struct devapi_com
   d.resource_window_inlined = dc->res->host;
   d.lsa_barrier.buf = (uint32_t)(barrier_at / DEVAPI_RESOURCE_UNIT);
   d.lsa_barrier.nbarriers = nbarriers;
+  if (nrail > 0) d.rail_gin_barrier.buf = (uint32_t)(rail_at / DEVAPI_RESOURCE_UNIT);
   *outDevComm = d;
 
   pthread_mutex_lock(&w->lock);

@@ -379,9 +379,13 @@ static void test_comm_last_error(void) {
   EXPECT_REFUSAL(ncclDevCommCreate(c, &dreq, &dcomm), ncclInvalidArgument, c, "ncclDevCommCreate",
                  "lsaBarrierCount");
   dreq.lsa_barrier_count = 4;
-  dreq.rail_gin_barrier_count = 4; /* GIN, which Braid lacks: refused, naming the field */
+  /* Barriers across hosts are GIN's, which Braid lacks: refused, naming the field (the comm
+   * poses as one of two ranks on two hosts: a rail team of two). */
+  dreq.rail_gin_barrier_count = 4;
+  c->nranks = 2;
   EXPECT_REFUSAL(ncclDevCommCreate(c, &dreq, &dcomm), ncclInvalidUsage, c, "ncclDevCommCreate",
                  "railGinBarrierCount");
+  c->nranks = 1;
   dreq.rail_gin_barrier_count = 0;
   dreq.gin_signal_count = 1;
   EXPECT_REFUSAL(ncclDevCommCreate(c, &dreq, &dcomm), ncclInvalidUsage, c, "ncclDevCommCreate",
