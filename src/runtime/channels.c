@@ -327,6 +327,16 @@ void channels_free(struct ncclComm* comm) {
   comm->channels = NULL;
 }
 
+void channels_free_keeping(struct ncclComm* comm, size_t* kept) {
+  struct braid_channels* ch = comm->channels;
+  if (ch == NULL) return;
+  for (int c = 0; c < BRAID_MAX_CHANNELS; c++) ch->ring_send[c].kept = ch->ring_recv[c].kept = kept;
+  size_t np = (size_t)BRAID_MAX_CHANNELS * comm->nranks;
+  for (size_t i = 0; ch->p2p_send && i < np; i++) ch->p2p_send[i].kept = kept;
+  for (size_t i = 0; ch->p2p_recv && i < np; i++) ch->p2p_recv[i].kept = kept;
+  channels_free(comm);
+}
+
 /*
  * Frees a connector no child may borrow, leaving `lendable` (0) alone: a child of the departing
  * comm may be reading it on another thread.

@@ -42,6 +42,11 @@ ncclResult_t channels_p2p_connect(struct ncclComm* comm);
 
 /* Frees every connection and the channels struct. */
 void channels_free(struct ncclComm* comm);
+/*
+ * channels_free for a teardown whose kernels did not exit: every transport keeps the memory
+ * the kernels may touch (transport.h: braid_connector.kept) and adds its bytes to *kept.
+ */
+void channels_free_keeping(struct ncclComm* comm, size_t* kept);
 /* The same for a channels struct of `nranks` ranks that no comm holds (runtime/share.c). */
 void channels_release(struct braid_channels* ch, int nranks);
 /* Frees the connections no other comm can borrow (all but P2P and SHM); keeps the rest. */

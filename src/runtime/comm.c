@@ -515,6 +515,46 @@ void comm_free(struct ncclComm* comm) {
   comm_free_timed(comm, &t);
 }
 
+/*
+ * The teardown of a comm whose kernels did not exit after the abort flag (dev_state_stuck):
+ * cudaFree, cudaFreeHost, cudaHostUnregister and stream synchronizations would wait for them
+ * without end, and they still read their FIFOs, their device state and the abort flag. So all
+ * of that is kept (leaked, said once), while threads stop and descriptors close as in the
+ * normal teardown. Only host memory no kernel reads is freed. The family (splitShare) stays
+ * too: the departed members' connections it keeps would be freed with cudaFree.
+ */
+static void comm_free_stuck(struct ncclComm* comm, struct comm_free_times* t, double t0) {
+  size_t kept = 0;
+  double t1 = braid_time_sec();
+  const int had_ce = comm->ce != NULL; /* its copies may wait behind the kernels: kept */
+  channels_free_keeping(comm, &kept);  /* the proxy's connections stop, FIFOs stay */
+  double t2 = braid_time_sec();
+  dev_state_keep(comm, &kept);
+  (void)share_leave(comm);
+  if (comm->abort_flag_mem) kept += COMM_PINNED_BYTES; /* the kernels poll the flag there */
+  WARN("rank %d: its kernels did not exit after the abort, so %zu bytes of device and pinned "
+       "host memory they may still touch%s are left allocated (never freed: freeing would wait "
+       "for those kernels without end); restart the process to reclaim them",
+       comm->rank, kept, had_ce ? ", plus the copy engines' buffers and streams," : "");
+  t->watchdog = t1 - t0;
+  t->transport = t2 - t1;
+  profiler_close(comm->profiler);
+  comm->profiler = NULL;
+  topo_comm_free(comm);
+  if (comm->bootstrap) bootstrap_close(comm->bootstrap);
+  comm->bootstrap = NULL;
+  redop_table_free(comm);
+  group_comm_free(comm);
+  register_free_all(comm);
+  free(comm->peers);
+  if (comm->ipc_held) ipc_release();
+  (void)cudaGetLastError();
+  pthread_mutex_destroy(&comm->lock);
+  comm->magic = 0;
+  free(comm);
+  t->rest = braid_time_sec() - t2;
+}
+
 void comm_free_timed(struct ncclComm* comm, struct comm_free_times* t) {
   memset(t, 0, sizeof *t);
   if (comm == NULL) return;
@@ -522,6 +562,10 @@ void comm_free_timed(struct ncclComm* comm, struct comm_free_times* t) {
   live_remove(comm); /* first: from here on the handle is refused */
   if (comm->cuda_dev >= 0) (void)cudaSetDevice(comm->cuda_dev);
   watchdog_stop(comm); /* first: its thread reads the connections */
+  if (dev_state_stuck(comm)) {
+    comm_free_stuck(comm, t, t0);
+    return;
+  }
   double t1 = braid_time_sec();
   ce_free(comm);       /* before dev_state: it may wait on the peer's last writes */
   double t2 = braid_time_sec();

@@ -362,6 +362,8 @@ ncclResult_t dev_state_create(struct ncclComm* comm) {
   BRAID_CUDA_TRY(cudaMalloc((void**)&d->p2p_send, nconn * sizeof *d->p2p_send));
   BRAID_CUDA_TRY(cudaMalloc((void**)&d->p2p_recv, nconn * sizeof *d->p2p_recv));
   BRAID_CUDA_TRY(cudaMalloc((void**)&d->ring_ranks, (size_t)comm->channels->nchannels * n * sizeof(int)));
+  d->dev_bytes = sizeof *d->comm + 2 * nconn * sizeof *d->p2p_send +
+                 (size_t)comm->channels->nchannels * n * sizeof(int);
   BRAID_CUDA_TRY(cudaMemsetAsync(d->p2p_send, 0, nconn * sizeof *d->p2p_send, d->stream));
   BRAID_CUDA_TRY(cudaMemsetAsync(d->p2p_recv, 0, nconn * sizeof *d->p2p_recv, d->stream));
   BRAID_TRY(dev_upload(comm, d->ring_ranks, comm->channels->ring_ranks_host,
@@ -419,6 +421,7 @@ static ncclResult_t dev_borrows_create(struct ncclComm* comm) {
   BRAID_CUDA_TRY(cudaMemsetAsync(b, 0, bytes, d->stream)); /* dev_upload waits for it too */
   BRAID_TRY(dev_upload(comm, b, &head, sizeof head));
   d->borrows = b;
+  d->dev_bytes += bytes;
   memset(d->borrows_count, 0, sizeof d->borrows_count);
   d->borrows_per_channel = per;
   return ncclSuccess;
@@ -520,15 +523,30 @@ ncclResult_t dev_state_drain(struct ncclComm* comm, double timeout_s) {
     if (err != cudaErrorNotReady)
       return braid_err(ncclUnhandledCudaError, "rank %d: a kernel failed while aborting: %s",
                        comm->rank, cudaGetErrorString(err));
-    if (braid_time_sec() - start > timeout_s)
+    if (braid_time_sec() - start > timeout_s) {
+      d->stuck = 1; /* whatever comes later: a kernel that missed the flag may still run */
       return braid_err(ncclInternalError,
                        "rank %d: the communicator's kernels did not exit within %.1f s of the "
                        "abort flag; their buffers are kept",
                        comm->rank, timeout_s);
+    }
     usleep(20);
   }
   dev_order_done(comm, seen);
   return ncclSuccess;
+}
+
+int dev_state_stuck(const struct ncclComm* comm) { return comm->dev != NULL && comm->dev->stuck; }
+
+void dev_state_keep(struct ncclComm* comm, size_t* kept) {
+  struct braid_dev_state* d = comm->dev;
+  if (d == NULL) return;
+  /* cudaFree waits for the whole device, so for the kernels that never exit; and they read
+     all of it. The stream may hold an upload behind them: destroying it is left out too. */
+  *kept += d->dev_bytes;
+  free(d->plan);
+  free(d);
+  comm->dev = NULL;
 }
 
 void dev_state_free(struct ncclComm* comm) {

@@ -74,6 +74,8 @@ struct braid_dev_state {
   uint32_t borrows_count[BRAID_MAX_CHANNELS]; /* the host's copy of its counts */
   uint32_t borrows_per_channel;
   struct launch_plan* plan; /* enqueue.c's, made at the first launch and reused */
+  size_t dev_bytes; /* device memory allocated above (comm, p2p_send/recv, ring_ranks, borrows) */
+  int stuck;        /* a drain timed out: kernels may run on, nothing of theirs may be freed */
 };
 
 /* Uploads rings and ring connections (after channels_rings_connect) and loads the kernels. */
@@ -113,9 +115,18 @@ ncclResult_t dev_state_wait_idle(struct ncclComm* comm);
 /*
  * With the abort flag raised: waits up to `timeout_s` for the kernels to
  * notice it and exit, so their buffers can go. ncclInternalError (naming the
- * wait) if they have not exited by then.
+ * wait) if they have not exited by then; the state is then marked stuck
+ * (dev_state_stuck) for good.
  */
 ncclResult_t dev_state_drain(struct ncclComm* comm, double timeout_s);
+/* Whether a drain of this comm timed out: its teardown must keep what the kernels touch. */
+int dev_state_stuck(const struct ncclComm* comm);
+/*
+ * dev_state_free for a stuck state: frees the host side only, calls nothing that waits for the
+ * device (the device memory and the upload stream are kept, never freed), and adds the device
+ * bytes kept to *kept.
+ */
+void dev_state_keep(struct ncclComm* comm, size_t* kept);
 /* Whether every kernel launched so far has finished (never blocks). */
 int dev_state_idle(struct ncclComm* comm);
 void dev_state_free(struct ncclComm* comm);

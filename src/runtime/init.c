@@ -322,6 +322,13 @@ NCCL_ALIAS(ncclResult_t, ncclCommDestroy, (ncclComm_t comm))
  * connections (the proxy's, the peers' mappings).
  */
 #define TEARDOWN_ABORT_SLOW_S 0.5
+/*
+ * How long an abort waits for its kernels to leave on the abort flag. They poll it in every
+ * wait loop, so they leave within microseconds of reading it; kernels still there after this
+ * are stuck (a launch queued behind work that never ends), and waiting longer would only break
+ * the promise that an abort returns within a second.
+ */
+#define TEARDOWN_ABORT_DRAIN_S 0.5
 
 static void teardown_abort_report(int rank, int dev, const double t[4],
                                   const struct comm_free_times* f) {
@@ -362,8 +369,11 @@ NCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
     return ncclSuccess;
   }
   t[1] = braid_time_sec();
-  /* The kernels see the flag in their wait loops and exit; their buffers go after them. */
-  if (cudaSetDevice(comm->cuda_dev) == cudaSuccess && dev_state_drain(comm, 10.0) != ncclSuccess)
+  /* The kernels see the flag in their wait loops and exit; their buffers go after them. Those
+     that do not within TEARDOWN_ABORT_DRAIN_S keep their buffers (comm_free: nothing that would
+     wait for them is called), so the abort returns all the same. */
+  if (cudaSetDevice(comm->cuda_dev) == cudaSuccess &&
+      dev_state_drain(comm, TEARDOWN_ABORT_DRAIN_S) != ncclSuccess)
     WARN("%s", braid_err_last());
   t[2] = braid_time_sec();
   INFO(BRAID_LOG_INIT, "comm %p rank %d nranks %d - Abort COMPLETE", (void*)comm, comm->rank,

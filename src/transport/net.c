@@ -362,15 +362,21 @@ static void net_send_drain(struct braid_connector* conn, struct net_state* st) {
 static ncclResult_t net_free(struct braid_connector* conn) {
   struct net_state* st = conn->state;
   if (st == NULL) return ncclSuccess;
-  if (st->pconn && conn->is_send) net_send_drain(conn, st);
+  if (st->pconn && conn->is_send && conn->kept == NULL) net_send_drain(conn, st);
   if (st->pconn) proxy_conn_remove(st->proxy, st->pconn);
   if (st->proxy) proxy_release(st->proxy);
   if (st->listen_comm) st->net->close_listen(st->listen_comm);
   if (st->dmabuf_fd >= 0) close(st->dmabuf_fd);
-  if (st->gpu_slots && cudaFree(st->gpu_slots) != cudaSuccess)
-    WARN("cudaFree of a net FIFO failed: %s", cudaGetErrorString(cudaGetLastError()));
-  if (st->host && cudaFreeHost(st->host) != cudaSuccess)
-    WARN("cudaFreeHost of a net FIFO failed: %s", cudaGetErrorString(cudaGetLastError()));
+  if (conn->kept != NULL) {
+    /* Kernels may still run (the proxy is stopped): cudaFree and cudaFreeHost would wait for
+       them. Both FIFOs stay. */
+    *conn->kept += (st->gpu_slots ? conn->buff_bytes : 0) + (st->host ? st->host_bytes : 0);
+  } else {
+    if (st->gpu_slots && cudaFree(st->gpu_slots) != cudaSuccess)
+      WARN("cudaFree of a net FIFO failed: %s", cudaGetErrorString(cudaGetLastError()));
+    if (st->host && cudaFreeHost(st->host) != cudaSuccess)
+      WARN("cudaFreeHost of a net FIFO failed: %s", cudaGetErrorString(cudaGetLastError()));
+  }
   free(st);
   conn->state = NULL;
   return ncclSuccess;

@@ -208,8 +208,14 @@ static ncclResult_t p2p_recv_connect(const struct braid_transport_comm* comm, st
 static ncclResult_t p2p_free(struct braid_connector* conn) {
   struct p2p_state* st = conn->state;
   if (st == NULL) return ncclSuccess;
-  ipc_mem_unmap(&st->opened);
-  ipc_mem_free(&st->owned);
+  if (conn->kept != NULL) {
+    /* Kernels may still run: freeing or unmapping would wait for them. Both stay, and so does
+       the export's descriptor (the memory's handle). */
+    *conn->kept += st->owned.ptr ? st->owned.bytes : 0;
+  } else {
+    ipc_mem_unmap(&st->opened);
+    ipc_mem_free(&st->owned);
+  }
   free(st);
   conn->state = NULL;
   return ncclSuccess;

@@ -6,18 +6,26 @@
  *
  * The receiver creates and sizes the file (posix_fallocate, so a /dev/shm
  * that is too small fails now, with the size needed, instead of with SIGBUS
- * later); the sender maps it by name. The receiver unlinks the file when it
- * frees the connection; the mapping stays valid for the sender until it
- * unmaps, so teardown order does not matter.
+ * later); the sender opens it by name and removes the name at once
+ * (shm_file_open_unlink). Nothing in the connection exchange tells the
+ * receiver when the sender has it (both ends connect at the same time), so
+ * the sender's open, the first moment both ends hold the file, is where the
+ * name can go soonest; from then on a crash of either process leaves nothing
+ * in /dev/shm, and teardown only unmaps. The name lives from the receiver's
+ * setup to the sender's connect: when the receiver frees a connection whose
+ * sender never came (a failed init) it removes the name itself, and a file
+ * whose maker died in that window is removed by the next process of the
+ * same pid namespace that sets up an SHM connection (shm_file_sweep: the
+ * name holds the maker's pid and start time).
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cuda_runtime.h>
@@ -26,20 +34,21 @@
 #include "base/error.h"
 #include "base/param.h"
 #include "base/utils.h"
+#include "transport/shm_file.h"
 #include "transport/transport.h"
 
 struct shm_info {
-  char name[64];
+  char name[SHM_FILE_NAME_MAX];
   size_t bytes;
 };
 _Static_assert(sizeof(struct shm_info) <= BRAID_CONN_INFO_BYTES, "shm info must fit");
 
 struct shm_state {
-  char name[64];
+  char name[SHM_FILE_NAME_MAX];
   void* host;       /* the mapping */
   size_t bytes;
   int registered;   /* cudaHostRegister done */
-  int owner;        /* receiver: unlinks the file */
+  int owner;        /* receiver: removes the name if the sender never opened the file */
 };
 
 static ncclResult_t shm_can_connect(const struct braid_transport_comm* comm, const struct braid_peer_info* me,
@@ -49,52 +58,34 @@ static ncclResult_t shm_can_connect(const struct braid_transport_comm* comm, con
   return ncclSuccess;
 }
 
-static ncclResult_t shm_space_error(const char* name, size_t bytes, int err) {
-  struct statvfs vfs;
-  unsigned long long free_bytes = 0, total = 0;
-  if (statvfs("/dev/shm", &vfs) == 0) {
-    free_bytes = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
-    total = (unsigned long long)vfs.f_blocks * vfs.f_frsize;
-  }
-  return braid_err(ncclSystemError,
-                   "cannot allocate %zu bytes of shared memory for %s: %s. /dev/shm has %llu of "
-                   "%llu bytes free; each shared-memory connection needs %zu. Enlarge it (docker "
-                   "run --shm-size=1g, or mount -o remount,size=1G /dev/shm), lower "
-                   "BRAID_BUFFSIZE, or use fewer channels (BRAID_MAX_NCHANNELS)",
-                   bytes, name, strerror(err), free_bytes, total, bytes);
-}
-
-/* Maps `bytes` of the named file and registers it with CUDA; `create` makes and sizes it. */
+/*
+ * Maps `bytes` of the named file and registers it with CUDA; `create`: the receiver makes it,
+ * else the sender opens it and removes its name.
+ */
 static ncclResult_t shm_map(struct shm_state* st, int create) {
   ncclResult_t res = ncclSuccess;
-  int fd = shm_open(st->name, create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600);
-  if (fd < 0) {
-    res = braid_err(ncclSystemError, "shm_open(%s) failed: %s", st->name, strerror(errno));
-    goto fail;
-  }
+  int fd = -1;
   if (create) {
+    BRAID_TRY(shm_file_create(st->name, st->bytes, &fd));
     st->owner = 1;
-    int err = posix_fallocate(fd, 0, (off_t)st->bytes);
-    if (err != 0) {
-      res = shm_space_error(st->name, st->bytes, err);
-      goto fail_fd;
-    }
+  } else {
+    BRAID_TRY(shm_file_open_unlink(st->name, st->bytes, &fd));
   }
   st->host = mmap(NULL, st->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (st->host == MAP_FAILED) {
     st->host = NULL;
     res = braid_err(ncclSystemError, "mmap of %zu bytes of %s failed: %s", st->bytes, st->name,
                     strerror(errno));
-    goto fail_fd;
+    goto fail;
   }
   close(fd);
+  fd = -1;
   BRAID_CUDA_TRY(cudaHostRegister(st->host, st->bytes,
                                   cudaHostRegisterMapped | cudaHostRegisterPortable));
   st->registered = 1;
   return ncclSuccess;
-fail_fd:
-  close(fd);
 fail:
+  if (fd >= 0) close(fd);
   return res;
 }
 
@@ -114,6 +105,13 @@ static ncclResult_t shm_send_setup(const struct braid_transport_comm* comm, stru
   return BRAID_CALLOC((struct shm_state**)&conn->state, 1, "shm connection");
 }
 
+/* Once a process: what dead processes of this pid namespace left in /dev/shm goes. */
+static pthread_once_t shm_sweep_once = PTHREAD_ONCE_INIT;
+static void shm_sweep(void) {
+  struct stat ns;
+  if (stat("/proc/self/ns/pid", &ns) == 0) (void)shm_file_sweep("/dev/shm", (uint64_t)ns.st_ino);
+}
+
 static ncclResult_t shm_recv_setup(const struct braid_transport_comm* comm, struct braid_connector* conn,
                                    struct braid_conn_info* info) {
   ncclResult_t res = ncclSuccess;
@@ -123,8 +121,10 @@ static ncclResult_t shm_recv_setup(const struct braid_transport_comm* comm, stru
   BRAID_TRY(BRAID_CALLOC((struct shm_state**)&conn->state, 1, "shm connection"));
   st = conn->state;
   BRAID_TRY(braid_random_bytes(&nonce, sizeof nonce));
-  snprintf(st->name, sizeof st->name, "/braid-%d-r%d-p%d-c%d-%08x", (int)getpid(), comm->rank,
-           conn->peer, conn->channel, nonce);
+  const struct braid_peer_info* me = &comm->peers[comm->rank];
+  pthread_once(&shm_sweep_once, shm_sweep);
+  BRAID_TRY(shm_file_name(st->name, sizeof st->name, me->pid_ns, (int)getpid(), me->start_time,
+                          comm->rank, conn->peer, conn->channel, nonce));
   st->bytes = transport_fifo_bytes(conn, 0); /* posix_fallocate zeroes it */
   BRAID_TRY(shm_map(st, 1));
   memcpy(si->name, st->name, sizeof si->name);
@@ -160,11 +160,18 @@ static ncclResult_t shm_recv_connect(const struct braid_transport_comm* comm, st
 static ncclResult_t shm_free(struct braid_connector* conn) {
   struct shm_state* st = conn->state;
   if (st == NULL) return ncclSuccess;
-  if (st->registered && cudaHostUnregister(st->host) != cudaSuccess)
-    WARN("cudaHostUnregister of %s failed: %s", st->name, cudaGetErrorString(cudaGetLastError()));
-  if (st->host) munmap(st->host, st->bytes);
+  /* Named still only when the sender never opened it; gone is the normal case. */
   if (st->owner && shm_unlink(st->name) != 0 && errno != ENOENT)
     WARN("shm_unlink(%s) failed: %s", st->name, strerror(errno));
+  if (conn->kept != NULL) {
+    /* Kernels may still run: unregistering would wait for them, unmapping pull the FIFO from
+       under them. The mapping stays to the process's end. */
+    if (st->host) *conn->kept += st->bytes;
+  } else {
+    if (st->registered && cudaHostUnregister(st->host) != cudaSuccess)
+      WARN("cudaHostUnregister of %s failed: %s", st->name, cudaGetErrorString(cudaGetLastError()));
+    if (st->host) munmap(st->host, st->bytes);
+  }
   free(st);
   conn->state = NULL;
   return ncclSuccess;

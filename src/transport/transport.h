@@ -110,6 +110,12 @@ struct braid_connector {
   uint64_t* step_home;                 /* borrowed: where its step lives, the first lender's
                                           step word (device memory; dev_comm.h) */
   int lendable;                        /* (atomic) the kernels have it: a child may borrow */
+  /*
+   * Set by a teardown whose kernels did not exit: the free slot then keeps (leaks) every byte
+   * the kernels may still touch, calls nothing that waits for the device, adds the bytes kept
+   * here, and still stops its threads and closes its descriptors.
+   */
+  size_t* kept;
 };
 
 struct braid_transport_ops {

@@ -20,6 +20,7 @@
  *
  *   hang [rank 0]: verdict 3.05 s after the call: "rank 0 waits in ..."; abort 0.004 s
  */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
@@ -41,6 +42,34 @@
 #define FAULT_PROCS_WHY \
   "needs one process per rank (--mode procs, hosts, sharegpu, isolated or mixed), 2 ranks or more"
 #define FAULT_BRAID_WHY "Braid's watchdog only (this libnccl is not Braid)"
+
+/*
+ * The SHM transport's files in /dev/shm made by process `pid` ("braid-<pid namespace>-<pid>-..."):
+ * their count, the first name in `first`. Each is removed as soon as both ends hold it.
+ */
+static int fault_shm_files(int pid, char* first, size_t first_size) {
+  int n = 0;
+  DIR* d = opendir("/dev/shm");
+  if (d == NULL) return 0;
+  struct dirent* e;
+  while ((e = readdir(d)) != NULL) {
+    unsigned long long ns = 0;
+    int who = 0;
+    if (sscanf(e->d_name, "braid-%llx-%d-", &ns, &who) != 2 || who != pid) continue;
+    if (n++ == 0) snprintf(first, first_size, "%s", e->d_name);
+  }
+  closedir(d);
+  return n;
+}
+
+/* Fails the case when /dev/shm holds a file of process `pid` (`when`: for the message). */
+static void fault_no_shm_files(struct gpu_world* w, int pid, const char* when) {
+  char first[256] = "";
+  int n = fault_shm_files(pid, first, sizeof first);
+  if (n > 0)
+    world_case_fail(w, "%s: %d file(s) of process %d in /dev/shm (/dev/shm/%s ...)", when, n, pid,
+                    first);
+}
 
 /* A fault case's end: the comm aborted if it is still there (the suites run alone), buf freed. */
 static void fault_case_end(struct gpu_world* w, float* buf) {
@@ -98,7 +127,9 @@ void suite_deadpeer(struct gpu_world* w) {
     return;
   int victim = w->nranks - 1, me = w->rank0;
   volatile double* killed_at = world_stamp(w, 0);
+  volatile double* victim_pid = world_stamp(w, 2);
   float* buf = NULL;
+  if (me == victim) *victim_pid = (double)getpid();
   if (fault_stream_calls(w, victim, &buf)) goto out;
   if (me == victim) {
     mp_sleep(0.2); /* in the middle of the survivors' stream of calls */
@@ -126,6 +157,96 @@ void suite_deadpeer(struct gpu_world* w) {
   if (abort_s > DEAD_ABORT_S) world_case_fail(w, "ncclCommAbort took %.3f s", abort_s);
   /* The stream must drain: the kernels left when the comm aborted. */
   world_cuda(w, cudaStreamSynchronize(w->stream[0]), "cudaStreamSynchronize after the abort");
+  /* Shared-memory connections (BRAID_P2P_DISABLE=1): nothing of either process in /dev/shm. */
+  fault_no_shm_files(w, (int)getpid(), "after the abort");
+  if (*victim_pid > 0) fault_no_shm_files(w, (int)*victim_pid, "the killed rank's, after its death");
+out:
+  fault_case_end(w, buf);
+}
+
+/*
+ * shmfiles: with the communicator alive and its connections made (an AllReduce completed on
+ * every rank, so every end has connected), /dev/shm holds no file of this process: the SHM
+ * transport removes each name as soon as both ends hold the file (under BRAID_P2P_DISABLE=1 it
+ * carries the collectives; elsewhere there are none to find either).
+ */
+void suite_shm_files(struct gpu_world* w) {
+  char name[128];
+  snprintf(name, sizeof name, "SHM files: none in /dev/shm while the communicator lives mode=%s",
+           w->opts->mode);
+  if (!world_case_begin(w, name)) return;
+  float* buf[GPU_MAX_RANKS] = {NULL};
+  for (int l = 0; l < w->nlocal; l++)
+    if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
+        world_cuda(w, cudaMalloc((void**)&buf[l], 4096 * sizeof(float)), "cudaMalloc") ||
+        world_cuda(w, cudaMemset(buf[l], 0, 4096 * sizeof(float)), "cudaMemset"))
+      goto out;
+  if (world_group_start(w)) goto out;
+  for (int l = 0; l < w->nlocal; l++)
+    world_nccl(w, ncclAllReduce(buf[l], buf[l], 4096, ncclFloat, ncclSum, w->comm[l], w->stream[l]),
+               w->comm[l], "ncclAllReduce");
+  if (world_group_end(w) || world_sync(w)) goto out;
+  fault_no_shm_files(w, (int)getpid(), "with the communicator alive");
+out:
+  for (int l = 0; l < w->nlocal; l++)
+    if (buf[l]) cudaFree(buf[l]);
+  world_case_end(w);
+}
+
+/* A host function that holds its stream until *release is set (the test's stuck work). */
+static void CUDART_CB stuck_hold(void* arg) {
+  volatile int* release = arg;
+  while (!__atomic_load_n(release, __ATOMIC_ACQUIRE)) usleep(1000);
+}
+
+/*
+ * abortstuck (Braid only): rank 0's AllReduce is queued behind a host function that never ends
+ * (until the case releases it), so its kernel cannot start and the abort flag cannot reach it:
+ * work that never exits. ncclCommAbort must still return within a second, keeping the memory
+ * that work may touch (one WARN) instead of waiting in cudaFree. Then the hold is released: the
+ * kernel runs, reads the kept memory and the raised flag, leaves, and the stream drains.
+ */
+void suite_abort_stuck(struct gpu_world* w) {
+  char name[128];
+  snprintf(name, sizeof name, "Abort with a launch that never starts mode=%s", w->opts->mode);
+  if (!world_case_fits(w, name, w->nlocal < w->nranks && w->nranks >= 2, FAULT_PROCS_WHY) ||
+      !world_case_fits(w, name, dlsym(RTLD_DEFAULT, "braidGetVersionString") != NULL,
+                       FAULT_BRAID_WHY) ||
+      !world_case_begin(w, name))
+    return;
+  volatile double* done = world_stamp(w, 1);
+  static volatile int release;
+  float* buf = NULL;
+  release = 0;
+  if (world_cuda(w, cudaSetDevice(w->dev[0]), "cudaSetDevice") ||
+      world_cuda(w, cudaMalloc((void**)&buf, 4096 * sizeof(float)), "cudaMalloc") ||
+      world_cuda(w, cudaMemset(buf, 0, 4096 * sizeof(float)), "cudaMemset") ||
+      world_nccl(w, ncclAllReduce(buf, buf, 4096, ncclFloat, ncclSum, w->comm[0], w->stream[0]),
+                 w->comm[0], "ncclAllReduce (warm-up)") ||
+      world_sync(w))
+    goto out;
+  if (w->rank0 != 0) {
+    for (double t0 = world_now(); *done == 0 && world_now() - t0 < DEAD_LIMIT_S;) mp_sleep(0.01);
+    goto out;
+  }
+  if (world_cuda(w, cudaLaunchHostFunc(w->stream[0], stuck_hold, (void*)&release),
+                 "cudaLaunchHostFunc") ||
+      world_nccl(w, ncclAllReduce(buf, buf, 4096, ncclFloat, ncclSum, w->comm[0], w->stream[0]),
+                 w->comm[0], "ncclAllReduce (behind the hold)")) {
+    release = 1;
+    goto out;
+  }
+  mp_sleep(0.2);
+  double a0 = world_now();
+  ncclResult_t res = ncclCommAbort(w->comm[0]);
+  double abort_s = world_now() - a0;
+  w->comm[0] = NULL;
+  printf("abortstuck [rank 0]: ncclCommAbort took %.3f s with its launch stuck\n", abort_s);
+  if (res != ncclSuccess) world_nccl(w, res, NULL, "ncclCommAbort");
+  if (abort_s > DEAD_ABORT_S) world_case_fail(w, "ncclCommAbort took %.3f s", abort_s);
+  __atomic_store_n(&release, 1, __ATOMIC_RELEASE);
+  world_cuda(w, cudaStreamSynchronize(w->stream[0]), "cudaStreamSynchronize after the release");
+  *done = 1;
 out:
   fault_case_end(w, buf);
 }

@@ -2,7 +2,7 @@
  * gpu_coll: the GPU correctness suite's command line.
  *
  *   gpu_coll [--mode threads|procs|hosts|sharegpu|isolated|mixed]
- *            [--suite all|...|hang|hangsend|abortwait]
+ *            [--suite all|...|hang|hangsend|abortwait|abortstuck]
  *            [--nranks N] [--quick] [--filter SUBSTR] [--seed S]
  *            [--case-timeout SEC] [--timeout SEC] [--list] [--verbose]
  *            [--no-cases | --init-fails]
@@ -39,9 +39,9 @@ static void main_usage(FILE* f) {
       "                         (CUDA_VISIBLE_DEVICES set per rank: the i-th entry of the\n"
       "                         caller's, or i); mixed: the even ranks so, the odd ones seeing\n"
       "                         every GPU\n"
-      "  --suite NAME           all (default), coll, p2p, inflight, errors, api,\n"
-      "                         leaks, deadpeer, hang, hangsend, hanggraph, abortwait, abortpeer\n"
-      "                         (not in all)\n"
+      "  --suite NAME           all (default), coll, p2p, inflight, errors, api, shmfiles;\n"
+      "                         leaks, deadpeer, hang, hangsend, hanggraph, abortwait, abortpeer,\n"
+      "                         abortstuck (not in all)\n"
       "                         determinism (output hashes; tests/gpu/determinism_check.sh)\n"
       "  --nranks N             GPUs to use (default 2); exit 77 when fewer are visible\n"
       "  --ranks-per-host N     hosts mode: N consecutive ranks share an emulated host, each on\n"
@@ -78,6 +78,8 @@ static void main_suites(struct gpu_world* w) {
   if (strcmp(main_suite, "hanggraph") == 0) suite_hang_graph(w); /* the same */
   if (strcmp(main_suite, "abortwait") == 0) suite_abort_wait(w); /* the same */
   if (strcmp(main_suite, "abortpeer") == 0) suite_abort_peer(w); /* the same */
+  if (strcmp(main_suite, "abortstuck") == 0) suite_abort_stuck(w); /* the same */
+  if (all || strcmp(main_suite, "shmfiles") == 0) suite_shm_files(w);
   if (strcmp(main_suite, "determinism") == 0) suite_determinism(w);
 }
 
@@ -182,7 +184,8 @@ static int main_parse(int argc, char** argv, struct gpu_opts* o) {
        strcmp(o->suite, "leaks") == 0 || strcmp(o->suite, "deadpeer") == 0 ||
        strcmp(o->suite, "hang") == 0 || strcmp(o->suite, "hangsend") == 0 ||
        strcmp(o->suite, "hanggraph") == 0 || strcmp(o->suite, "abortwait") == 0 ||
-       strcmp(o->suite, "abortpeer") == 0 || strcmp(o->suite, "determinism") == 0))
+       strcmp(o->suite, "abortpeer") == 0 || strcmp(o->suite, "abortstuck") == 0 ||
+       strcmp(o->suite, "shmfiles") == 0 || strcmp(o->suite, "determinism") == 0))
     return 0;
 bad:
   main_usage(stderr);

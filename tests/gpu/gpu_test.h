@@ -102,7 +102,7 @@ struct gpu_opts {
                         "mixed" (the even ranks isolated) */
   const char* suite; /* "all", "coll", "p2p", "inflight", "errors", "api", "leaks",
                         "deadpeer", "hang", "hangsend", "abortwait",
-                        "abortpeer" */
+                        "abortpeer", "abortstuck", "shmfiles" */
   int nranks;
   int ranks_per_host; /* hosts mode: consecutive ranks per emulated host (P2P among them) */
   int quick;
@@ -286,6 +286,8 @@ void suite_hang_send(struct gpu_world* w); /* gpu_faults.c: a rank skips a large
 void suite_hang_graph(struct gpu_world* w); /* gpu_faults.c: a rank skips a graph replay */
 void suite_abort_wait(struct gpu_world* w); /* gpu_faults.c: abort beside a blocked call */
 void suite_abort_peer(struct gpu_world* w); /* gpu_faults.c: a peer aborts (network path) */
+void suite_abort_stuck(struct gpu_world* w); /* gpu_faults.c: abort with a launch never started */
+void suite_shm_files(struct gpu_world* w);   /* gpu_faults.c: no /dev/shm file while alive */
 /* gpu_coll.c: reductions whose output hashes determinism_check.sh compares across settings */
 void suite_determinism(struct gpu_world* w);
 
