@@ -530,6 +530,7 @@ static void comm_free_stuck(struct ncclComm* comm, struct comm_free_times* t, do
   channels_free_keeping(comm, &kept);  /* the proxy's connections stop, FIFOs stay */
   double t2 = braid_time_sec();
   dev_state_keep(comm, &kept);
+  kept += window_keep_all(comm); /* windows' records and mappings: kernels may read them */
   (void)share_leave(comm);
   if (comm->abort_flag_mem) kept += COMM_PINNED_BYTES; /* the kernels poll the flag there */
   WARN("rank %d: its kernels did not exit after the abort, so %zu bytes of device and pinned "

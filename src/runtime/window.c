@@ -747,6 +747,26 @@ fail:
 }
 NCCL_ALIAS(ncclResult_t, ncclDevCommDestroy, (ncclComm_t comm, const struct devapi_comm* devComm))
 
+/* Frees the host records only: device memory, mappings and address ranges stay. */
+static void windows_drop_host(struct braid_windows* w) {
+  while (w->devcomms) {
+    struct devcomm* dc = w->devcomms;
+    w->devcomms = dc->next;
+    free(dc);
+  }
+  while (w->list) {
+    struct win* win = w->list;
+    w->list = win->next;
+    free(win->map_va);
+    free(win->map_bytes);
+    free(win);
+  }
+  free(w->tables);
+  free(w->slots);
+  pthread_mutex_destroy(&w->lock);
+  free(w);
+}
+
 void window_free_all(struct ncclComm* comm) {
   struct braid_windows* w = comm->windows;
   if (w == NULL) return;
@@ -759,9 +779,18 @@ void window_free_all(struct ncclComm* comm) {
   for (int i = 0; i < w->ntables; i++)
     if (cudaFree(w->tables[i]) != cudaSuccess)
       WARN("freeing the window table failed: %s", cudaGetErrorString(cudaGetLastError()));
-  free(w->tables);
-  free(w->slots);
-  pthread_mutex_destroy(&w->lock);
-  free(w);
+  w->ntables = 0;
+  windows_drop_host(w);
   comm->windows = NULL;
+}
+
+size_t window_keep_all(struct ncclComm* comm) {
+  struct braid_windows* w = comm->windows;
+  size_t kept = 0;
+  if (w == NULL) return 0;
+  for (struct win* win = w->list; win; win = win->next) kept += sizeof *win->dev;
+  kept += (size_t)w->ntables * sizeof(struct devapi_window_table);
+  windows_drop_host(w);
+  comm->windows = NULL;
+  return kept;
 }

@@ -46,5 +46,12 @@ ncclResult_t window_layout(const struct window_part* parts, int n, size_t* gran,
 
 /* Frees every window and device communicator left on `comm` (at destroy, as NCCL). */
 void window_free_all(struct ncclComm* comm);
+/*
+ * The same for a teardown whose kernels did not exit: the host records go, while the device
+ * records, the window table, the mappings and their address ranges stay (freeing them could
+ * wait for those kernels, which may still read them). Returns the bytes of device memory kept
+ * (the windows' buffers themselves are the caller's).
+ */
+size_t window_keep_all(struct ncclComm* comm);
 
 #endif
