@@ -403,22 +403,6 @@ void watchdog_verdict(const struct braid_ledger_summary* all, int nranks, int me
            blame, m->waiting_s);
 }
 
-/* Asks rank `r`'s watchdog for its summary; magic 0 when it does not answer. */
-static void wd_query(struct braid_watchdog* wd, int r, struct braid_ledger_summary* out) {
-  struct wd_request req = {.magic = BRAID_LEDGER_MAGIC};
-  int fd = -1, err = 0;
-  memset(out, 0, sizeof *out);
-  memcpy(req.secret, wd->secret, sizeof req.secret);
-  volatile uint32_t* stop = &wd->stop; /* a destroy does not wait out a dead peer's timeouts */
-  if (socket_connect_quiet(&wd->addrs[r], WD_QUERY_TIMEOUT_S, stop, &fd, &err) != ncclSuccess ||
-      fd < 0 || socket_send_all(fd, &req, sizeof req, WD_QUERY_TIMEOUT_S, stop) != ncclSuccess ||
-      socket_recv_all(fd, out, sizeof *out, WD_QUERY_TIMEOUT_S, stop) != ncclSuccess ||
-      out->magic != BRAID_LEDGER_MAGIC || out->rank != r)
-    memset(out, 0, sizeof *out);
-  out->host[sizeof out->host - 1] = '\0'; /* printed with %s: never trust the wire for the end */
-  socket_close(&fd);
-}
-
 /* A verdict: a WARN only (SIGUSR1), or the comm's failure, its last error, and its kernels stopped.
  */
 static void wd_deliver(struct braid_watchdog* wd, int fail, const char* text, const char* why) {
@@ -516,21 +500,46 @@ static void wd_poll_graphs(struct braid_watchdog* wd) {
   wd->graph_copying = 1;
 }
 
-/* Gathers every rank's summary and prints the verdict; on `fail`, the comm fails with it. */
+#define WD_SILENT_LISTED 8 /* ranks named in the line about those that gave no summary */
+
+/* One WARN naming the ranks that gave no summary and why (the first few), before the verdict. */
+static void wd_report_silent(const struct wd_query_status* st, int nranks) {
+  char line[1024], reason[96];
+  int silent = 0, at = 0;
+  line[0] = '\0';
+  for (int r = 0; r < nranks; r++) {
+    if (st[r].why == WD_QUERY_ANSWERED || st[r].why == WD_QUERY_SELF) continue;
+    if (silent++ >= WD_SILENT_LISTED || at >= (int)sizeof line) continue;
+    wd_query_describe(&st[r], WD_QUERY_TIMEOUT_S, reason, sizeof reason);
+    at += snprintf(line + at, sizeof line - (size_t)at, "%srank %d: %s", at ? "; " : "", r, reason);
+  }
+  if (silent == 0) return;
+  WARN("watchdog: %d of %d ranks gave no summary for the verdict (%s%s)", silent, nranks - 1,
+       line, silent > WD_SILENT_LISTED ? "; ..." : "");
+}
+
+/*
+ * Gathers every rank's summary and prints the verdict; on `fail`, the comm fails with it. The
+ * other ranks are asked all at once (wd_query_all), so this takes WD_QUERY_TIMEOUT_S at most,
+ * however many of them do not answer.
+ */
 static void wd_verdict_run(struct braid_watchdog* wd, int fail, const char* why) {
   struct ncclComm* comm = wd->comm;
   struct braid_ledger_summary* all = calloc((size_t)comm->nranks, sizeof *all);
+  struct wd_query_status* st = calloc((size_t)comm->nranks, sizeof *st);
   char text[768];
-  if (all == NULL) return;
-  for (int r = 0; r < comm->nranks; r++) {
-    if (r == comm->rank)
-      wd_summary(wd, &all[r]);
-    else
-      wd_query(wd, r, &all[r]);
-  }
+  if (all == NULL || st == NULL) goto out;
+  wd_summary(wd, &all[comm->rank]);
+  /* The stop flag: a destroy does not wait out a dead peer's timeout. */
+  if (wd_query_all(wd->addrs, comm->nranks, comm->rank, wd->secret, WD_QUERY_TIMEOUT_S,
+                   &wd->stop, all, st) != ncclSuccess)
+    goto out;
+  wd_report_silent(st, comm->nranks);
   watchdog_verdict(all, comm->nranks, comm->rank, text, sizeof text);
-  free(all);
   wd_deliver(wd, fail, text, why);
+out:
+  free(st);
+  free(all);
 }
 
 /*

@@ -1,9 +1,10 @@
 /*
  * libFuzzer harness for the watchdog's server (BRAID_FUZZ=ON, clang only):
  * what it reads from the connections to its listener, a request with the
- * job's secret, before it answers with this rank's ledger summary, through
- * the very code its thread runs (wd_server_pollfds, wd_server_serve, through
- * watchdog_server.h), on a listener of its own with a fake clock.
+ * job's secret, before it answers with the secret and this rank's ledger
+ * summary, through the very code its thread runs (wd_server_pollfds,
+ * wd_server_serve, through watchdog_server.h), on a listener of its own with
+ * a fake clock.
  *
  * The first input byte says how many connections (1 to 8) carry the input,
  * whether each one's first bytes get the right magic, the right secret or
@@ -12,7 +13,7 @@
  * whether the clients half-close after writing. Then, per
  * connection, a length byte and that many bytes, written in two pieces on
  * either side of a round of the server. Past the deadline every connection
- * must be closed; a client must get the summary, whole, exactly when its
+ * must be closed; a client must get the reply, whole, exactly when its
  * first bytes were a request with the magic and the secret (the pad word is
  * not looked at); anything else (a crash, a leak,
  * a sanitizer report, an answer to a stranger) is a bug.
@@ -174,12 +175,13 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   for (int r = 0; r < 3; r++) fuzz_round(sv, 0.7 + 0.1 * r); /* within every deadline */
   fuzz_round(sv, 1e9);                                       /* past every deadline */
-  /* What each client got: the whole summary exactly when it sent the request with the secret. */
+  /* What each client got: the whole reply exactly when it sent the request with the secret. */
   for (int i = 0; i < nconns; i++) {
     struct fuzz_client* c = &cl[i];
     if (c->fd < 0) continue;
-    struct braid_ledger_summary want, got;
-    fuzz_summary(NULL, &want);
+    struct wd_reply want = {.magic = WD_REPLY_MAGIC}, got;
+    memcpy(want.secret, fuzz_secret, sizeof want.secret);
+    fuzz_summary(NULL, &want.summary);
     ssize_t n = fuzz_drain(c->fd, (uint8_t*)&got, sizeof got);
     const struct wd_request* head = (const struct wd_request*)c->bytes;
     const int asked = c->len >= sizeof *head && head->magic == BRAID_LEDGER_MAGIC &&
@@ -189,7 +191,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       abort();
     }
     if (asked ? n != (ssize_t)sizeof got || memcmp(&got, &want, sizeof got) != 0 : n != 0) {
-      fprintf(stderr, "fuzz_watchdog: connection %d (%s) got %zd bytes of the summary\n", i,
+      fprintf(stderr, "fuzz_watchdog: connection %d (%s) got %zd bytes of the reply\n", i,
               asked ? "a valid request" : "no valid request", n);
       abort();
     }
