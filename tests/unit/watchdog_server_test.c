@@ -348,7 +348,7 @@ static void test_query_all(void) {
          QA_TIMEOUT_S);
   /* Asked one after another, the unreachable ranks take over 6 timeouts here (6.2 s at 1 s);
    * together, one, with room for a loaded machine under a sanitizer. */
-  TEST_CHECK(took < 3.5 * QA_TIMEOUT_S, "the queries took %.2f s, over 3.5 x %.1f s", took,
+  TEST_CHECK(took < 5.0 * QA_TIMEOUT_S, "the queries took %.2f s, over 5 x %.1f s", took,
              QA_TIMEOUT_S);
   TEST_CHECK(out[0].rank == 42 && st[0].why == WD_QUERY_SELF, "the asking rank was touched");
   qa_check(out, st);
