@@ -68,37 +68,88 @@ struct braid_windows {
 
 static pthread_mutex_t windows_make_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* ---------------------------------------------------------------- the LSA team */
+/*
+ * Host to device, complete on return: a plain cudaMemcpy from pageable memory may return
+ * before the data lands, and a kernel on a non-blocking stream could then read the old bytes.
+ */
+static ncclResult_t win_copy_in(void* dst, const void* src, size_t bytes) {
+  ncclResult_t res = ncclSuccess;
+  cudaStream_t s = NULL;
+  BRAID_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  BRAID_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
+  BRAID_CUDA_TRY(cudaStreamSynchronize(s));
+fail:
+  if (s != NULL && cudaStreamDestroy(s) != cudaSuccess && res == ncclSuccess)
+    res = braid_err(ncclUnhandledCudaError, "cudaStreamDestroy: %s",
+                    cudaGetErrorString(cudaGetLastError()));
+  (void)cudaGetLastError();
+  return res;
+}
 
 /*
- * Blocks of `local_ranks` consecutive ranks, one host each, every pair close
- * enough for P2P and sharing cuMem memory; else this rank alone. Every rank
- * computes the same from the peers' info and the topology.
+ * The calls below allocate, copy and free device memory, which CUDA refuses on a thread
+ * capturing a stream in global or thread-local mode (or breaks another thread's global
+ * capture): the calling thread's mode is relaxed meanwhile, as for connections.
+ */
+static enum cudaStreamCaptureMode capture_relax(void) {
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) {
+    (void)cudaGetLastError();
+    mode = cudaStreamCaptureModeRelaxed;
+  }
+  return mode;
+}
+static void capture_restore(enum cudaStreamCaptureMode mode) {
+  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) (void)cudaGetLastError();
+}
+
+/* ---------------------------------------------------------------- the LSA team */
+
+static int gcd(int a, int b) {
+  while (b) {
+    int t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+/*
+ * Teams of g consecutive ranks, g the greatest common divisor of the lengths of the runs of
+ * consecutive ranks on one host (so every team lies on one host, and every host holds whole
+ * teams), every pair of every team close enough for P2P and sharing cuMem memory; else every
+ * rank alone. Every rank computes the same from the peers' info and the topology.
  */
 static void lsa_compute(const struct ncclComm* comm, int* size, int* rank) {
   *size = 1;
   *rank = 0;
-  const int n = comm->local_ranks;
-  if (n <= 1 || comm->nranks % n != 0 || comm->peers == NULL) return;
-  for (int r = 0; r < comm->nranks; r++) /* blocks of n consecutive ranks, one host each */
-    if (comm->peers[r].host_hash != comm->peers[r - r % n].host_hash) return;
-  const int first = comm->rank - comm->rank % n;
+  if (comm->peers == NULL || comm->nranks <= 1) return;
+  int g = 0;
+  for (int r = 0; r < comm->nranks;) {
+    int end = r + 1;
+    while (end < comm->nranks && comm->peers[end].host_hash == comm->peers[r].host_hash) end++;
+    g = gcd(g, end - r);
+    r = end;
+  }
+  if (g <= 1) return;
   char why[512];
-  for (int a = first; a < first + n; a++) {
-    for (int b = a + 1; b < first + n; b++) {
-      ipc_kind_t kind = ipc_choose(&comm->peers[a], &comm->peers[b], why, sizeof why);
-      if (!p2p_pair_close(&comm->xport, a, b) || (kind != IPC_LOCAL && kind != IPC_CUMEM)) {
-        INFO(BRAID_LOG_INIT | BRAID_LOG_REG, "the LSA team is rank %d alone: ranks %d and %d "
-             "cannot load and store each other's memory (%s)", comm->rank, a, b,
-             kind == IPC_NONE ? why
-             : kind == IPC_LEGACY ? "no cuMem sharing between them"
-                                  : "their GPUs are not close enough for P2P");
-        return;
+  for (int first = 0; first < comm->nranks; first += g) {
+    for (int a = first; a < first + g; a++) {
+      for (int b = a + 1; b < first + g; b++) {
+        ipc_kind_t kind = ipc_choose(&comm->peers[a], &comm->peers[b], why, sizeof why);
+        if (!p2p_pair_close(&comm->xport, a, b) || (kind != IPC_LOCAL && kind != IPC_CUMEM)) {
+          INFO(BRAID_LOG_INIT | BRAID_LOG_REG, "every LSA team is one rank: ranks %d and %d "
+               "cannot load and store each other's memory (%s)", a, b,
+               kind == IPC_NONE ? why
+               : kind == IPC_LEGACY ? "no cuMem sharing between them"
+                                    : "their GPUs are not close enough for P2P");
+          return;
+        }
       }
     }
   }
-  *size = n;
-  *rank = comm->rank % n;
+  *size = g;
+  *rank = comm->rank % g;
 }
 
 /* The comm's window state, made at the first call; NULL only when memory ran out. */
@@ -117,7 +168,8 @@ static struct braid_windows* windows_of(struct ncclComm* comm) {
 }
 
 void window_lsa(struct ncclComm* comm, int* size, int* rank) {
-  struct braid_windows* w = windows_of(comm);
+  /* Kept once the comm is ready: before, the peers' info or the topology may be missing. */
+  struct braid_windows* w = comm->state == BRAID_COMM_READY ? windows_of(comm) : NULL;
   if (w) {
     *size = w->lsa_size;
     *rank = w->lsa_rank;
@@ -159,8 +211,11 @@ static ncclResult_t table_put(struct braid_windows* w, struct win* win) {
            DEVAPI_WINDOW_TABLE_SIZE * sizeof *slots);
     w->slots = slots;
     if (w->ntables > 0)
-      BRAID_CUDA_TRY(cudaMemcpy(&w->tables[w->ntables - 1]->next, &block, sizeof block,
-                                cudaMemcpyHostToDevice));
+      if ((res = win_copy_in(&w->tables[w->ntables - 1]->next, &block, sizeof block)) !=
+          ncclSuccess) {
+        (void)cudaFree(block);
+        goto fail;
+      }
     w->tables[w->ntables++] = block;
     slot = (n - 1) * DEVAPI_WINDOW_TABLE_SIZE;
   }
@@ -169,7 +224,7 @@ static ncclResult_t table_put(struct braid_windows* w, struct win* win) {
     const int i = slot % DEVAPI_WINDOW_TABLE_SIZE;
     uintptr_t entry[3] = {(uintptr_t)win->user, (uintptr_t)win->size, (uintptr_t)win->dev};
     _Static_assert(sizeof entry == sizeof block->entries[0], "a table entry is three words");
-    BRAID_CUDA_TRY(cudaMemcpy(&block->entries[i], entry, sizeof entry, cudaMemcpyHostToDevice));
+    BRAID_TRY(win_copy_in(&block->entries[i], entry, sizeof entry));
     w->slots[slot] = win;
     win->slot = slot;
   }
@@ -184,10 +239,9 @@ static void table_drop(struct braid_windows* w, struct win* win) {
   if (win->slot < 0 || win->slot >= w->ntables * DEVAPI_WINDOW_TABLE_SIZE) return;
   struct devapi_window_table* block = w->tables[win->slot / DEVAPI_WINDOW_TABLE_SIZE];
   uintptr_t zero[3] = {0, 0, 0};
-  if (cudaMemcpy(&block->entries[win->slot % DEVAPI_WINDOW_TABLE_SIZE], zero, sizeof zero,
-                 cudaMemcpyHostToDevice) != cudaSuccess) {
-    WARN("clearing a window's table entry failed: %s", cudaGetErrorString(cudaGetLastError()));
-  }
+  if (win_copy_in(&block->entries[win->slot % DEVAPI_WINDOW_TABLE_SIZE], zero, sizeof zero) !=
+      ncclSuccess)
+    WARN("clearing a window's table entry failed: %s", braid_err_last());
   w->slots[win->slot] = NULL;
   win->slot = -1;
 }
@@ -339,7 +393,7 @@ static struct win* win_find(struct braid_windows* w, const void* handle) {
  * and nothing is left.
  */
 static ncclResult_t win_register(struct ncclComm* comm, void* buff, size_t size, int flags,
-                                 int internal, struct win** out) {
+                                 int internal, ncclResult_t prep, struct win** out) {
   ncclResult_t res = ncclSuccess;
   struct braid_windows* w = windows_of(comm);
   struct win_offer* offers = NULL;
@@ -369,8 +423,17 @@ static ncclResult_t win_register(struct ncclComm* comm, void* buff, size_t size,
     other_process |= comm->peers[r].pid_hash != comm->peers[comm->rank].pid_hash;
   struct win_offer* mine = &offers[comm->rank];
   mine->size = size;
-  ncclResult_t prep = ipc_win_export(other_process ? IPC_CUMEM : IPC_LOCAL, buff, comm->rank,
-                                     &keep, &mine->desc, (size_t*)&mine->offset);
+  if (prep == ncclSuccess)
+    prep = ipc_win_export(other_process ? IPC_CUMEM : IPC_LOCAL, buff, comm->rank, &keep,
+                          &mine->desc, (size_t*)&mine->offset);
+  /* One cuMem allocation: a buffer running past it (allocations mapped side by side, as some
+   * allocators do) would be mapped only in part, and kernels would fault past that part. */
+  if (prep == ncclSuccess && (mine->offset >= mine->desc.bytes ||
+                              size > mine->desc.bytes - mine->offset))
+    prep = braid_err(ncclInvalidArgument, "buff %p (%zu bytes) runs past the cuMem allocation "
+                     "that holds it (%llu bytes from %p): a window takes a buffer of one "
+                     "allocation, as ncclMemAlloc makes", buff, size,
+                     (unsigned long long)mine->desc.bytes, mine->desc.ptr);
   if (prep != ncclSuccess) {
     mine->status = (int32_t)prep;
     snprintf(mine->why, sizeof mine->why, "%s", braid_err_last());
@@ -392,10 +455,7 @@ static ncclResult_t win_register(struct ncclComm* comm, void* buff, size_t size,
                        sizeof *win->dev, cudaGetErrorString(cudaGetLastError()));
     win->dev = NULL;
   }
-  if (mapped == ncclSuccess &&
-      cudaMemcpy(win->dev, &win->host, sizeof win->host, cudaMemcpyHostToDevice) != cudaSuccess)
-    mapped = braid_err(ncclUnhandledCudaError, "writing a window's record failed: %s",
-                       cudaGetErrorString(cudaGetLastError()));
+  if (mapped == ncclSuccess) mapped = win_copy_in(win->dev, &win->host, sizeof win->host);
   if (mapped == ncclSuccess) { /* listed before the verdicts: all that can fail is behind */
     pthread_mutex_lock(&w->lock);
     mapped = table_put(w, win);
@@ -455,7 +515,10 @@ NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t
               "ncclCommWindowRegister inside ncclGroupStart/ncclGroupEnd is not supported by "
               "Braid: call it outside the group (one thread per rank)");
   BRAID_CUDA_TRY(cudaSetDevice(comm->cuda_dev));
-  BRAID_TRY(win_register(comm, buff, size, winFlags, 0, &made));
+  enum cudaStreamCaptureMode mode = capture_relax();
+  res = win_register(comm, buff, size, winFlags, 0, ncclSuccess, &made);
+  capture_restore(mode);
+  BRAID_TRY(res);
   *win = (ncclWindow_t)made->dev;
   return ncclSuccess;
 fail:
@@ -477,7 +540,9 @@ NCCL_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win
               "(deregistered already, or registered with another communicator)",
               (void*)win, comm->rank);
   BRAID_CUDA_TRY(cudaSetDevice(comm->cuda_dev));
+  enum cudaStreamCaptureMode mode = capture_relax();
   win_release(w, found);
+  capture_restore(mode);
   return ncclSuccess;
 fail:
   comm_error_record(comm, res);
@@ -607,8 +672,8 @@ static ncclResult_t devcomm_refused(const struct devapi_comm_req* q, int rail_si
   return ncclSuccess;
 }
 
-NCCL_API ncclResult_t ncclDevCommCreate(ncclComm_t comm, const struct devapi_comm_req* reqs,
-                                        struct devapi_comm* outDevComm) {
+static ncclResult_t devcomm_create(ncclComm_t comm, const struct devapi_comm_req* reqs,
+                                   struct devapi_comm* outDevComm) {
   ncclResult_t res = ncclSuccess;
   struct devcomm* dc = NULL;
   void* mem = NULL;
@@ -642,22 +707,28 @@ NCCL_API ncclResult_t ncclDevCommCreate(ncclComm_t comm, const struct devapi_com
   const size_t barrier_at = total;
   total += BRAID_ALIGN_UP((size_t)nbarriers * (3 + (size_t)w->lsa_size) * sizeof(uint32_t),
                           DEVAPI_RESOURCE_UNIT);
-  /* The rail barriers' epochs, one word per GIN context each (a one-rank rail: see above). */
-  const int nrail = reqs->rail_gin_barrier_count > 0 ? reqs->rail_gin_barrier_count : 0;
+  /* The rail barriers' epochs, one word per GIN context each (a one-rank rail: see above); a
+   * world barrier (barrierCount) uses the rail's handle too. */
+  const int nrail = reqs->rail_gin_barrier_count > reqs->barrier_count
+                        ? reqs->rail_gin_barrier_count
+                        : reqs->barrier_count;
   const size_t rail_at = total;
   total += BRAID_ALIGN_UP((size_t)nrail * DEVAPI_GIN_MAX_CONTEXTS * sizeof(uint32_t),
                           DEVAPI_RESOURCE_UNIT);
   if (total == 0) total = DEVAPI_RESOURCE_UNIT;
   BRAID_CHECK(total / DEVAPI_RESOURCE_UNIT <= UINT32_MAX, ncclInvalidArgument,
               "ncclDevCommCreate: the requirements ask for %zu bytes of resources", total);
-  /* Zeroed: the barriers' and LL all-to-all's epochs start from zero. */
-  BRAID_TRY(ipc_user_alloc(&mem, total));
-  BRAID_TRY(braid_cuda_zero(mem, total));
-  BRAID_CHECK((dc = calloc(1, sizeof *dc)) != NULL, ncclSystemError,
-              "out of host memory for a device communicator");
+  /* Zeroed: the barriers' and LL all-to-all's epochs start from zero. A failure here still
+   * takes part in the registration (as its reason), so that no other rank waits for this one. */
+  ncclResult_t prep = ipc_user_alloc(&mem, total); /* zeroed */
+  if (prep == ncclSuccess && (dc = calloc(1, sizeof *dc)) == NULL)
+    prep = braid_err(ncclSystemError, "out of host memory for a device communicator");
+  struct win* res_win = NULL;
+  res = win_register(comm, mem, total, NCCL_WIN_COLL_SYMMETRIC, 1, prep, &res_win);
+  if (res != ncclSuccess) goto fail;
   dc->magic = DEVCOMM_MAGIC;
   dc->res_mem = mem;
-  BRAID_TRY(win_register(comm, mem, total, NCCL_WIN_COLL_SYMMETRIC, 1, &dc->res));
+  dc->res = res_win;
   mem = NULL;
 
   size_t at = 0;
@@ -702,6 +773,15 @@ fail:
   if (dc && dc->res_mem) (void)ipc_user_free(dc->res_mem);
   else if (mem) (void)ipc_user_free(mem);
   free(dc);
+  return res;
+}
+
+NCCL_API ncclResult_t ncclDevCommCreate(ncclComm_t comm, const struct devapi_comm_req* reqs,
+                                        struct devapi_comm* outDevComm) {
+  braid_err_clear();
+  enum cudaStreamCaptureMode mode = capture_relax();
+  ncclResult_t res = devcomm_create(comm, reqs, outDevComm);
+  capture_restore(mode);
   comm_error_record(comm, res);
   return res;
 }
@@ -722,6 +802,7 @@ NCCL_API ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const struct devapi_co
   braid_err_clear();
   BRAID_TRY(comm_check(comm, "ncclDevCommDestroy"));
   BRAID_CHECK(devComm != NULL, ncclInvalidArgument, "ncclDevCommDestroy: devComm is NULL");
+  if (devComm->resource_window == NULL) return ncclSuccess; /* never made: nothing to free */
   struct braid_windows* w = __atomic_load_n(&comm->windows, __ATOMIC_ACQUIRE);
   if (w) {
     pthread_mutex_lock(&w->lock);
@@ -739,7 +820,9 @@ NCCL_API ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const struct devapi_co
               "communicator (destroyed already, or made by another communicator)",
               (const void*)devComm, comm->rank);
   BRAID_CUDA_TRY(cudaSetDevice(comm->cuda_dev));
+  enum cudaStreamCaptureMode mode = capture_relax();
   devcomm_free(w, found);
+  capture_restore(mode);
   return ncclSuccess;
 fail:
   comm_error_record(comm, res);
@@ -789,6 +872,7 @@ size_t window_keep_all(struct ncclComm* comm) {
   size_t kept = 0;
   if (w == NULL) return 0;
   for (struct win* win = w->list; win; win = win->next) kept += sizeof *win->dev;
+  for (struct devcomm* dc = w->devcomms; dc; dc = dc->next) kept += dc->res ? dc->res->size : 0;
   kept += (size_t)w->ntables * sizeof(struct devapi_window_table);
   windows_drop_host(w);
   comm->windows = NULL;

@@ -2,10 +2,10 @@
  * Symmetric memory windows (ncclCommWindowRegister) and the device API's
  * communicator (ncclDevCommCreate, nccl_device.h), with the teams both use.
  *
- * The LSA team ("load/store accessible") is the block of consecutive ranks of
- * this host whose GPUs are close enough for P2P (NCCL_P2P_LEVEL) and whose
- * processes can share cuMem memory; every host holds as many, or the team is
- * this rank alone. A window maps every member's buffer in every member's
+ * The LSA team ("load/store accessible") is a block of consecutive ranks of
+ * one host whose GPUs are close enough for P2P (NCCL_P2P_LEVEL) and whose
+ * processes can share cuMem memory; its size is the same everywhere (the
+ * greatest common divisor of the hosts' runs of ranks), or 1. A window maps every member's buffer in every member's
  * address space at one stride (abi/dev_api.h); the kernels that programs
  * compile from NCCL's headers then load and store peers' memory directly.
  *

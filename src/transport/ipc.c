@@ -799,9 +799,17 @@ ncclResult_t ipc_user_alloc(void** out, size_t bytes) {
                        "ncclMemAlloc: cudaMalloc of size = %zu bytes failed: %s", bytes,
                        cudaGetErrorString(err));
     }
-    return ncclSuccess;
+    /* Zeroed, as the cuMem path: programs use such buffers for flags that start at zero. */
+    if ((res = braid_cuda_zero(*out, bytes)) != ncclSuccess) {
+      (void)cudaFree(*out);
+      *out = NULL;
+    }
+    return res;
   }
   BRAID_TRY(cumem_create(bytes, NULL, &blk));
+  /* Fresh physical memory is not promised to be zero; programs (PyTorch's symmetric memory
+   * signal pads) count on ncclMemAlloc's buffers starting at zero. */
+  BRAID_TRY(braid_cuda_zero((void*)(uintptr_t)blk.va, blk.size));
   /* Readable and writable by every GPU of this process that can reach it too, as NCCL's
    * ncclMemAlloc: kernels of other devices may use the buffer directly. */
   int ndev = 0;

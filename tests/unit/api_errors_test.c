@@ -394,6 +394,9 @@ static void test_comm_last_error(void) {
   dreq.lsa_multimem = true;
   EXPECT_REFUSAL(ncclDevCommCreate(c, &dreq, &dcomm), ncclInvalidUsage, c, "ncclDevCommCreate",
                  "lsaMultimem");
+  /* A zeroed device communicator was never made: nothing to destroy, as NCCL. */
+  TEST_EXPECT_RES(ncclDevCommDestroy(c, &dcomm), ncclSuccess);
+  dcomm.resource_window = (struct devapi_window*)(void*)&s; /* not one of this comm's */
   EXPECT_REFUSAL(ncclDevCommDestroy(c, &dcomm), ncclInvalidArgument, c, "ncclDevCommDestroy",
                  "devComm");
   EXPECT_REFUSAL(ncclRedOpCreatePreMulSum(NULL, &s, ncclFloat32, ncclScalarHostImmediate, c),
