@@ -15,7 +15,9 @@
  * of its own before its first call, so the library takes each rank for a
  * separate host and connects them through the network transport (kernels ->
  * proxy -> socket -> proxy -> kernels). The ranks share the visible GPUs
- * (rank % count), so one GPU is enough.
+ * (rank % count), so one GPU is enough; with GPU_COLL_GPU_PER_RANK=1 every
+ * rank needs a GPU of its own (the run skips with 77 when fewer are visible),
+ * as on hosts of one GPU each.
  *
  * sharegpu: procs on the visible GPUs (rank % count) where child i sets
  * BRAID_TOPO_BUSID to the i-th bus id of GPU_COLL_BUSIDS, so with a
@@ -566,10 +568,13 @@ static int world_child(const struct mp_child* ch) {
   }
   int rc = alone ? world_isolate(ch->index, entry, sizeof entry) : 0;
   if (rc == 1) return 1;
-  /* hosts: the ranks of one emulated host need a GPU each (no two on one GPU in a host). */
+  /* hosts: the ranks of one emulated host need a GPU each (no two on one GPU in a host);
+     with GPU_COLL_GPU_PER_RANK=1 every rank does. */
+  const char* per_rank = getenv("GPU_COLL_GPU_PER_RANK");
+  int hosts_need = per_rank && strcmp(per_rank, "1") == 0 ? ch->nprocs : a->opts->ranks_per_host;
   if (rc == 0)
     rc = alone ? world_check_isolated(ch->index, entry)
-               : world_check_gpus(hosts ? a->opts->ranks_per_host : share ? 1 : ch->nprocs);
+               : world_check_gpus(hosts ? hosts_need : share ? 1 : ch->nprocs);
   int ngpus = 1;
   if (rc == 0 && (hosts || share) && cudaGetDeviceCount(&ngpus) != cudaSuccess) rc = 1;
   int dev = alone ? 0 : hosts || share ? ch->index % ngpus : ch->index;
