@@ -142,6 +142,7 @@ typedef enum {
 #define BRAID_WORK_SEND_LL 0x2       /* SendRecv: the send half uses LL (else Simple) */
 #define BRAID_WORK_RECV_LL 0x4       /* SendRecv: the receive half uses LL (else Simple) */
 #define BRAID_WORK_PAIR 0x8 /* 2 ranks: AllReduce (Simple, LL128), AllGather (Simple): pair.h */
+#define BRAID_WORK_SYM 0x10 /* AllReduce read from a symmetric window (sym.h; algo DIRECT) */
 
 /*
  * One operation of a launch. Collectives: every block b with

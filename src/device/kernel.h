@@ -19,6 +19,7 @@
 #include "device/direct.h"
 #include "device/pair.h"
 #include "device/sendrecv.h"
+#include "device/sym.h"
 #include "device/tree.h"
 
 namespace braid {
@@ -201,14 +202,16 @@ __global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
   kernel_works<work_run<T, Op>>(args);
 }
 
-/* A tree or direct all-reduce on this block's channel. */
+/* A tree, direct or symmetric all-reduce on this block's channel. */
 template <typename T, typename Op>
 __device__ __forceinline__ void tree_work_run(const struct braid_work& w,
                                               struct braid_dev_comm* comm, volatile int* aborted) {
   struct braid_dev_channel* chan = &comm->channels[blockIdx.x];
   const int ch = blockIdx.x - w.channel_lo;
   Op op = work_op<T, Op>(w, comm);
-  if (w.algo == BRAID_ALGO_DIRECT)
+  if (w.flags & BRAID_WORK_SYM)
+    sym_allreduce<T, Op>(op, w, comm, ch, aborted);
+  else if (w.algo == BRAID_ALGO_DIRECT)
     direct_allreduce<T, Op>(op, w, comm, chan, ch, aborted);
   else if (w.proto == BRAID_PROTO_LL)
     tree_allreduce<T, Op, prims_ll>(op, w, comm, chan, ch, aborted);

@@ -34,6 +34,7 @@
 #include "runtime/share.h"
 #include "base/utils.h"
 #include "runtime/watchdog.h"
+#include "runtime/window.h"
 #include "runtime/topo_comm.h"
 #include "graph/tune_table.h"
 #include "runtime/channels.h"
@@ -343,6 +344,48 @@ fail:
   return res;
 }
 
+/*
+ * An all-reduce whose input lies in a symmetric window, up to BRAID_SYM_MAX_BYTES, as the
+ * symmetric work (device/sym.h: every rank reads every rank's input from the window; no
+ * connection): *w filled, 1; else 0. Every rank decides alike: the windows are registered
+ * collectively, the size and the setting (agreed at init) are the same. Its fields carry the
+ * window's addresses as sym.h reads them. Blocks: one per 32 KB of input (a block's 512
+ * threads hold 4 packs of 16 bytes each a round), at most the comm's channels.
+ */
+static int enq_sym_work(struct ncclComm* comm, const struct braid_op* op, struct braid_work* w) {
+  const int64_t max = braid_param_int(BRAID_P_SYM_MAX_BYTES);
+  const size_t bytes = enq_op_bytes(op);
+  struct window_sym ws;
+  if (max <= 0 || op->coll != BRAID_COLL_ALLREDUCE || op->count == 0 || comm->nranks < 2 ||
+      bytes > (uint64_t)max || !enq_ce_scalar_ok(op) ||
+      !window_sym_input(comm, op->sendbuff, bytes, &ws))
+    return 0;
+  const size_t per_block = (size_t)BRAID_MAX_NTHREADS * 4 * 16;
+  int nb = (int)BRAID_MIN((bytes + per_block - 1) / per_block, (size_t)comm->channels->nchannels);
+  if (nb < 1) nb = 1;
+  memset(w, 0, sizeof *w);
+  w->coll = BRAID_COLL_ALLREDUCE;
+  w->devop = (uint8_t)op->devop;
+  w->dtype = (uint8_t)op->dtype;
+  w->proto = BRAID_PROTO_SIMPLE;
+  w->algo = BRAID_ALGO_DIRECT; /* the tree family's kernels run it */
+  w->channel_lo = 0;
+  w->nchannels = (uint8_t)nb;
+  w->flags = (uint8_t)(op->work_flags | BRAID_WORK_SYM);
+  w->root = comm->rank;
+  w->peer_send = (int32_t)ws.sync_stride4g;
+  w->peer_recv = -1;
+  w->chunk_bytes = ws.stride4g;
+  w->sendbuff = ws.input;
+  w->recvbuff = op->recvbuff;
+  w->count = op->count;
+  w->recv_count = (size_t)(uintptr_t)ws.sync;
+  w->scalar = op->scalar;
+  INFO(BRAID_LOG_TUNING, "AllReduce %zu elements from a symmetric window: read from every "
+       "rank's window, %d blocks", op->count, nb);
+  return 1;
+}
+
 void enqueue_p2p_needs(struct ncclComm* comm) {
   struct braid_group_comm* g = comm->group;
   const int n = comm->nranks;
@@ -355,6 +398,8 @@ void enqueue_p2p_needs(struct ncclComm* comm) {
         ce_want(comm);
       continue;
     }
+    struct braid_work sym;
+    if (enq_sym_work(comm, op, &sym)) continue; /* reads the windows: no connection */
     /* The copy-engine exchange's scratch; the kernels' connections too, should it be off. */
     if (enq_ce_coll(op->coll) && op->count > 0 && enq_ce_scalar_ok(op) &&
         ce_candidate(comm, op->coll, enq_tune_bytes(comm, op)))
@@ -798,7 +843,8 @@ static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
       ce_group |= op->peer != comm->rank &&
                   ce_ready(comm, BRAID_COLL_SENDRECV, enq_op_bytes(op), capturing);
     } else if (op->count > 0) {
-      ce_last = enq_ce_op(comm, op, capturing, &ce) ? i : -1;
+      struct braid_work sym;
+      ce_last = !enq_sym_work(comm, op, &sym) && enq_ce_op(comm, op, capturing, &ce) ? i : -1;
       ce_group |= ce_last == i;
     }
   }
@@ -806,6 +852,12 @@ static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
   for (int i = 0; i < g->nops; i++) {
     const struct braid_op* op = &g->ops[i];
     if (op->coll == BRAID_COLL_SENDRECV || op->count == 0) continue;
+    struct braid_work w;
+    if (enq_sym_work(comm, op, &w)) {
+      if (op->after_prev && plan->args.nwork > 0) BRAID_TRY(enq_launch(comm, plan, stream, capture));
+      BRAID_TRY(enq_add_work(comm, plan, &w, stream, capture));
+      continue;
+    }
     if (enq_ce_op(comm, op, capturing, &ce)) {
       if (plan->args.nwork > 0) BRAID_TRY(enq_launch(comm, plan, stream, capture));
       INFO(BRAID_LOG_TUNING, "%s %zu elements on 2 ranks: through the copy engines",
@@ -829,7 +881,6 @@ static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
       continue;
     }
     if (op->after_prev && plan->args.nwork > 0) BRAID_TRY(enq_launch(comm, plan, stream, capture));
-    struct braid_work w;
     BRAID_TRY(enq_coll_work(comm, op, &w));
     BRAID_TRY(enq_add_work(comm, plan, &w, stream, capture));
   }

@@ -64,6 +64,9 @@ struct braid_windows {
   struct devapi_window_table** tables; /* device blocks, linked by `next` */
   int ntables;
   struct win** slots; /* [ntables * 32]: the window in each entry, or NULL */
+  /* The symmetric all-reduce's barriers (device/sym.h): a window of zeroed words per rank. */
+  struct win* sync;
+  void* sync_mem;
 };
 
 static pthread_mutex_t windows_make_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -497,6 +500,49 @@ fail:
   return res;
 }
 
+/*
+ * The symmetric all-reduce's sync window, made with the comm's first window (every rank
+ * registers that one, so every rank makes this with it): per rank, one inbox per block and
+ * rank, then one epoch per block (device/sym.h), zeroed. Only where the LSA team is the comm.
+ */
+static ncclResult_t sym_sync_make(struct ncclComm* comm) {
+  struct braid_windows* w = windows_of(comm);
+  if (w == NULL) return braid_err(ncclSystemError, "out of host memory for the window state");
+  if (w->sync != NULL || w->lsa_size != comm->nranks || comm->nranks < 2) return ncclSuccess;
+  void* mem = NULL;
+  const size_t bytes = (size_t)BRAID_MAX_GRID * ((size_t)w->lsa_size + 1) * sizeof(uint32_t);
+  ncclResult_t prep = ipc_user_alloc(&mem, bytes); /* zeroed */
+  struct win* made = NULL;
+  ncclResult_t res = win_register(comm, mem, bytes, NCCL_WIN_COLL_SYMMETRIC, 1, prep, &made);
+  if (res != ncclSuccess) {
+    if (mem) (void)ipc_user_free(mem);
+    return res;
+  }
+  w->sync = made;
+  w->sync_mem = mem;
+  return ncclSuccess;
+}
+
+int window_sym_input(struct ncclComm* comm, const void* ptr, size_t bytes,
+                     struct window_sym* out) {
+  struct braid_windows* w = __atomic_load_n(&comm->windows, __ATOMIC_ACQUIRE);
+  int found = 0;
+  if (w == NULL || w->sync == NULL || bytes == 0) return 0;
+  pthread_mutex_lock(&w->lock);
+  for (struct win* p = w->list; p && !found; p = p->next) {
+    if (p->internal || !(p->flags & NCCL_WIN_COLL_SYMMETRIC)) continue;
+    const uintptr_t at = (uintptr_t)ptr, base = (uintptr_t)p->user;
+    if (at < base || at - base > p->size || bytes > p->size - (at - base)) continue;
+    out->input = p->host.lsa_flat_base + (at - base);
+    out->stride4g = p->host.stride4g;
+    out->sync = w->sync->host.lsa_flat_base;
+    out->sync_stride4g = w->sync->host.stride4g;
+    found = 1;
+  }
+  pthread_mutex_unlock(&w->lock);
+  return found;
+}
+
 NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
                                              ncclWindow_t* win, int winFlags) {
   ncclResult_t res = ncclSuccess;
@@ -516,7 +562,8 @@ NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t
               "Braid: call it outside the group (one thread per rank)");
   BRAID_CUDA_TRY(cudaSetDevice(comm->cuda_dev));
   enum cudaStreamCaptureMode mode = capture_relax();
-  res = win_register(comm, buff, size, winFlags, 0, ncclSuccess, &made);
+  res = sym_sync_make(comm);
+  if (res == ncclSuccess) res = win_register(comm, buff, size, winFlags, 0, ncclSuccess, &made);
   capture_restore(mode);
   BRAID_TRY(res);
   *win = (ncclWindow_t)made->dev;
@@ -858,7 +905,11 @@ void window_free_all(struct ncclComm* comm) {
     w->devcomms = dc->next;
     devcomm_free(w, dc);
   }
-  while (w->list) win_release(w, w->list);
+  while (w->list) win_release(w, w->list); /* the sync window among them */
+  w->sync = NULL;
+  if (w->sync_mem && ipc_user_free(w->sync_mem) != ncclSuccess)
+    WARN("freeing the symmetric all-reduce's sync memory failed: %s", braid_err_last());
+  w->sync_mem = NULL;
   for (int i = 0; i < w->ntables; i++)
     if (cudaFree(w->tables[i]) != cudaSuccess)
       WARN("freeing the window table failed: %s", cudaGetErrorString(cudaGetLastError()));

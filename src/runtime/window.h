@@ -20,6 +20,7 @@
 #define BRAID_RUNTIME_WINDOW_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "nccl.h"
 
@@ -43,6 +44,21 @@ struct window_part {
 };
 ncclResult_t window_layout(const struct window_part* parts, int n, size_t* gran, size_t* lead,
                            size_t* stride);
+
+/*
+ * Where an all-reduce's input of `bytes` at `ptr` lies in a window registered with
+ * NCCL_WIN_COLL_SYMMETRIC, and the comm has the symmetric all-reduce's sync window (its LSA
+ * team is the whole comm): its address in the window's flat mapping as rank 0's, the strides
+ * (in units of 4 GiB) and rank 0's sync words (device/sym.h). 1 if so, else 0.
+ */
+struct window_sym {
+  char* input;
+  uint32_t stride4g;
+  char* sync;
+  uint32_t sync_stride4g;
+};
+int window_sym_input(struct ncclComm* comm, const void* ptr, size_t bytes,
+                     struct window_sym* out);
 
 /* Frees every window and device communicator left on `comm` (at destroy, as NCCL). */
 void window_free_all(struct ncclComm* comm);

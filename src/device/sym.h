@@ -1,0 +1,195 @@
+/*
+ * Symmetric all-reduce: when the input lies in a symmetric memory window
+ * (ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC) and every rank is in
+ * one LSA team, each rank reads every rank's input straight from the
+ * window's mapping of it (NVLink loads, no FIFO, no proxy), reduces in rank
+ * order 0, 1, ..., n-1 (every rank adds each element in the same order from
+ * the same bits: identical results everywhere) and writes its own output.
+ *
+ * Barriers between the ranks' blocks of the same index, through the comm's
+ * symmetric sync window (runtime/window.c): block b of rank r stores the
+ * barrier's epoch into each peer's inbox [b][r] and waits until its own
+ * inboxes [b][p] have reached it. The epoch of each block lives in the
+ * rank's own sync memory, so launches (and graph replays) continue it.
+ *   - before the reads: every rank has reached the operation, so whatever
+ *     its stream wrote into the input before is there;
+ *   - after each round's reads, before its writes: no rank writes its output
+ *     (its input too, in place) while another still reads that part, and no
+ *     rank's next operation overwrites an input that is still being read.
+ * A round holds SYM_HOLD 16-byte packs per thread in registers; larger
+ * inputs take several rounds, one barrier each.
+ *
+ * The work's fields, as the host encodes them (runtime/enqueue.c):
+ *   sendbuff     the input's address in the window's flat mapping as rank 0's
+ *                (rank p's is that + p * stride)
+ *   chunk_bytes  that window's stride in units of 4 GiB
+ *   recvbuff     this rank's output (its own memory)
+ *   recv_count   rank 0's sync memory in the sync window's flat mapping
+ *   peer_send    the sync window's stride in units of 4 GiB
+ *   root         this rank (its place in the LSA team, which is the comm)
+ */
+#ifndef BRAID_DEVICE_SYM_H
+#define BRAID_DEVICE_SYM_H
+
+#include "abi/dev_comm.h"
+#include "device/reduce_ops.h"
+
+namespace braid {
+
+#define SYM_HOLD 4 /* 16-byte packs a thread holds per round */
+
+struct sym_args {
+  const char* send0; /* rank 0's input */
+  size_t stride;
+  uint32_t* sync0;   /* rank 0's sync memory */
+  size_t sync_stride;
+  int me, n;
+};
+
+__device__ __forceinline__ sym_args sym_decode(const struct braid_work& w, int nranks) {
+  sym_args a;
+  a.send0 = (const char*)w.sendbuff;
+  a.stride = (size_t)w.chunk_bytes << 32;
+  a.sync0 = (uint32_t*)(uintptr_t)w.recv_count;
+  a.sync_stride = (size_t)(uint32_t)w.peer_send << 32;
+  a.me = w.root;
+  a.n = nranks;
+  return a;
+}
+
+/* Rank p's sync words: inboxes [block][rank], then one epoch per block. */
+__device__ __forceinline__ uint32_t* sym_sync(const sym_args& a, int p) {
+  return (uint32_t*)((char*)a.sync0 + (size_t)p * a.sync_stride);
+}
+
+__device__ __forceinline__ void sym_store_release(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ uint32_t sym_load_acquire(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+/*
+ * Block `b` meets the same block of every other rank at `epoch`. Every thread of the block
+ * calls it; false: the communicator was aborted (aborted[0] set).
+ */
+__device__ __forceinline__ bool sym_barrier(const sym_args& a, int b, uint32_t epoch,
+                                            volatile uint32_t* abort_flag,
+                                            volatile int* aborted) {
+  __syncthreads(); /* the block's reads and writes so far come before the arrival */
+  for (int p = threadIdx.x; p < a.n; p += blockDim.x) {
+    if (p == a.me) continue;
+    __threadfence_system();
+    sym_store_release(sym_sync(a, p) + (size_t)b * a.n + a.me, epoch);
+  }
+  for (int p = threadIdx.x; p < a.n; p += blockDim.x) {
+    if (p == a.me) continue;
+    const uint32_t* inbox = sym_sync(a, a.me) + (size_t)b * a.n + p;
+    for (uint32_t spins = 1; (int32_t)(sym_load_acquire(inbox) - epoch) < 0; spins++) {
+      if ((spins & 1023) == 0 && (*abort_flag || aborted[0])) {
+        aborted[0] = 1;
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  return !aborted[0];
+}
+
+/* One round's element of the tail (or of an unaligned input): rank-order reduction of T. */
+template <typename T, typename Op>
+__device__ __forceinline__ T sym_reduce_elem(const Op& op, const sym_args& a, size_t byte) {
+  T acc = op.pre(*(const T*)(a.send0 + byte));
+  for (int p = 1; p < a.n; p++)
+    acc = op.combine(acc, op.pre(*(const T*)(a.send0 + (size_t)p * a.stride + byte)));
+  return acc;
+}
+
+template <typename T, typename Op>
+__device__ __forceinline__ uint4 sym_reduce_pack(const Op& op, const sym_args& a, size_t byte) {
+  uint4 acc = pack_pre<T, Op>(op, __ldcg((const uint4*)(a.send0 + byte)));
+  for (int p = 1; p < a.n; p++)
+    acc = pack_combine<T, Op>(
+        op, acc, pack_pre<T, Op>(op, __ldcg((const uint4*)(a.send0 + (size_t)p * a.stride + byte))));
+  return acc;
+}
+
+/*
+ * One round of block `ch`: its units (16-byte packs, or elements where PACKED is false) of
+ * every rank reduced into registers, the meeting, then written. False: aborted.
+ */
+template <typename T, typename Op, bool PACKED>
+__device__ __forceinline__ bool sym_round(const Op& op, const sym_args& a, char* out,
+                                          size_t first, size_t units, int ch, uint32_t epoch,
+                                          volatile uint32_t* abort_flag, volatile int* aborted) {
+  typedef typename std::conditional<PACKED, uint4, T>::type U;
+  U held[SYM_HOLD];
+#pragma unroll
+  for (int k = 0; k < SYM_HOLD; k++) {
+    const size_t i = first + (size_t)k * blockDim.x;
+    if (i >= units) break;
+    if constexpr (PACKED)
+      held[k] = sym_reduce_pack<T, Op>(op, a, i * 16);
+    else
+      held[k] = sym_reduce_elem<T, Op>(op, a, i * sizeof(T));
+  }
+  if (!sym_barrier(a, ch, epoch, abort_flag, aborted)) return false;
+#pragma unroll
+  for (int k = 0; k < SYM_HOLD; k++) {
+    const size_t i = first + (size_t)k * blockDim.x;
+    if (i >= units) break;
+    if constexpr (PACKED)
+      *(uint4*)(out + i * 16) = pack_post<T, Op>(op, held[k]);
+    else
+      *(T*)(out + i * sizeof(T)) = op.post(held[k]);
+  }
+  return true;
+}
+
+/*
+ * Out of line: inlined into the tree family's kernels, its values held across the meeting
+ * made the tree's steps spill (ptxas -v, float with PreMulSum: 112 bytes of stores).
+ */
+template <typename T, typename Op>
+__device__ __noinline__ void sym_allreduce(const Op& op, const struct braid_work& w,
+                                           struct braid_dev_comm* comm, int ch,
+                                           volatile int* aborted) {
+  const sym_args a = sym_decode(w, comm->nranks);
+  const size_t bytes = w.count * sizeof(T);
+  char* out = (char*)w.recvbuff;
+  /* Packs where the input (every rank's, at the same alignment) and the output allow. */
+  const bool packed = (((uintptr_t)a.send0 | (uintptr_t)out) & 15) == 0;
+  const size_t units = packed ? bytes / 16 : w.count;
+  const size_t per_round = (size_t)w.nchannels * blockDim.x * SYM_HOLD;
+  const size_t rounds = units == 0 ? 1 : (units + per_round - 1) / per_round;
+  uint32_t* epoch_word = sym_sync(a, a.me) + (size_t)BRAID_MAX_GRID * a.n + ch;
+  __shared__ uint32_t epoch0;
+  if (threadIdx.x == 0) epoch0 = *(volatile uint32_t*)epoch_word;
+  __syncthreads();
+  uint32_t epoch = epoch0;
+  if (!sym_barrier(a, ch, ++epoch, comm->abort_flag, aborted)) return;
+  for (size_t r = 0; r < rounds; r++) {
+    const size_t first = r * per_round + (size_t)ch * blockDim.x * SYM_HOLD + threadIdx.x;
+    const bool ok = packed ? sym_round<T, Op, true>(op, a, out, first, units, ch, ++epoch,
+                                                    comm->abort_flag, aborted)
+                           : sym_round<T, Op, false>(op, a, out, first, units, ch, ++epoch,
+                                                     comm->abort_flag, aborted);
+    if (!ok) return;
+  }
+  /* The packs' tail (fewer than 16 bytes), after the last meeting: every rank's input is still
+   * there (no rank's next operation starts before the last meeting's peers are through it, and
+   * in place only the elements before the tail were written). */
+  const size_t tail = packed ? (bytes - units * 16) / sizeof(T) : 0;
+  if (ch == 0 && threadIdx.x < tail) {
+    const size_t byte = units * 16 + threadIdx.x * sizeof(T);
+    *(T*)(out + byte) = op.post(sym_reduce_elem<T, Op>(op, a, byte));
+  }
+  if (threadIdx.x == 0) *(volatile uint32_t*)epoch_word = epoch;
+}
+
+}  // namespace braid
+
+#endif
