@@ -171,6 +171,13 @@ __device__ __noinline__ void sym_allreduce(const Op& op, const struct braid_work
   __syncthreads();
   uint32_t epoch = epoch0;
   if (!sym_barrier(a, ch, ++epoch, comm->abort_flag, aborted)) return;
+  /* The packs' tail (fewer than 16 bytes): read with the first round, before its meeting (in
+   * place, a rank writes it after), written after that meeting. */
+  const size_t tail = packed ? (bytes - units * 16) / sizeof(T) : 0;
+  const bool has_tail = ch == 0 && threadIdx.x < tail;
+  const size_t tail_byte = units * 16 + threadIdx.x * sizeof(T);
+  T tail_value = T();
+  if (has_tail) tail_value = sym_reduce_elem<T, Op>(op, a, tail_byte);
   for (size_t r = 0; r < rounds; r++) {
     const size_t first = r * per_round + (size_t)ch * blockDim.x * SYM_HOLD + threadIdx.x;
     const bool ok = packed ? sym_round<T, Op, true>(op, a, out, first, units, ch, ++epoch,
@@ -178,14 +185,7 @@ __device__ __noinline__ void sym_allreduce(const Op& op, const struct braid_work
                            : sym_round<T, Op, false>(op, a, out, first, units, ch, ++epoch,
                                                      comm->abort_flag, aborted);
     if (!ok) return;
-  }
-  /* The packs' tail (fewer than 16 bytes), after the last meeting: every rank's input is still
-   * there (no rank's next operation starts before the last meeting's peers are through it, and
-   * in place only the elements before the tail were written). */
-  const size_t tail = packed ? (bytes - units * 16) / sizeof(T) : 0;
-  if (ch == 0 && threadIdx.x < tail) {
-    const size_t byte = units * 16 + threadIdx.x * sizeof(T);
-    *(T*)(out + byte) = op.post(sym_reduce_elem<T, Op>(op, a, byte));
+    if (r == 0 && has_tail) *(T*)(out + tail_byte) = op.post(tail_value);
   }
   if (threadIdx.x == 0) *(volatile uint32_t*)epoch_word = epoch;
 }
