@@ -13,6 +13,7 @@
 #   TEST_EXCLUDE   regular expression of GPU tests left out (default: leaks, the 1000-communicator
 #                  checks, several minutes each; set it empty to run them)
 #   TEST_FORCED=1  also the forced algorithm x protocol matrix (label forced, ~2 minutes a test)
+#                  (tests labelled long, such as the 200-iteration chaos run, only by ctest -L long)
 #   TEST_LIMIT     seconds for the whole test step (0: none)
 #   NP             ranks for compare, one per GPU (default: every GPU nvidia-smi lists)
 #   COMPARE_ROUNDS alternating runs per library (2); COMPARE_COLLECTIVES narrows the list;
@@ -64,7 +65,7 @@ for step in $steps; do
       # The leak checks and the forced matrix are long; TEST_EXCLUDE= and TEST_FORCED=1 add them.
       # The examples (labels gpu and examples) have their own step.
       excl=${TEST_EXCLUDE-leaks}
-      lexcl="forced|examples"; [ "${TEST_FORCED:-0}" = 1 ] && lexcl=examples
+      lexcl="forced|long|examples"; [ "${TEST_FORCED:-0}" = 1 ] && lexcl="long|examples"
       log "ctest -L gpu${lexcl:+ -LE $lexcl}${excl:+ -E $excl}${TEST_ONLY:+ -R $TEST_ONLY}"
       run ctest-gpu "${TEST_LIMIT:-0}" ctest --test-dir "$BUILD_DIR" -L gpu ${lexcl:+-LE "$lexcl"} \
         ${excl:+-E "$excl"} ${TEST_ONLY:+-R "$TEST_ONLY"} -j "${CTEST_JOBS:-1}" --output-on-failure
