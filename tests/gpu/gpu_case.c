@@ -168,11 +168,11 @@ int run_bind(struct gpu_world* w, struct gpu_run* run, int l, ncclComm_t comm) {
   struct gpu_rank_bufs* b = &run->b[l];
   unsigned char host_scalar[8];
   ncclResult_t res;
-  if (c->op != GPU_OP_PREMUL_HOST && c->op != GPU_OP_PREMUL_DEV) {
+  if (!ref_op_is_premul(c->op)) {
     b->op = builtin[c->op];
     return 0;
   }
-  if (c->op == GPU_OP_PREMUL_HOST) {
+  if (c->op != GPU_OP_PREMUL_DEV) {
     /* Read before the call returns: a stack variable is enough. */
     ref_premul_scalar(c->type, c->op, w->rank0 + l, host_scalar);
     res = ncclRedOpCreatePreMulSum(&b->op, host_scalar, c->type, ncclScalarHostImmediate, comm);

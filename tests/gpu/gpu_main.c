@@ -2,7 +2,7 @@
  * gpu_coll: the GPU correctness suite's command line.
  *
  *   gpu_coll [--mode threads|procs|hosts|sharegpu|isolated|mixed]
- *            [--suite all|...|hang|hangsend|abortwait|abortstuck]
+ *            [--suite all|...|sym|hang|hangsend|abortwait|abortstuck]
  *            [--nranks N] [--quick] [--filter SUBSTR] [--seed S]
  *            [--case-timeout SEC] [--timeout SEC] [--list] [--verbose]
  *            [--no-cases | --init-fails]
@@ -40,8 +40,10 @@ static void main_usage(FILE* f) {
       "                         caller's, or i); mixed: the even ranks so, the odd ones seeing\n"
       "                         every GPU\n"
       "  --suite NAME           all (default), coll, p2p, inflight, errors, api, shmfiles;\n"
-      "                         leaks, deadpeer, hang, hangsend, hanggraph, abortwait, abortpeer,\n"
-      "                         abortstuck (not in all)\n"
+      "                         leaks, sym, deadpeer, hang, hangsend, hanggraph, abortwait,\n"
+      "                         abortpeer, abortstuck (not in all)\n"
+      "                         sym: all-reduces from symmetric windows (tests/gpu/gpu_sym.c;\n"
+      "                         with BRAID_SYM_MAX_BYTES and tests/gpu/expect_sym.sh)\n"
       "                         determinism (output hashes; tests/gpu/determinism_check.sh)\n"
       "  --nranks N             GPUs to use (default 2); exit 77 when fewer are visible\n"
       "  --ranks-per-host N     hosts mode: N consecutive ranks share an emulated host, each on\n"
@@ -72,6 +74,7 @@ static void main_suites(struct gpu_world* w) {
   if (all || strcmp(main_suite, "errors") == 0) suite_errors(w);
   if (all || strcmp(main_suite, "api") == 0) suite_api(w);
   if (strcmp(main_suite, "leaks") == 0) suite_leaks(w); /* minutes: only on request */
+  if (strcmp(main_suite, "sym") == 0) suite_sym(w); /* minutes: only on request */
   if (strcmp(main_suite, "deadpeer") == 0) suite_deadpeer(w); /* kills a rank: alone */
   if (strcmp(main_suite, "hang") == 0) suite_hang(w);         /* aborts the comm: alone */
   if (strcmp(main_suite, "hangsend") == 0) suite_hang_send(w); /* the same */
@@ -181,7 +184,8 @@ static int main_parse(int argc, char** argv, struct gpu_opts* o) {
       (strcmp(o->suite, "all") == 0 || strcmp(o->suite, "coll") == 0 ||
        strcmp(o->suite, "p2p") == 0 || strcmp(o->suite, "inflight") == 0 ||
        strcmp(o->suite, "errors") == 0 || strcmp(o->suite, "api") == 0 ||
-       strcmp(o->suite, "leaks") == 0 || strcmp(o->suite, "deadpeer") == 0 ||
+       strcmp(o->suite, "leaks") == 0 || strcmp(o->suite, "sym") == 0 ||
+       strcmp(o->suite, "deadpeer") == 0 ||
        strcmp(o->suite, "hang") == 0 || strcmp(o->suite, "hangsend") == 0 ||
        strcmp(o->suite, "hanggraph") == 0 || strcmp(o->suite, "abortwait") == 0 ||
        strcmp(o->suite, "abortpeer") == 0 || strcmp(o->suite, "abortstuck") == 0 ||

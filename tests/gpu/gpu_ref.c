@@ -81,9 +81,13 @@ void ref_init(void) {
 const struct gpu_type* ref_type(ncclDataType_t t) { return &ref_types[t]; }
 
 const char* ref_op_name(gpu_op_t op) {
-  static const char* const names[GPU_OP_COUNT] = {"-",   "sum", "prod",        "max",
-                                                  "min", "avg", "premul-host", "premul-dev"};
+  static const char* const names[GPU_OP_COUNT] = {
+      "-", "sum", "prod", "max", "min", "avg", "premul-host", "premul-dev", "premul-same"};
   return names[op];
+}
+
+int ref_op_is_premul(gpu_op_t op) {
+  return op == GPU_OP_PREMUL_HOST || op == GPU_OP_PREMUL_DEV || op == GPU_OP_PREMUL_SAME;
 }
 
 /* ---- element access -------------------------------------------------------------------------- */
@@ -221,7 +225,7 @@ static void fill_int(ncclDataType_t t, gpu_op_t op, int nranks, uint64_t* s, voi
   int bits = (int)ti->size * 8;
   uint64_t type_max = ti->is_signed ? (UINT64_MAX >> (65 - bits)) : (UINT64_MAX >> (64 - bits));
   uint64_t limit = type_max / (uint64_t)nranks;
-  if (op == GPU_OP_PREMUL_HOST || op == GPU_OP_PREMUL_DEV) limit /= 3;
+  if (ref_op_is_premul(op)) limit /= 3;
   if (limit == 0) limit = 1;
   for (size_t i = 0; i < n; i++) {
     uint64_t r = rng_next(s), v;
@@ -289,13 +293,18 @@ void ref_fill(ncclDataType_t t, gpu_op_t op, int nranks, uint64_t seed, void* bu
     fill_narrow(t, op, &s, buf, n);
 }
 
-/* PreMulSum scalars differ per rank (each rank multiplies its own input by its own scalar). */
+/*
+ * PreMulSum scalars differ per rank (each rank multiplies its own input by its own scalar),
+ * except GPU_OP_PREMUL_SAME's: 1.25 or 3 on every rank.
+ */
 static double ref_scalar_float(gpu_op_t op, int rank) {
   static const double host[4] = {1.5, 0.75, 1.25, 1.75}, dev[4] = {-0.5, 1.25, -1.5, 0.75};
+  if (op == GPU_OP_PREMUL_SAME) return 1.25;
   return op == GPU_OP_PREMUL_HOST ? host[rank % 4] : dev[rank % 4];
 }
 
 static int64_t ref_scalar_int(ncclDataType_t t, gpu_op_t op, int rank) {
+  if (op == GPU_OP_PREMUL_SAME) return 3;
   if (op == GPU_OP_PREMUL_HOST) return 2 + (rank & 1);
   int64_t s = 3 - (rank & 1);
   return ref_types[t].is_signed ? -s : s;
@@ -315,7 +324,7 @@ void ref_ctx_init(struct ref_ctx* c, ncclDataType_t t, gpu_op_t op, int nranks) 
   c->type = t;
   c->op = op;
   c->nranks = nranks;
-  if (op != GPU_OP_PREMUL_HOST && op != GPU_OP_PREMUL_DEV) return;
+  if (!ref_op_is_premul(op)) return;
   for (int r = 0; r < nranks; r++) {
     unsigned char tmp[8];
     ref_premul_scalar(t, op, r, tmp); /* as the device sees it: in the type */
@@ -340,7 +349,7 @@ static uint64_t ref_reduce_int(const struct ref_ctx* c, const void* const* in, s
   ncclDataType_t t = c->type;
   int sgn = ref_types[t].is_signed;
   uint64_t acc = ref_get_int(t, in[0], idx);
-  if (c->op == GPU_OP_PREMUL_HOST || c->op == GPU_OP_PREMUL_DEV) acc *= c->iscalar[0];
+  if (ref_op_is_premul(c->op)) acc *= c->iscalar[0];
   for (int r = 1; r < c->nranks; r++) {
     uint64_t x = ref_get_int(t, in[r], idx);
     switch (c->op) {
@@ -355,6 +364,7 @@ static uint64_t ref_reduce_int(const struct ref_ctx* c, const void* const* in, s
         break;
       case GPU_OP_PREMUL_HOST:
       case GPU_OP_PREMUL_DEV:
+      case GPU_OP_PREMUL_SAME:
         acc += x * c->iscalar[r];
         break;
       default:
@@ -371,7 +381,7 @@ static uint64_t ref_reduce_int(const struct ref_ctx* c, const void* const* in, s
 /* The exact reduction in double (not rounded to the type) and how far the device may be from it. */
 static double ref_reduce_float(const struct ref_ctx* c, const void* const* in, size_t idx,
                                double* tol) {
-  int premul = c->op == GPU_OP_PREMUL_HOST || c->op == GPU_OP_PREMUL_DEV;
+  int premul = ref_op_is_premul(c->op);
   double acc = 0, mag = 0;
   for (int r = 0; r < c->nranks; r++) {
     double x = ref_get_float(c->type, in[r], idx);

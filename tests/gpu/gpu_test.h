@@ -14,6 +14,7 @@
  *   gpu_p2p.c      send/receive patterns (ring, exchange, self, ...)
  *   gpu_inflight.c many calls in flight: two communicators, several streams, groups
  *   gpu_errors.c   the API's answers to wrong arguments
+ *   gpu_sym.c      all-reduces whose input lies in a symmetric window
  *   gpu_main.c     options and the suites
  */
 #ifndef BRAID_TESTS_GPU_TEST_H
@@ -44,6 +45,7 @@ typedef enum {
   GPU_OP_AVG,
   GPU_OP_PREMUL_HOST, /* ncclRedOpCreatePreMulSum, scalar ncclScalarHostImmediate */
   GPU_OP_PREMUL_DEV,  /* ncclRedOpCreatePreMulSum, scalar ncclScalarDevice */
+  GPU_OP_PREMUL_SAME, /* ncclRedOpCreatePreMulSum, ncclScalarHostImmediate, one scalar for all */
   GPU_OP_COUNT
 } gpu_op_t;
 
@@ -61,6 +63,8 @@ extern const ncclDataType_t gpu_all_types[ncclNumTypes];
 void ref_init(void); /* builds the decoding tables; call once before anything below */
 const struct gpu_type* ref_type(ncclDataType_t t);
 const char* ref_op_name(gpu_op_t op);
+/* 1 for the PreMulSum operators (GPU_OP_PREMUL_*). */
+int ref_op_is_premul(gpu_op_t op);
 
 /* Fills n elements with values for `op` on `nranks` ranks (never zero, never overflowing). */
 void ref_fill(ncclDataType_t t, gpu_op_t op, int nranks, uint64_t seed, void* buf, size_t n);
@@ -101,7 +105,7 @@ struct gpu_opts {
                         "sharegpu", "isolated" (procs, each rank seeing its GPU alone) or
                         "mixed" (the even ranks isolated) */
   const char* suite; /* "all", "coll", "p2p", "inflight", "errors", "api", "leaks",
-                        "deadpeer", "hang", "hangsend", "abortwait",
+                        "sym", "deadpeer", "hang", "hangsend", "abortwait",
                         "abortpeer", "abortstuck", "shmfiles" */
   int nranks;
   int ranks_per_host; /* hosts mode: consecutive ranks per emulated host (P2P among them) */
@@ -270,7 +274,8 @@ enum {
   SUITE_INFLIGHT = 4,
   SUITE_ERRORS = 5,
   SUITE_API = 6,
-  SUITE_DETERMINISM = 7
+  SUITE_DETERMINISM = 7,
+  SUITE_SYM = 8
 };
 
 void suite_coll(struct gpu_world* w);     /* gpu_coll.c */
@@ -288,6 +293,8 @@ void suite_abort_wait(struct gpu_world* w); /* gpu_faults.c: abort beside a bloc
 void suite_abort_peer(struct gpu_world* w); /* gpu_faults.c: a peer aborts (network path) */
 void suite_abort_stuck(struct gpu_world* w); /* gpu_faults.c: abort with a launch never started */
 void suite_shm_files(struct gpu_world* w);   /* gpu_faults.c: no /dev/shm file while alive */
+/* gpu_sym.c: all-reduces from symmetric windows (ncclCommWindowRegister), checked */
+void suite_sym(struct gpu_world* w);
 /* gpu_coll.c: reductions whose output hashes determinism_check.sh compares across settings */
 void suite_determinism(struct gpu_world* w);
 
