@@ -543,10 +543,43 @@ int window_sym_input(struct ncclComm* comm, const void* ptr, size_t bytes,
   return found;
 }
 
+/* The registration itself, with the argument checks done: *win set on success. */
+static ncclResult_t win_register_now(struct ncclComm* comm, void* buff, size_t size, int flags,
+                                     ncclWindow_t* win) {
+  ncclResult_t res = ncclSuccess;
+  struct win* made = NULL;
+  BRAID_CUDA_TRY(cudaSetDevice(comm->cuda_dev));
+  enum cudaStreamCaptureMode mode = capture_relax();
+  res = sym_sync_make(comm);
+  if (res == ncclSuccess) res = win_register(comm, buff, size, flags, 0, ncclSuccess, &made);
+  capture_restore(mode);
+  BRAID_TRY(res);
+  *win = (ncclWindow_t)made->dev;
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+/* A registration deferred to the end of the caller's group (group.h's jobs). */
+struct win_job {
+  struct ncclComm* comm;
+  void* buff;
+  size_t size;
+  int flags;
+  ncclWindow_t* out;
+};
+
+static ncclResult_t win_job_run(struct braid_init_job* job) {
+  struct win_job* a = job->arg;
+  ncclResult_t res = comm_check_ready(a->comm, "ncclCommWindowRegister"); /* still there? */
+  if (res == ncclSuccess) res = win_register_now(a->comm, a->buff, a->size, a->flags, a->out);
+  comm_error_record(a->comm, res);
+  return res;
+}
+
 NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
                                              ncclWindow_t* win, int winFlags) {
   ncclResult_t res = ncclSuccess;
-  struct win* made = NULL;
   braid_err_clear();
   BRAID_TRY(comm_check_ready(comm, "ncclCommWindowRegister"));
   BRAID_CHECK(win != NULL, ncclInvalidArgument, "ncclCommWindowRegister: win is NULL");
@@ -556,17 +589,21 @@ NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t
               (unsigned)winFlags);
   BRAID_CHECK(size > 0, ncclInvalidArgument, "ncclCommWindowRegister: size is 0 (buff %p)", buff);
   BRAID_CHECK(buff != NULL, ncclInvalidArgument, "ncclCommWindowRegister: buff is NULL");
-  /* Collective at once: inside a group, one thread driving several ranks would wait on itself. */
-  BRAID_CHECK(group_depth() == 0, ncclInvalidUsage,
-              "ncclCommWindowRegister inside ncclGroupStart/ncclGroupEnd is not supported by "
-              "Braid: call it outside the group (one thread per rank)");
-  BRAID_CUDA_TRY(cudaSetDevice(comm->cuda_dev));
-  enum cudaStreamCaptureMode mode = capture_relax();
-  res = sym_sync_make(comm);
-  if (res == ncclSuccess) res = win_register(comm, buff, size, winFlags, 0, ncclSuccess, &made);
-  capture_restore(mode);
-  BRAID_TRY(res);
-  *win = (ncclWindow_t)made->dev;
+  if (group_depth() > 0) {
+    /* Collective: inside a group, one thread may drive several ranks, so each rank's part runs
+     * on its own thread at the group's end, as deferred inits do (*win is set then). */
+    struct win_job* a = NULL;
+    struct braid_init_job* job = NULL;
+    if ((a = calloc(1, sizeof *a)) == NULL || (job = calloc(1, sizeof *job)) == NULL) {
+      free(a);
+      BRAID_CHECK(0, ncclSystemError, "out of host memory for a grouped window registration");
+    }
+    *a = (struct win_job){.comm = comm, .buff = buff, .size = size, .flags = winFlags, .out = win};
+    job->run = win_job_run;
+    job->arg = a; /* job->comm stays NULL: a failure here is not the comm's init failing */
+    return group_job_dispatch(job, 1, "ncclCommWindowRegister");
+  }
+  BRAID_TRY(win_register_now(comm, buff, size, winFlags, win));
   return ncclSuccess;
 fail:
   comm_error_record(comm, res);
@@ -734,9 +771,7 @@ static ncclResult_t devcomm_create(ncclComm_t comm, const struct devapi_comm_req
   struct braid_windows* w = windows_of(comm);
   BRAID_CHECK(w != NULL, ncclSystemError, "out of host memory for the window state");
   BRAID_TRY(devcomm_refused(reqs, comm->nranks / w->lsa_size));
-  BRAID_CHECK(group_depth() == 0, ncclInvalidUsage,
-              "ncclDevCommCreate inside ncclGroupStart/ncclGroupEnd is not supported by Braid: "
-              "call it outside the group (one thread per rank)");
+
   BRAID_CUDA_TRY(cudaSetDevice(comm->cuda_dev));
 
   /* The resource window: the caller's requirements in list order, then the LSA barriers. */
@@ -823,9 +858,36 @@ fail:
   return res;
 }
 
+/* A device communicator deferred to the end of the caller's group, as a window registration. */
+struct devcomm_job {
+  struct ncclComm* comm;
+  struct devapi_comm_req reqs; /* a copy; the lists it points to are read at the group's end */
+  struct devapi_comm* out;
+};
+
+static ncclResult_t devcomm_job_run(struct braid_init_job* job) {
+  struct devcomm_job* a = job->arg;
+  ncclResult_t res = devcomm_create(a->comm, &a->reqs, a->out);
+  comm_error_record(a->comm, res);
+  return res;
+}
+
 NCCL_API ncclResult_t ncclDevCommCreate(ncclComm_t comm, const struct devapi_comm_req* reqs,
                                         struct devapi_comm* outDevComm) {
   braid_err_clear();
+  if (group_depth() > 0 && reqs != NULL && outDevComm != NULL &&
+      comm_check_ready(comm, "ncclDevCommCreate") == ncclSuccess) {
+    struct devcomm_job* a = calloc(1, sizeof *a);
+    struct braid_init_job* job = a ? calloc(1, sizeof *job) : NULL;
+    if (job == NULL) {
+      free(a);
+      return braid_err(ncclSystemError, "out of host memory for a grouped ncclDevCommCreate");
+    }
+    *a = (struct devcomm_job){.comm = comm, .reqs = *reqs, .out = outDevComm};
+    job->run = devcomm_job_run;
+    job->arg = a;
+    return group_job_dispatch(job, 1, "ncclDevCommCreate");
+  }
   enum cudaStreamCaptureMode mode = capture_relax();
   ncclResult_t res = devcomm_create(comm, reqs, outDevComm);
   capture_restore(mode);
