@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# How fast a survivor learns that its peer died, under torch.distributed on Braid:
+#   bash tests/frameworks/run_torch_deadpeer.sh BUILD_DIR
+# torch_deadpeer.py starts 2 ranks with multiprocessing (no launcher watching), one GPU each,
+# SIGKILLs rank 1 in a stream of 64 MB collectives, reaped at once or left a zombie, with
+# BRAID_TIMEOUT unset, 0 and 600, every GPU visible or one per process; rank 0 must raise
+# within 5 s of the kill, the exception or its log naming rank 1. Every mode runs on Braid
+# (LD_PRELOAD of BUILD_DIR/src/libnccl.so.2, as run_torch.sh does) and, for comparison only,
+# on PyTorch's own NCCL; a table of the times follows. Exit 0 only if every mode met the bar on
+# Braid; 77 (CTest's skip) without PyTorch or with fewer than 2 GPUs.
+# TORCH_BRAID_ONLY=1: without the NCCL runs. TORCH_DEADPEER_MODES: a regular expression, only
+# the modes whose name matches ("allreduce all reaped BRAID_TIMEOUT=unset", ...).
+# TORCH_DEADPEER_SEED: the seed of the kill delays (printed by every run). Results under
+# $TORCH_OUT (default: a temporary directory).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=$(cd "${1:?usage: run_torch_deadpeer.sh BUILD_DIR}" && pwd)
+out=${TORCH_OUT:-$(mktemp -d)}
+mkdir -p "$out"
+lib=$build/src/libnccl.so.2
+[ -e "$lib" ] || { echo "no $lib: build Braid first" >&2; exit 1; }
+ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null) || {
+  echo "SKIP: python3 cannot import torch"; exit 77; }
+[ "${ngpu:-0}" -ge 2 ] || { echo "SKIP: 2 ranks need 2 GPUs, PyTorch sees ${ngpu:-0}"; exit 77; }
+export NCCL_NVLS_ENABLE=0 OMP_NUM_THREADS=1
+unset LD_LIBRARY_PATH LD_PRELOAD  # Braid comes in by LD_PRELOAD, per run, only
+args=(matrix --out "$out" --lib "$lib")
+[ "${TORCH_BRAID_ONLY:-0}" = 1 ] || args+=(--nccl)
+[ -n "${TORCH_DEADPEER_SEED:-}" ] && args+=(--seed "$TORCH_DEADPEER_SEED")
+[ -n "${TORCH_DEADPEER_MODES:-}" ] && args+=(--modes "$TORCH_DEADPEER_MODES")
+python3 "$here/torch_deadpeer.py" "${args[@]}"
