@@ -15,6 +15,10 @@
  * drawn per run; outputs are poisoned first. One line per case; exit 0 when
  * every case passed on every rank, 77 when skipped, 1 otherwise.
  *
+ * Built with -DDEVAPI_BRAID_HEADERS against Braid's include/ instead, the
+ * same cases check Braid's own nccl_device.h: its inline code reading the
+ * structures the library fills.
+ *
  * Checks of Braid's own answers (requirements it refuses, a registration
  * that mixes allocation kinds) run only on Braid: found by its
  * braidGetVersionString symbol, or forced with DEVAPI_LIBRARY=braid|nccl.
@@ -41,8 +45,11 @@
 #include <type_traits>
 #include <vector>
 
-#ifdef BRAID_VERSION_CODE
-#error "devapi_test must be compiled against NCCL's nccl.h, not Braid's include/nccl.h"
+#if defined(BRAID_VERSION_CODE) && !defined(DEVAPI_BRAID_HEADERS)
+#error "devapi_test is compiled against NCCL's nccl.h, or against Braid's include/ with -DDEVAPI_BRAID_HEADERS"
+#endif
+#if defined(DEVAPI_BRAID_HEADERS) && !defined(BRAID_VERSION_CODE)
+#error "DEVAPI_BRAID_HEADERS: nccl.h came from NCCL, not from Braid's include/"
 #endif
 #if NCCL_VERSION_CODE != 22809
 #error "devapi_test needs NCCL 2.28.9's headers (NCCL_VERSION_CODE 22809)"
