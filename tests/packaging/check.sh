@@ -36,6 +36,16 @@ step "pkg-config --cflags --libs braid"
 flags=$(PKG_CONFIG_PATH=$pcdir pkg-config --cflags --libs braid) || fail "pkg-config"
 echo "$flags"
 
+step "the device API's headers: nccl_device.h with nccl.h, compiled as C with pkg-config's flags"
+[ -f "$prefix/include/nccl_device.h" ] && [ -f "$prefix/include/nccl_device/core.h" ] ||
+  fail "nccl_device.h or nccl_device/core.h not installed under $prefix/include"
+printf '#include <nccl_device.h>\nint main(void) { return (int)ncclGetResourceBufferOffset(0) + BRAID_VERSION_CODE * 0; }\n' \
+  > "$tmp/devapi.c"
+# shellcheck disable=SC2086 # the flags are words
+$cc ${CFLAGS:-} -Wall -Werror "$tmp/devapi.c" -o "$tmp/devapi_c" $flags ${LDFLAGS:-} ||
+  fail "compiling nccl_device.h as C with pkg-config's flags"
+"$tmp/devapi_c" || fail "the nccl_device.h consumer"
+
 step "build the consumer with $cc and pkg-config's flags"
 # shellcheck disable=SC2086 # the flags are words
 $cc ${CFLAGS:-} "$here/consumer/consumer.c" -o "$tmp/consumer_pc" $flags ${LDFLAGS:-} ||
