@@ -143,6 +143,8 @@ typedef enum {
 #define BRAID_WORK_RECV_LL 0x4       /* SendRecv: the receive half uses LL (else Simple) */
 #define BRAID_WORK_PAIR 0x8 /* 2 ranks: AllReduce (Simple, LL128), AllGather (Simple): pair.h */
 #define BRAID_WORK_SYM 0x10 /* AllReduce read from a symmetric window (sym.h; algo DIRECT) */
+/* Output bytes a block of the symmetric all-reduce holds per round (sym.h: shared memory). */
+#define BRAID_SYM_ROUND_BYTES 16384
 
 /*
  * One operation of a launch. Collectives: every block b with

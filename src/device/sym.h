@@ -16,7 +16,7 @@
  *   - after each round's reads, before its writes: no rank writes its output
  *     (its input too, in place) while another still reads that part, and no
  *     rank's next operation overwrites an input that is still being read.
- * A round holds SYM_HOLD 16-byte packs per thread in registers; larger
+ * A round holds a block's results in shared memory (BRAID_SYM_ROUND_BYTES); larger
  * inputs take several rounds, one barrier each.
  *
  * The work's fields, as the host encodes them (runtime/enqueue.c):
@@ -35,8 +35,6 @@
 #include "device/reduce_ops.h"
 
 namespace braid {
-
-#define SYM_HOLD 4 /* 16-byte packs a thread holds per round */
 
 struct sym_args {
   const char* send0; /* rank 0's input */
@@ -99,7 +97,7 @@ __device__ __forceinline__ bool sym_barrier(const sym_args& a, int b, uint32_t e
   return !aborted[0];
 }
 
-/* One round's element of the tail (or of an unaligned input): rank-order reduction of T. */
+/* Element `byte` of every rank's input, reduced in rank order. */
 template <typename T, typename Op>
 __device__ __forceinline__ T sym_reduce_elem(const Op& op, const sym_args& a, size_t byte) {
   T acc = op.pre(*(const T*)(a.send0 + byte));
@@ -108,6 +106,7 @@ __device__ __forceinline__ T sym_reduce_elem(const Op& op, const sym_args& a, si
   return acc;
 }
 
+/* The 16-byte pack at `byte` of every rank's input, reduced in rank order. */
 template <typename T, typename Op>
 __device__ __forceinline__ uint4 sym_reduce_pack(const Op& op, const sym_args& a, size_t byte) {
   uint4 acc = pack_pre<T, Op>(op, __ldcg((const uint4*)(a.send0 + byte)));
@@ -117,53 +116,43 @@ __device__ __forceinline__ uint4 sym_reduce_pack(const Op& op, const sym_args& a
   return acc;
 }
 
-/*
- * One round of block `ch`: its units (16-byte packs, or elements where PACKED is false) of
- * every rank reduced into registers, the meeting, then written. False: aborted.
- */
-template <typename T, typename Op, bool PACKED>
-__device__ __forceinline__ bool sym_round(const Op& op, const sym_args& a, char* out,
-                                          size_t first, size_t units, int ch, uint32_t epoch,
-                                          volatile uint32_t* abort_flag, volatile int* aborted) {
-  typedef typename std::conditional<PACKED, uint4, T>::type U;
-  U held[SYM_HOLD];
+/* A pack's lanes to an output that is not 16-byte aligned (each lane at its element's place). */
+template <typename T>
+__device__ __forceinline__ void sym_store_lanes(char* out, uint4 v) {
+  pack<T> x;
+  x.u = v;
 #pragma unroll
-  for (int k = 0; k < SYM_HOLD; k++) {
-    const size_t i = first + (size_t)k * blockDim.x;
-    if (i >= units) break;
-    if constexpr (PACKED)
-      held[k] = sym_reduce_pack<T, Op>(op, a, i * 16);
-    else
-      held[k] = sym_reduce_elem<T, Op>(op, a, i * sizeof(T));
-  }
-  if (!sym_barrier(a, ch, epoch, abort_flag, aborted)) return false;
-#pragma unroll
-  for (int k = 0; k < SYM_HOLD; k++) {
-    const size_t i = first + (size_t)k * blockDim.x;
-    if (i >= units) break;
-    if constexpr (PACKED)
-      *(uint4*)(out + i * 16) = pack_post<T, Op>(op, held[k]);
-    else
-      *(T*)(out + i * sizeof(T)) = op.post(held[k]);
-  }
-  return true;
+  for (int i = 0; i < pack<T>::N; i++) ((T*)out)[i] = x.e[i];
 }
 
 /*
- * Out of line: inlined into the tree family's kernels, its values held across the meeting
- * made the tree's steps spill (ptxas -v, float with PreMulSum: 112 bytes of stores).
+ * A round of a block holds its results in shared memory until the meeting that lets it
+ * write them: BRAID_SYM_ROUND_BYTES of output per block and round (dev_comm.h), whatever the
+ * block's size, so
+ * that the rounds (and so the meetings) are the same on every rank whatever its
+ * BRAID_NTHREADS. Only the input's alignment, the same on every rank (the same offset in a
+ * symmetric window), decides between packs and elements.
+ */
+
+/*
+ * Out of line, so that the tree family's kernels compile as without it (ptxas -v, float: the
+ * same spills as before in every kernel, none in this function; inlined with results held in
+ * registers, PreMulSum's tree kernel spilled 112 bytes).
  */
 template <typename T, typename Op>
 __device__ __noinline__ void sym_allreduce(const Op& op, const struct braid_work& w,
                                            struct braid_dev_comm* comm, int ch,
                                            volatile int* aborted) {
+  __shared__ uint4 held[BRAID_SYM_ROUND_BYTES / 16];
   const sym_args a = sym_decode(w, comm->nranks);
   const size_t bytes = w.count * sizeof(T);
   char* out = (char*)w.recvbuff;
-  /* Packs where the input (every rank's, at the same alignment) and the output allow. */
-  const bool packed = (((uintptr_t)a.send0 | (uintptr_t)out) & 15) == 0;
+  const bool packed = ((uintptr_t)a.send0 & 15) == 0;
+  const bool out_packed = ((uintptr_t)out & 15) == 0;
+  const size_t unit = packed ? 16 : sizeof(T);
   const size_t units = packed ? bytes / 16 : w.count;
-  const size_t per_round = (size_t)w.nchannels * blockDim.x * SYM_HOLD;
+  const size_t per_block = BRAID_SYM_ROUND_BYTES / unit; /* units a block holds in a round */
+  const size_t per_round = (size_t)w.nchannels * per_block;
   const size_t rounds = units == 0 ? 1 : (units + per_round - 1) / per_round;
   uint32_t* epoch_word = sym_sync(a, a.me) + (size_t)BRAID_MAX_GRID * a.n + ch;
   __shared__ uint32_t epoch0;
@@ -171,20 +160,33 @@ __device__ __noinline__ void sym_allreduce(const Op& op, const struct braid_work
   __syncthreads();
   uint32_t epoch = epoch0;
   if (!sym_barrier(a, ch, ++epoch, comm->abort_flag, aborted)) return;
-  /* The packs' tail (fewer than 16 bytes): read with the first round, before its meeting (in
-   * place, a rank writes it after), written after that meeting. */
+  /* The packs' tail (fewer than 16 bytes, so fewer elements than threads): read with the first
+   * round, before its meeting (in place, a rank writes it after), written after that meeting. */
   const size_t tail = packed ? (bytes - units * 16) / sizeof(T) : 0;
   const bool has_tail = ch == 0 && threadIdx.x < tail;
   const size_t tail_byte = units * 16 + threadIdx.x * sizeof(T);
   T tail_value = T();
   if (has_tail) tail_value = sym_reduce_elem<T, Op>(op, a, tail_byte);
+  T* held_elems = (T*)held;
   for (size_t r = 0; r < rounds; r++) {
-    const size_t first = r * per_round + (size_t)ch * blockDim.x * SYM_HOLD + threadIdx.x;
-    const bool ok = packed ? sym_round<T, Op, true>(op, a, out, first, units, ch, ++epoch,
-                                                    comm->abort_flag, aborted)
-                           : sym_round<T, Op, false>(op, a, out, first, units, ch, ++epoch,
-                                                     comm->abort_flag, aborted);
-    if (!ok) return;
+    const size_t first = r * per_round + (size_t)ch * per_block;
+    const size_t left = units > first ? units - first : 0;
+    const size_t n = left < per_block ? left : per_block;
+    for (size_t u = threadIdx.x; u < n; u += blockDim.x) {
+      if (packed)
+        held[u] = sym_reduce_pack<T, Op>(op, a, (first + u) * 16);
+      else
+        held_elems[u] = sym_reduce_elem<T, Op>(op, a, (first + u) * sizeof(T));
+    }
+    if (!sym_barrier(a, ch, ++epoch, comm->abort_flag, aborted)) return;
+    for (size_t u = threadIdx.x; u < n; u += blockDim.x) {
+      if (!packed)
+        *(T*)(out + (first + u) * sizeof(T)) = op.post(held_elems[u]);
+      else if (out_packed)
+        *(uint4*)(out + (first + u) * 16) = pack_post<T, Op>(op, held[u]);
+      else
+        sym_store_lanes<T>(out + (first + u) * 16, pack_post<T, Op>(op, held[u]));
+    }
     if (r == 0 && has_tail) *(T*)(out + tail_byte) = op.post(tail_value);
   }
   if (threadIdx.x == 0) *(volatile uint32_t*)epoch_word = epoch;

@@ -349,10 +349,12 @@ fail:
  * symmetric work (device/sym.h: every rank reads every rank's input from the window; no
  * connection): *w filled, 1; else 0. Every rank decides alike: the windows are registered
  * collectively, the size and the setting (agreed at init) are the same. Its fields carry the
- * window's addresses as sym.h reads them. Blocks: one per 32 KB of input (a block's 512
- * threads hold 4 packs of 16 bytes each a round), at most the comm's channels.
+ * window's addresses as sym.h reads them. Blocks: one per BRAID_SYM_ROUND_BYTES of input (what
+ * a block holds in a round), at most the comm's channels. `log`: say so (once per operation,
+ * at its launch).
  */
-static int enq_sym_work(struct ncclComm* comm, const struct braid_op* op, struct braid_work* w) {
+static int enq_sym_work(struct ncclComm* comm, const struct braid_op* op, struct braid_work* w,
+                        int log) {
   const int64_t max = braid_param_int(BRAID_P_SYM_MAX_BYTES);
   const size_t bytes = enq_op_bytes(op);
   struct window_sym ws;
@@ -360,7 +362,7 @@ static int enq_sym_work(struct ncclComm* comm, const struct braid_op* op, struct
       bytes > (uint64_t)max || !enq_ce_scalar_ok(op) ||
       !window_sym_input(comm, op->sendbuff, bytes, &ws))
     return 0;
-  const size_t per_block = (size_t)BRAID_MAX_NTHREADS * 4 * 16;
+  const size_t per_block = BRAID_SYM_ROUND_BYTES;
   int nb = (int)BRAID_MIN((bytes + per_block - 1) / per_block, (size_t)comm->channels->nchannels);
   if (nb < 1) nb = 1;
   memset(w, 0, sizeof *w);
@@ -381,8 +383,9 @@ static int enq_sym_work(struct ncclComm* comm, const struct braid_op* op, struct
   w->count = op->count;
   w->recv_count = (size_t)(uintptr_t)ws.sync;
   w->scalar = op->scalar;
-  INFO(BRAID_LOG_TUNING, "AllReduce %zu elements from a symmetric window: read from every "
-       "rank's window, %d blocks", op->count, nb);
+  if (log)
+    INFO(BRAID_LOG_TUNING, "AllReduce %zu elements from a symmetric window: read from every "
+         "rank's window, %d blocks", op->count, nb);
   return 1;
 }
 
@@ -399,7 +402,7 @@ void enqueue_p2p_needs(struct ncclComm* comm) {
       continue;
     }
     struct braid_work sym;
-    if (enq_sym_work(comm, op, &sym)) continue; /* reads the windows: no connection */
+    if (enq_sym_work(comm, op, &sym, 0)) continue; /* reads the windows: no connection */
     /* The copy-engine exchange's scratch; the kernels' connections too, should it be off. */
     if (enq_ce_coll(op->coll) && op->count > 0 && enq_ce_scalar_ok(op) &&
         ce_candidate(comm, op->coll, enq_tune_bytes(comm, op)))
@@ -844,7 +847,7 @@ static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
                   ce_ready(comm, BRAID_COLL_SENDRECV, enq_op_bytes(op), capturing);
     } else if (op->count > 0) {
       struct braid_work sym;
-      ce_last = !enq_sym_work(comm, op, &sym) && enq_ce_op(comm, op, capturing, &ce) ? i : -1;
+      ce_last = !enq_sym_work(comm, op, &sym, 0) && enq_ce_op(comm, op, capturing, &ce) ? i : -1;
       ce_group |= ce_last == i;
     }
   }
@@ -853,7 +856,7 @@ static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
     const struct braid_op* op = &g->ops[i];
     if (op->coll == BRAID_COLL_SENDRECV || op->count == 0) continue;
     struct braid_work w;
-    if (enq_sym_work(comm, op, &w)) {
+    if (enq_sym_work(comm, op, &w, 1)) {
       if (op->after_prev && plan->args.nwork > 0) BRAID_TRY(enq_launch(comm, plan, stream, capture));
       BRAID_TRY(enq_add_work(comm, plan, &w, stream, capture));
       continue;

@@ -44,6 +44,7 @@ struct win {
   void** map_va;     /* [team size]: where each member's allocation is mapped, or NULL */
   size_t* map_bytes;
   int slot;          /* its entry in the window table */
+  int sym_ok;        /* every rank registered it NCCL_WIN_COLL_SYMMETRIC, of one size */
   struct win* next;
 };
 
@@ -254,7 +255,7 @@ static void table_drop(struct braid_windows* w, struct win* win) {
 /* What each rank tells all the others about its buffer. */
 struct win_offer {
   int32_t status; /* ncclResult_t of this rank's preparation */
-  int32_t pad;
+  int32_t flags;  /* the caller's winFlags */
   uint64_t size;   /* the caller's size */
   uint64_t offset; /* where the buffer lies in its cuMem allocation */
   struct ipc_desc desc;
@@ -426,6 +427,7 @@ static ncclResult_t win_register(struct ncclComm* comm, void* buff, size_t size,
     other_process |= comm->peers[r].pid_hash != comm->peers[comm->rank].pid_hash;
   struct win_offer* mine = &offers[comm->rank];
   mine->size = size;
+  mine->flags = flags;
   if (prep == ncclSuccess)
     prep = ipc_win_export(other_process ? IPC_CUMEM : IPC_LOCAL, buff, comm->rank, &keep,
                           &mine->desc, (size_t*)&mine->offset);
@@ -448,6 +450,10 @@ static ncclResult_t win_register(struct ncclComm* comm, void* buff, size_t size,
               "ncclCommWindowRegister(%p, %zu bytes): rank %d cannot offer its buffer: %s", buff,
               size, bad, bad >= 0 ? offers[bad].why : "");
 
+  /* The symmetric all-reduce reads it only where every rank said symmetric, of one size. */
+  win->sym_ok = 1;
+  for (int r = 0; r < comm->nranks; r++)
+    win->sym_ok &= (offers[r].flags & NCCL_WIN_COLL_SYMMETRIC) && offers[r].size == size;
   /* Map the team's buffers; then all ranks learn whether every rank could. */
   win->host.world_rank = comm->rank;
   win->host.lsa_rank = w->lsa_rank;
@@ -530,7 +536,7 @@ int window_sym_input(struct ncclComm* comm, const void* ptr, size_t bytes,
   if (w == NULL || w->sync == NULL || bytes == 0) return 0;
   pthread_mutex_lock(&w->lock);
   for (struct win* p = w->list; p && !found; p = p->next) {
-    if (p->internal || !(p->flags & NCCL_WIN_COLL_SYMMETRIC)) continue;
+    if (p->internal || !p->sym_ok) continue;
     const uintptr_t at = (uintptr_t)ptr, base = (uintptr_t)p->user;
     if (at < base || at - base > p->size || bytes > p->size - (at - base)) continue;
     out->input = p->host.lsa_flat_base + (at - base);

@@ -46,8 +46,9 @@ ncclResult_t window_layout(const struct window_part* parts, int n, size_t* gran,
                            size_t* stride);
 
 /*
- * Where an all-reduce's input of `bytes` at `ptr` lies in a window registered with
- * NCCL_WIN_COLL_SYMMETRIC, and the comm has the symmetric all-reduce's sync window (its LSA
+ * Where an all-reduce's input of `bytes` at `ptr` lies in a window that every rank registered
+ * with NCCL_WIN_COLL_SYMMETRIC and one size (the caller promises, as NCCL's users do, the same
+ * offset in it on every rank), and the comm has the symmetric all-reduce's sync window (its LSA
  * team is the whole comm): its address in the window's flat mapping as rank 0's, the strides
  * (in units of 4 GiB) and rank 0's sync words (device/sym.h). 1 if so, else 0.
  */
