@@ -8,7 +8,7 @@
  * them at one byte offset of its input inside the window, the same on every rank (0, 4 (8 for
  * the 8-byte types) and 16 + 2 * sizeof(T)), in three layouts: in place (the output is the input,
  * in the send window), out of place into the receive window, and out of place into the plain
- * buffer.
+ * buffer (odd ranks' output one element further: alignments that differ from rank to rank).
  *
  * A case issues SYM_REPS all-reduces back to back on every rank, with no synchronization in
  * between: each one poisons its output (and, in place, the window around the input), copies
@@ -80,6 +80,7 @@ struct sym_state {
   char* send[GPU_MAX_RANKS];
   char* recv[GPU_MAX_RANKS];
   char* plain[GPU_MAX_RANKS];
+  int odd[GPU_MAX_RANKS]; /* the local rank's global rank is odd: its plain output is skewed */
   ncclWindow_t send_win[GPU_MAX_RANKS], recv_win[GPU_MAX_RANKS];
   char* stage_in[GPU_MAX_RANKS]; /* reps x bytes of inputs, copied in on the stream */
   char* stage_out[GPU_MAX_RANKS];
@@ -314,11 +315,12 @@ static void sym_setup(struct gpu_world* w) {
   if (sym.max_bytes > 0 && (size_t)sym.max_bytes + 8 <= SYM_LIMIT_CAP)
     need = (size_t)sym.max_bytes + 8 > need ? (size_t)sym.max_bytes + 8 : need;
   sym.win_bytes = (need + SYM_MAX_OFFSET + GPU_GUARD + 4095) & ~(size_t)4095;
+  for (int l = 0; l < w->nlocal; l++) sym.odd[l] = (w->rank0 + l) % 2;
   for (int l = 0; l < w->nlocal; l++) {
     if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
         world_nccl(w, ncclMemAlloc((void**)&sym.send[l], sym.win_bytes), NULL, "ncclMemAlloc") ||
         world_nccl(w, ncclMemAlloc((void**)&sym.recv[l], sym.win_bytes), NULL, "ncclMemAlloc") ||
-        world_cuda(w, cudaMalloc((void**)&sym.plain[l], sym.win_bytes), "cudaMalloc") ||
+        world_cuda(w, cudaMalloc((void**)&sym.plain[l], sym.win_bytes + 16), "cudaMalloc") ||
         world_cuda(w, cudaMalloc((void**)&sym.stage_in[l], SYM_STAGE_BYTES), "cudaMalloc") ||
         world_cuda(w, cudaMalloc((void**)&sym.stage_out[l], SYM_STAGE_BYTES), "cudaMalloc") ||
         world_cuda(w, cudaMalloc(&sym.scalar[l], 8), "cudaMalloc") ||
@@ -388,12 +390,18 @@ static void sym_case_name(const struct gpu_world* w, const struct sym_case* c, c
            c->graph ? SYM_GRAPH_REPS : c->reps, w->opts->mode);
 }
 
-/* Where local rank l's input and output of case c lie, and the region poisoned around them. */
+/*
+ * Where local rank l's input and output of case c lie, and the region poisoned around them.
+ * The plain output of an odd rank lies one element further than the even ranks' (an output
+ * whose alignment differs from rank to rank: the symmetric path's rounds must not depend on
+ * it, or the ranks' meetings would go out of step).
+ */
 static void sym_bufs(const struct sym_case* c, int l, char** send, char** recv, char** region) {
   *send = sym.send[l] + c->offset;
+  const size_t skew = sym.odd[l] ? ref_type(c->type)->size : 0;
   *region = c->layout == SYM_INPLACE       ? sym.send[l]
             : c->layout == SYM_RECV_WINDOW ? sym.recv[l]
-                                           : sym.plain[l];
+                                           : sym.plain[l] + skew;
   *recv = *region + c->offset;
 }
 
