@@ -515,6 +515,27 @@ void comm_free(struct ncclComm* comm) {
   comm_free_timed(comm, &t);
 }
 
+/* What both teardowns free alike: the profiler, topology, bootstrap, operators, groups and
+ * registrations (host memory no kernel reads). */
+static void comm_free_host(struct ncclComm* comm) {
+  profiler_close(comm->profiler);
+  comm->profiler = NULL;
+  topo_comm_free(comm);
+  if (comm->bootstrap) bootstrap_close(comm->bootstrap);
+  comm->bootstrap = NULL;
+  redop_table_free(comm);
+  group_comm_free(comm);
+  register_free_all(comm);
+}
+
+/* The comm object itself, last (magic cleared: a later use is reported, not followed). */
+static void comm_free_last(struct ncclComm* comm) {
+  (void)cudaGetLastError();
+  pthread_mutex_destroy(&comm->lock);
+  comm->magic = 0;
+  free(comm);
+}
+
 /*
  * The teardown of a comm whose kernels did not exit after the abort flag (dev_state_stuck):
  * cudaFree, cudaFreeHost, cudaHostUnregister and stream synchronizations would wait for them
@@ -539,20 +560,10 @@ static void comm_free_stuck(struct ncclComm* comm, struct comm_free_times* t, do
        comm->rank, kept, had_ce ? ", plus the copy engines' buffers and streams," : "");
   t->watchdog = t1 - t0;
   t->transport = t2 - t1;
-  profiler_close(comm->profiler);
-  comm->profiler = NULL;
-  topo_comm_free(comm);
-  if (comm->bootstrap) bootstrap_close(comm->bootstrap);
-  comm->bootstrap = NULL;
-  redop_table_free(comm);
-  group_comm_free(comm);
-  register_free_all(comm);
+  comm_free_host(comm);
   free(comm->peers);
   if (comm->ipc_held) ipc_release();
-  (void)cudaGetLastError();
-  pthread_mutex_destroy(&comm->lock);
-  comm->magic = 0;
-  free(comm);
+  comm_free_last(comm);
   t->rest = braid_time_sec() - t2;
 }
 
@@ -580,22 +591,12 @@ void comm_free_timed(struct ncclComm* comm, struct comm_free_times* t) {
   t->ce = t2 - t1;
   t->dev_state = t3 - t2;
   t->transport = t4 - t3;
-  profiler_close(comm->profiler); /* after the channels: no proxy connection reports to it */
-  comm->profiler = NULL;
-  topo_comm_free(comm);
-  if (comm->bootstrap) bootstrap_close(comm->bootstrap);
-  comm->bootstrap = NULL;
-  redop_table_free(comm);
-  group_comm_free(comm);
-  register_free_all(comm);
+  comm_free_host(comm); /* after the channels: no proxy connection reports to the profiler */
   window_free_all(comm); /* before ipc_release: its mappings of other processes' memory */
   free(comm->peers);
   if (comm->abort_flag_mem) cudaFreeHost(comm->abort_flag_mem);
   share_free(family); /* the last of its family: what the departed members left, too */
   if (comm->ipc_held) ipc_release(); /* after every FIFO it may have exported is gone */
-  (void)cudaGetLastError();
-  pthread_mutex_destroy(&comm->lock);
-  comm->magic = 0;
-  free(comm);
+  comm_free_last(comm);
   t->rest = braid_time_sec() - t4;
 }

@@ -566,6 +566,25 @@ fail:
   return res;
 }
 
+/*
+ * Runs `run` with a copy of `arg` at the end of the caller's group, on a thread of its own (as
+ * deferred inits: group.h's jobs). The job names no comm: its failure is not an init's.
+ */
+static ncclResult_t defer_to_group_end(ncclResult_t (*run)(struct braid_init_job*),
+                                       const void* arg, size_t bytes, const char* api) {
+  void* a = malloc(bytes);
+  struct braid_init_job* job = a ? calloc(1, sizeof *job) : NULL;
+  if (job == NULL) {
+    free(a);
+    return braid_err(ncclSystemError, "%s: out of host memory for a call deferred to "
+                     "ncclGroupEnd", api);
+  }
+  memcpy(a, arg, bytes);
+  job->run = run;
+  job->arg = a;
+  return group_job_dispatch(job, 1, api);
+}
+
 /* A registration deferred to the end of the caller's group (group.h's jobs). */
 struct win_job {
   struct ncclComm* comm;
@@ -598,16 +617,8 @@ NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t
   if (group_depth() > 0) {
     /* Collective: inside a group, one thread may drive several ranks, so each rank's part runs
      * on its own thread at the group's end, as deferred inits do (*win is set then). */
-    struct win_job* a = NULL;
-    struct braid_init_job* job = NULL;
-    if ((a = calloc(1, sizeof *a)) == NULL || (job = calloc(1, sizeof *job)) == NULL) {
-      free(a);
-      BRAID_CHECK(0, ncclSystemError, "out of host memory for a grouped window registration");
-    }
-    *a = (struct win_job){.comm = comm, .buff = buff, .size = size, .flags = winFlags, .out = win};
-    job->run = win_job_run;
-    job->arg = a; /* job->comm stays NULL: a failure here is not the comm's init failing */
-    return group_job_dispatch(job, 1, "ncclCommWindowRegister");
+    struct win_job a = {.comm = comm, .buff = buff, .size = size, .flags = winFlags, .out = win};
+    return defer_to_group_end(win_job_run, &a, sizeof a, "ncclCommWindowRegister");
   }
   BRAID_TRY(win_register_now(comm, buff, size, winFlags, win));
   return ncclSuccess;
@@ -883,16 +894,8 @@ NCCL_API ncclResult_t ncclDevCommCreate(ncclComm_t comm, const struct devapi_com
   braid_err_clear();
   if (group_depth() > 0 && reqs != NULL && outDevComm != NULL &&
       comm_check_ready(comm, "ncclDevCommCreate") == ncclSuccess) {
-    struct devcomm_job* a = calloc(1, sizeof *a);
-    struct braid_init_job* job = a ? calloc(1, sizeof *job) : NULL;
-    if (job == NULL) {
-      free(a);
-      return braid_err(ncclSystemError, "out of host memory for a grouped ncclDevCommCreate");
-    }
-    *a = (struct devcomm_job){.comm = comm, .reqs = *reqs, .out = outDevComm};
-    job->run = devcomm_job_run;
-    job->arg = a;
-    return group_job_dispatch(job, 1, "ncclDevCommCreate");
+    struct devcomm_job a = {.comm = comm, .reqs = *reqs, .out = outDevComm};
+    return defer_to_group_end(devcomm_job_run, &a, sizeof a, "ncclDevCommCreate");
   }
   enum cudaStreamCaptureMode mode = capture_relax();
   ncclResult_t res = devcomm_create(comm, reqs, outDevComm);
