@@ -2,7 +2,8 @@
  * Braid's own nccl_device.h (include/) against the library's view of the same structures
  * (src/abi/dev_api.h, which dev_api_abi_test holds to NCCL 2.28.9's header): every field at the
  * same offset with the same size, every structure of the same size and alignment, checked at
- * compile time (a mismatch fails this test's build, naming the field). At run time, the header's
+ * compile time (a mismatch fails this test's build, naming the field; the list, dev_api_fields.inc,
+ * is the one dev_api_abi_test checks NCCL's header by). At run time, the header's
  * inline host code: the team arithmetic against a brute-force enumeration of each team's world
  * ranks, ncclSymPtr's arithmetic, the resource offsets, and the same header compiled as C
  * (dev_api_header_c.c) agreeing with C++.
@@ -24,120 +25,8 @@
 #error "nccl_device.h must come from Braid's include/ (NCCL's is checked by dev_api_abi_test)"
 #endif
 
-#define FIELD(N, nf, B, bf)                                                            \
-  static_assert(offsetof(N, nf) == offsetof(B, bf), "offset of " #N "::" #nf);        \
-  static_assert(sizeof(((N*)0)->nf) == sizeof(((B*)0)->bf), "size of " #N "::" #nf)
-#define FIELD_T(N, nf, B, bf)                                                          \
-  FIELD(N, nf, B, bf);                                                                 \
-  static_assert(std::is_same<decltype(N::nf), decltype(B::bf)>::value, "type of " #N "::" #nf)
-#define SAME_STRUCT(N, B)                                                              \
-  static_assert(sizeof(N) == sizeof(B), "size of " #N);                                \
-  static_assert(alignof(N) == alignof(B), "alignment of " #N)
-
-SAME_STRUCT(ncclTeam, devapi_team);
-FIELD_T(ncclTeam, nRanks, devapi_team, nranks);
-FIELD_T(ncclTeam, rank, devapi_team, rank);
-FIELD_T(ncclTeam, stride, devapi_team, stride);
-
-SAME_STRUCT(ncclWindow_vidmem, devapi_window);
-FIELD(ncclWindow_vidmem, winHost, devapi_window, win_host);
-FIELD(ncclWindow_vidmem, lsaFlatBase, devapi_window, lsa_flat_base);
-FIELD_T(ncclWindow_vidmem, lsaRank, devapi_window, lsa_rank);
-FIELD_T(ncclWindow_vidmem, worldRank, devapi_window, world_rank);
-FIELD_T(ncclWindow_vidmem, stride4G, devapi_window, stride4g);
-FIELD_T(ncclWindow_vidmem, mcOffset4K, devapi_window, mc_offset4k);
-FIELD_T(ncclWindow_vidmem, ginOffset4K, devapi_window, gin_offset4k);
-FIELD(ncclWindow_vidmem, ginWins, devapi_window, gin_wins);
-static_assert(std::extent<decltype(ncclWindow_vidmem::ginWins)>::value ==
-                  std::extent<decltype(devapi_window::gin_wins)>::value,
-              "ncclWindow_vidmem::ginWins count");
-static_assert(std::is_same<ncclWindow_t, ncclWindow_vidmem*>::value, "nccl.h's ncclWindow_t");
-
-SAME_STRUCT(ncclMultimemHandle, devapi_multimem);
-FIELD(ncclMultimemHandle, mcBasePtr, devapi_multimem, mc_base);
-
-SAME_STRUCT(ncclLsaBarrierHandle, devapi_lsa_barrier);
-FIELD_T(ncclLsaBarrierHandle, bufHandle, devapi_lsa_barrier, buf);
-FIELD_T(ncclLsaBarrierHandle, nBarriers, devapi_lsa_barrier, nbarriers);
-
-SAME_STRUCT(ncclGinBarrierHandle, devapi_gin_barrier);
-FIELD_T(ncclGinBarrierHandle, signal0, devapi_gin_barrier, signal0);
-FIELD_T(ncclGinBarrierHandle, bufHandle, devapi_gin_barrier, buf);
-
-SAME_STRUCT(ncclLLA2AHandle, devapi_lla2a);
-FIELD_T(ncclLLA2AHandle, bufHandle, devapi_lla2a, buf);
-FIELD_T(ncclLLA2AHandle, nSlots, devapi_lla2a, nslots);
-
-typedef ncclDevCommWindowTable::Entry table_entry;
-typedef std::remove_extent<decltype(devapi_window_table::entries)>::type devapi_table_entry;
-SAME_STRUCT(ncclDevCommWindowTable, devapi_window_table);
-SAME_STRUCT(table_entry, devapi_table_entry);
-FIELD_T(table_entry, base, devapi_table_entry, base);
-FIELD_T(table_entry, size, devapi_table_entry, size);
-FIELD(table_entry, window, devapi_table_entry, window);
-FIELD(ncclDevCommWindowTable, entries, devapi_window_table, entries);
-FIELD(ncclDevCommWindowTable, next, devapi_window_table, next);
-static_assert(std::extent<decltype(ncclDevCommWindowTable::entries)>::value ==
-                  DEVAPI_WINDOW_TABLE_SIZE,
-              "ncclDevCommWindowTable::entries count");
-
-SAME_STRUCT(ncclDevComm, devapi_comm);
-FIELD_T(ncclDevComm, rank, devapi_comm, rank);
-FIELD_T(ncclDevComm, nRanks, devapi_comm, nranks);
-FIELD_T(ncclDevComm, nRanks_rcp32, devapi_comm, nranks_rcp32);
-FIELD_T(ncclDevComm, lsaRank, devapi_comm, lsa_rank);
-FIELD_T(ncclDevComm, lsaSize, devapi_comm, lsa_size);
-FIELD_T(ncclDevComm, lsaSize_rcp32, devapi_comm, lsa_size_rcp32);
-FIELD(ncclDevComm, windowTable, devapi_comm, window_table);
-FIELD(ncclDevComm, resourceWindow, devapi_comm, resource_window);
-FIELD(ncclDevComm, resourceWindow_inlined, devapi_comm, resource_window_inlined);
-FIELD(ncclDevComm, lsaMultimem, devapi_comm, lsa_multimem);
-FIELD(ncclDevComm, lsaBarrier, devapi_comm, lsa_barrier);
-FIELD(ncclDevComm, railGinBarrier, devapi_comm, rail_gin_barrier);
-FIELD_T(ncclDevComm, ginContextCount, devapi_comm, gin_context_count);
-FIELD(ncclDevComm, ginTypes, devapi_comm, gin_types);
-FIELD(ncclDevComm, ginHandles, devapi_comm, gin_handles);
-FIELD_T(ncclDevComm, ginSignalBase, devapi_comm, gin_signal_base);
-FIELD_T(ncclDevComm, ginSignalCount, devapi_comm, gin_signal_count);
-FIELD_T(ncclDevComm, ginCounterBase, devapi_comm, gin_counter_base);
-FIELD_T(ncclDevComm, ginCounterCount, devapi_comm, gin_counter_count);
-FIELD(ncclDevComm, ginSignalShadows, devapi_comm, gin_signal_shadows);
-
-SAME_STRUCT(ncclDevResourceRequirements, devapi_resource_req);
-FIELD(ncclDevResourceRequirements, next, devapi_resource_req, next);
-FIELD_T(ncclDevResourceRequirements, bufferSize, devapi_resource_req, buffer_size);
-FIELD_T(ncclDevResourceRequirements, bufferAlign, devapi_resource_req, buffer_align);
-FIELD_T(ncclDevResourceRequirements, outBufferHandle, devapi_resource_req, out_buffer_handle);
-FIELD_T(ncclDevResourceRequirements, ginSignalCount, devapi_resource_req, gin_signal_count);
-FIELD_T(ncclDevResourceRequirements, ginCounterCount, devapi_resource_req, gin_counter_count);
-FIELD_T(ncclDevResourceRequirements, outGinSignalStart, devapi_resource_req,
-        out_gin_signal_start);
-FIELD_T(ncclDevResourceRequirements, outGinCounterStart, devapi_resource_req,
-        out_gin_counter_start);
-
-SAME_STRUCT(ncclTeamRequirements, devapi_team_req);
-FIELD(ncclTeamRequirements, next, devapi_team_req, next);
-FIELD(ncclTeamRequirements, team, devapi_team_req, team);
-FIELD_T(ncclTeamRequirements, multimem, devapi_team_req, multimem);
-FIELD(ncclTeamRequirements, outMultimemHandle, devapi_team_req, out_multimem_handle);
-
-SAME_STRUCT(ncclDevCommRequirements, devapi_comm_req);
-FIELD(ncclDevCommRequirements, resourceRequirementsList, devapi_comm_req,
-      resource_requirements);
-FIELD(ncclDevCommRequirements, teamRequirementsList, devapi_comm_req, team_requirements);
-FIELD_T(ncclDevCommRequirements, lsaMultimem, devapi_comm_req, lsa_multimem);
-FIELD_T(ncclDevCommRequirements, barrierCount, devapi_comm_req, barrier_count);
-FIELD_T(ncclDevCommRequirements, lsaBarrierCount, devapi_comm_req, lsa_barrier_count);
-FIELD_T(ncclDevCommRequirements, railGinBarrierCount, devapi_comm_req, rail_gin_barrier_count);
-FIELD_T(ncclDevCommRequirements, lsaLLA2ABlockCount, devapi_comm_req, lsa_lla2a_block_count);
-FIELD_T(ncclDevCommRequirements, lsaLLA2ASlotCount, devapi_comm_req, lsa_lla2a_slot_count);
-FIELD_T(ncclDevCommRequirements, ginForceEnable, devapi_comm_req, gin_force_enable);
-FIELD_T(ncclDevCommRequirements, ginContextCount, devapi_comm_req, gin_context_count);
-FIELD_T(ncclDevCommRequirements, ginSignalCount, devapi_comm_req, gin_signal_count);
-FIELD_T(ncclDevCommRequirements, ginCounterCount, devapi_comm_req, gin_counter_count);
-
-static_assert(NCCL_GIN_MAX_CONTEXTS == DEVAPI_GIN_MAX_CONTEXTS, "NCCL_GIN_MAX_CONTEXTS");
-static_assert(std::is_same<ncclDevResourceHandle_t, uint32_t>::value, "ncclDevResourceHandle_t");
+/* Every field and structure, at compile time. */
+#include "dev_api_fields.inc"
 
 /* ---- team arithmetic against enumeration ---- */
 
