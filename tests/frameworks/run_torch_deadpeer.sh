@@ -14,16 +14,11 @@
 # $TORCH_OUT (default: a temporary directory).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-build=$(cd "${1:?usage: run_torch_deadpeer.sh BUILD_DIR}" && pwd)
-out=${TORCH_OUT:-$(mktemp -d)}
-mkdir -p "$out"
-lib=$build/src/libnccl.so.2
-[ -e "$lib" ] || { echo "no $lib: build Braid first" >&2; exit 1; }
-ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null) || {
-  echo "SKIP: python3 cannot import torch"; exit 77; }
-[ "${ngpu:-0}" -ge 2 ] || { echo "SKIP: 2 ranks need 2 GPUs, PyTorch sees ${ngpu:-0}"; exit 77; }
-export NCCL_NVLS_ENABLE=0 OMP_NUM_THREADS=1
-unset LD_LIBRARY_PATH LD_PRELOAD  # Braid comes in by LD_PRELOAD, per run, only
+# shellcheck source-path=SCRIPTDIR source=torch_env.sh
+. "$here/torch_env.sh"
+torch_prologue "run_torch_deadpeer.sh BUILD_DIR" "${1:-}" 2
+torch_env
+unset LD_PRELOAD  # Braid comes in by LD_PRELOAD, per run, only (torch_deadpeer.py sets it)
 args=(matrix --out "$out" --lib "$lib")
 [ "${TORCH_BRAID_ONLY:-0}" = 1 ] || args+=(--nccl)
 [ -n "${TORCH_DEADPEER_SEED:-}" ] && args+=(--seed "$TORCH_DEADPEER_SEED")

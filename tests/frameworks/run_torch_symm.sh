@@ -19,48 +19,21 @@
 # temporary directory).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-build=$(cd "${1:?usage: run_torch_symm.sh BUILD_DIR [NPROC]}" && pwd)
+# shellcheck source-path=SCRIPTDIR source=torch_env.sh
+. "$here/torch_env.sh"
+torch_prologue "run_torch_symm.sh BUILD_DIR [NPROC]" "${1:-}" 1
 np=${2:-2}
-out=${TORCH_OUT:-$(mktemp -d)}
-mkdir -p "$out"
-lib=$build/src/libnccl.so.2
-[ -e "$lib" ] || { echo "no $lib: build Braid first" >&2; exit 1; }
-ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null) || {
-  echo "SKIP: python3 cannot import torch"; exit 77; }
-[ "${ngpu:-0}" -ge 1 ] || { echo "SKIP: PyTorch sees no GPU"; exit 77; }
 # Symmetric memory maps each rank's GPU memory into the others: one GPU per rank, one host.
-[ "$ngpu" -ge "$np" ] || { echo "SKIP: $np ranks need $np GPUs, PyTorch sees $ngpu"; exit 77; }
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export OMP_NUM_THREADS=1
-unset LD_LIBRARY_PATH  # Braid comes in by LD_PRELOAD only; the NCCL run must see no Braid
-# launch ARGS...: torch_symm_mem.py on np ranks, through torchrun or, isolated, one process per GPU
-launch() {
-  local port=$((29500 + RANDOM % 1000))
-  if [ "${TORCH_ISOLATED:-0}" != 1 ]; then
-    python3 -m torch.distributed.run --nproc-per-node "$np" --master-port "$port" \
-      "$here/torch_symm_mem.py" "$@"
-    return
-  fi
-  local gpus pids=() rc=0 r
-  IFS=, read -r -a gpus <<< "${CUDA_VISIBLE_DEVICES:-$(seq -s, 0 $((np - 1)))}"
-  for ((r = 0; r < np; r++)); do
-    CUDA_VISIBLE_DEVICES=${gpus[r]:?fewer GPUs than ranks} RANK=$r LOCAL_RANK=0 WORLD_SIZE=$np \
-      LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      python3 "$here/torch_symm_mem.py" "$@" &
-    pids+=($!)
-  done
-  for r in "${pids[@]}"; do wait "$r" || rc=1; done
-  return $rc
-}
-run() {  # run LABEL BACKEND [env...]: its output in $out/LABEL.log, its results in $out/LABEL
+torch_need_gpus "$np"
+torch_env
+export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+run() {  # run LABEL BACKEND [VAR=VALUE...]: its output in $out/LABEL.log, its results in $out/LABEL
   local label=$1 backend=$2; shift 2
-  env "$@" timeout -k 10 "${TORCH_LIMIT:-400}" bash -c "$(declare -f launch); here='$here' np=$np launch \"\$@\"" \
-    launch --backend "$backend" --out-dir "$out/$label" ${TORCH_ARGS:-} > "$out/$label.log" 2>&1
-  local rc=$?
-  echo "== $label: rc=$rc"
-  grep -E "^rank [0-9]+: .*(FAIL|not in this torch|not implemented|checks passed)" "$out/$label.log"
-  [ $rc -eq 0 ] || tail -30 "$out/$label.log"
-  return $rc
+  # $TORCH_ARGS is split into words on purpose.
+  # shellcheck disable=SC2086
+  torch_run "$label" "${TORCH_LIMIT:-400}" \
+    "^rank [0-9]+: .*(FAIL|not in this torch|not implemented|checks passed)" \
+    "$here/torch_symm_mem.py" "$@" -- --backend "$backend" --out-dir "$out/$label" ${TORCH_ARGS:-}
 }
 status=0
 run braid-nccl NCCL LD_PRELOAD="$lib" || status=1
