@@ -171,10 +171,11 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "The largest size in bytes of BRAID_P2P_PAIR_MIN's exchange; -1 (default): no bound; 0: "
       "never."),
   ROW(SYM_MAX_BYTES, NULL, INT, "0",
-      "All-reduce whose input lies in a symmetric window (ncclCommWindowRegister with "
-      "NCCL_WIN_COLL_SYMMETRIC) while every rank is in one LSA team: largest size in bytes "
-      "reduced by reading every rank's window directly (no FIFO); 0 (default): never, until "
-      "measured against NCCL's symmetric kernels (docs/tuning.md). The same on every rank."),
+      "All-reduce and reduce-scatter whose input lies in a symmetric window "
+      "(ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC) while every rank is in one LSA "
+      "team: largest size in bytes (as nccl-tests counts it) reduced by reading every rank's "
+      "window directly (no FIFO); 0 (default): never, until measured against NCCL's symmetric "
+      "kernels (docs/tuning.md). The same on every rank."),
   ROW(LL128_PAIR_MAX, NULL, INT, "2097152",
       "All-reduce of two ranks with LL128: largest size in bytes sent as the one-hop exchange "
       "(on one shared H200 faster than the ring from 32 KB to 512 KB, even at 2 MB, slower "

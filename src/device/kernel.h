@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(BRAID_MAX_NTHREADS)
   kernel_works<work_run<T, Op>>(args);
 }
 
-/* A tree, direct or symmetric all-reduce on this block's channel. */
+/* A tree or direct all-reduce, or a symmetric all-reduce or reduce-scatter (sym.h). */
 template <typename T, typename Op>
 __device__ __forceinline__ void tree_work_run(const struct braid_work& w,
                                               struct braid_dev_comm* comm, volatile int* aborted) {

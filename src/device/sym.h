@@ -1,10 +1,12 @@
 /*
- * Symmetric all-reduce: when the input lies in a symmetric memory window
+ * Symmetric all-reduce and reduce-scatter: when the input lies in a symmetric memory window
  * (ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC) and every rank is in
  * one LSA team, each rank reads every rank's input straight from the
  * window's mapping of it (NVLink loads, no FIFO, no proxy), reduces in rank
  * order 0, 1, ..., n-1 (every rank adds each element in the same order from
- * the same bits: identical results everywhere) and writes its own output.
+ * the same bits: identical results everywhere) and writes its own output: all
+ * of it (all-reduce), or its own part (reduce-scatter: part r of every
+ * rank's input is rank r's output).
  *
  * Barriers between the ranks' blocks of the same index, through the comm's
  * symmetric sync window (runtime/window.c): block b of rank r stores the
@@ -14,7 +16,7 @@
  *   - before the reads: every rank has reached the operation, so whatever
  *     its stream wrote into the input before is there;
  *   - after each round's reads, before its writes: no rank writes its output
- *     (its input too, in place) while another still reads that part, and no
+ *     (its input too, in place all-reduce) while another still reads that part, and no
  *     rank's next operation overwrites an input that is still being read.
  * A round holds a block's results in shared memory (BRAID_SYM_ROUND_BYTES); larger
  * inputs take several rounds, one barrier each.
@@ -110,9 +112,10 @@ __device__ __forceinline__ T sym_reduce_elem(const Op& op, const sym_args& a, si
 template <typename T, typename Op>
 __device__ __forceinline__ uint4 sym_reduce_pack(const Op& op, const sym_args& a, size_t byte) {
   uint4 acc = pack_pre<T, Op>(op, __ldcg((const uint4*)(a.send0 + byte)));
-  for (int p = 1; p < a.n; p++)
-    acc = pack_combine<T, Op>(
-        op, acc, pack_pre<T, Op>(op, __ldcg((const uint4*)(a.send0 + (size_t)p * a.stride + byte))));
+  for (int p = 1; p < a.n; p++) {
+    const uint4 v = __ldcg((const uint4*)(a.send0 + (size_t)p * a.stride + byte));
+    acc = pack_combine<T, Op>(op, acc, pack_pre<T, Op>(op, v));
+  }
   return acc;
 }
 
@@ -144,10 +147,14 @@ __device__ __noinline__ void sym_allreduce(const Op& op, const struct braid_work
                                            struct braid_dev_comm* comm, int ch,
                                            volatile int* aborted) {
   __shared__ uint4 held[BRAID_SYM_ROUND_BYTES / 16];
-  const sym_args a = sym_decode(w, comm->nranks);
+  sym_args a = sym_decode(w, comm->nranks);
   const size_t bytes = w.count * sizeof(T);
   char* out = (char*)w.recvbuff;
-  const bool packed = ((uintptr_t)a.send0 & 15) == 0;
+  /* Reduce-scatter: this rank's part of every rank's input, after the parts of the ranks
+   * before it. Its offset differs from rank to rank, so packs need every part's size whole. */
+  const bool scatter = w.coll == BRAID_COLL_REDUCESCATTER;
+  a.send0 += scatter ? (size_t)a.me * bytes : 0;
+  const bool packed = ((uintptr_t)w.sendbuff & 15) == 0 && (!scatter || (bytes & 15) == 0);
   const bool out_packed = ((uintptr_t)out & 15) == 0;
   const size_t unit = packed ? 16 : sizeof(T);
   const size_t units = packed ? bytes / 16 : w.count;

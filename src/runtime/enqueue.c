@@ -345,8 +345,9 @@ fail:
 }
 
 /*
- * An all-reduce whose input lies in a symmetric window, up to BRAID_SYM_MAX_BYTES, as the
- * symmetric work (device/sym.h: every rank reads every rank's input from the window; no
+ * An all-reduce or reduce-scatter whose input lies in a symmetric window, up to
+ * BRAID_SYM_MAX_BYTES of input, as the symmetric work (device/sym.h: every rank reads every
+ * rank's input from the window; no
  * connection): *w filled, 1; else 0. Every rank decides alike: the windows are registered
  * collectively, the size and the setting (agreed at init) are the same. Its fields carry the
  * window's addresses as sym.h reads them. Blocks: one per BRAID_SYM_ROUND_BYTES of input (what
@@ -356,17 +357,19 @@ fail:
 static int enq_sym_work(struct ncclComm* comm, const struct braid_op* op, struct braid_work* w,
                         int log) {
   const int64_t max = braid_param_int(BRAID_P_SYM_MAX_BYTES);
-  const size_t bytes = enq_op_bytes(op);
+  if (max <= 0 || (op->coll != BRAID_COLL_ALLREDUCE && op->coll != BRAID_COLL_REDUCESCATTER))
+    return 0;
+  const size_t bytes = enq_op_bytes(op);     /* this rank's output */
+  const size_t input = enq_tune_bytes(comm, op); /* every rank's input (reduce-scatter: n parts) */
   struct window_sym ws;
-  if (max <= 0 || op->coll != BRAID_COLL_ALLREDUCE || op->count == 0 || comm->nranks < 2 ||
-      bytes > (uint64_t)max || !enq_ce_scalar_ok(op) ||
-      !window_sym_input(comm, op->sendbuff, bytes, &ws))
+  if (op->count == 0 || comm->nranks < 2 || input > (uint64_t)max || !enq_ce_scalar_ok(op) ||
+      !window_sym_input(comm, op->sendbuff, input, &ws))
     return 0;
   const size_t per_block = BRAID_SYM_ROUND_BYTES;
   int nb = (int)BRAID_MIN((bytes + per_block - 1) / per_block, (size_t)comm->channels->nchannels);
   if (nb < 1) nb = 1;
   memset(w, 0, sizeof *w);
-  w->coll = BRAID_COLL_ALLREDUCE;
+  w->coll = (uint8_t)op->coll;
   w->devop = (uint8_t)op->devop;
   w->dtype = (uint8_t)op->dtype;
   w->proto = BRAID_PROTO_SIMPLE;
@@ -384,8 +387,8 @@ static int enq_sym_work(struct ncclComm* comm, const struct braid_op* op, struct
   w->recv_count = (size_t)(uintptr_t)ws.sync;
   w->scalar = op->scalar;
   if (log)
-    INFO(BRAID_LOG_TUNING, "AllReduce %zu elements from a symmetric window: read from every "
-         "rank's window, %d blocks", op->count, nb);
+    INFO(BRAID_LOG_TUNING, "%s %zu elements from a symmetric window: read from every rank's "
+         "window, %d blocks", braid_coll_name(op->coll), op->count, nb);
   return 1;
 }
 
