@@ -66,7 +66,7 @@ struct ncclLLA2ASession {
 
   ncclLLA2ASession(ncclLLA2ASession const&) = delete;
 
-  /* Saves the epoch for the block's next session. */
+  /* Saves the epoch for the block's next ncclLLA2ASession. */
   NCCL_DEVICE_INLINE ~ncclLLA2ASession() {
     if (coop_.thread_rank() == 0) header()->x = epoch_ - 2;
     coop_.sync();

@@ -70,7 +70,7 @@ struct ncclLsaBarrierSession {
 
   ncclLsaBarrierSession(ncclLsaBarrierSession const&) = delete;
 
-  /* Saves the epoch for the barrier's next session. */
+  /* Saves the epoch for the barrier's next ncclLsaBarrierSession. */
   NCCL_DEVICE_INLINE ~ncclLsaBarrierSession() {
     if (coop_.thread_rank() == 0) *saved_epoch() = epoch_;
     coop_.sync();
