@@ -227,6 +227,10 @@ static const struct param_row rows[BRAID_P_COUNT] = {
   ROW(OFI_PROVIDER, NULL, STRING, NULL,
       "OFI backend: libfabric provider, e.g. \"tcp;ofi_rxm\" or efa; default: libfabric's first "
       "reliable-datagram provider with tagged messages (libfabric's own FI_PROVIDER also filters)."),
+  ROW(OFI_HMEM, NULL, INT, "1",
+      "OFI backend: 1: where the provider offers FI_HMEM and registering GPU memory works at "
+      "init, take CUDA device memory directly (GPUDirect RDMA, where BRAID_NET_GDR_LEVEL allows "
+      "it); 0: never ask, and stage every message through host memory."),
   ROW(TOPO_FILE, "NCCL_TOPO_FILE", STRING, NULL,
       "Read the node topology from this XML file (NCCL's format) instead of detecting it."),
   ROW(TOPO_DUMP_FILE, "NCCL_TOPO_DUMP_FILE", STRING, NULL,

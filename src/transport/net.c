@@ -10,7 +10,8 @@
  * pinned host memory mapped into the GPU (cudaHostAllocMapped), where the
  * kernel's ld.acquire.sys / st.release.sys and the proxy's C11 atomics meet;
  * the slots in the same host memory, or in GPU memory when GPUDirect RDMA
- * pays (IB only, GPU and NIC no farther apart than BRAID_NET_GDR_LEVEL).
+ * pays (a backend that reaches GPU memory: IB, OFI with FI_HMEM, a plugin
+ * that says so; GPU and NIC no farther apart than BRAID_NET_GDR_LEVEL).
  *
  * Setup: the receiver listens (recv_setup) and sends the handle through the
  * bootstrap; the sender hands the handle to its proxy (send_connect), which

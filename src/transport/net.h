@@ -49,7 +49,7 @@
 
 /* What memory a backend can send from / receive into (props.ptr_support). */
 #define BRAID_NET_PTR_HOST 0x1
-#define BRAID_NET_PTR_CUDA 0x2   /* GPUDirect RDMA through peer memory (nvidia-peermem) */
+#define BRAID_NET_PTR_CUDA 0x2   /* GPUDirect RDMA on CUDA pointers (IB: nvidia-peermem; OFI: FI_HMEM) */
 #define BRAID_NET_PTR_DMABUF 0x4 /* GPUDirect RDMA through dma-buf (reg_mr_dmabuf) */
 
 struct braid_net_props {
@@ -121,7 +121,8 @@ struct braid_net_ops {
   /*
    * Makes received GPU data visible to the GPU (GPUDirect RDMA); *request
    * NULL when nothing needs flushing (host memory, or the backend orders
-   * writes itself). Test it like a receive.
+   * writes itself) or the flush was done before returning. Test it like a
+   * receive.
    */
   ncclResult_t (*iflush)(void* recv_comm, void* data, size_t size, void* mhandle, void** request);
   /* *done = 1 when the request finished (it is freed then); *size (may be NULL): bytes moved. */

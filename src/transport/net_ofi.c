@@ -21,6 +21,13 @@
  * token, which only its two ends know; the goodbye must also come from the
  * peer's endpoint where the provider can tell (FI_DIRECTED_RECV). Anything
  * else on those tags is ignored (one WARN every OFI_STRAY_WARN_SEC at most).
+ *
+ * GPU memory: where the provider offers FI_HMEM and a device buffer
+ * registers at init (ofi_hmem_setup), the devices advertise CUDA pointers,
+ * device buffers are registered with fi_mr_regattr (FI_HMEM_CUDA) and go
+ * to the provider as they are, so the net transport can skip host staging
+ * where BRAID_NET_GDR_LEVEL allows. Elsewhere, or with BRAID_OFI_HMEM=0,
+ * every message stages through host memory; one NET INFO line says why.
  */
 #include "transport/net.h"
 #include "transport/net_ofi.h"
@@ -83,6 +90,7 @@ size_t net_ofi_comm_name(void* comm, void* name, size_t size) { return 0; }
 #include "base/param.h"
 #include "base/socket.h"
 #include "base/utils.h"
+#include "transport/net_ofi_hmem.h"
 
 #define OFI_MAGIC 0x2049464fu /* "OFI " */
 #define OFI_VERSION 3         /* 3: a connection token; probes and goodbye authenticated */
@@ -97,7 +105,7 @@ size_t net_ofi_comm_name(void* comm, void* name, size_t size) { return 0; }
 #define OFI_PROBE_FAIL_SEC 5.0 /* a probe not taken within this long means the peer is gone */
 #define OFI_STRAY_WARN_SEC 10.0 /* stray liveness messages: one WARN this often at most */
 #define OFI_TAG_DATA_MASK (OFI_TAG_CTRL - 1)
-#define OFI_API FI_VERSION(1, 10)
+#define OFI_API FI_VERSION(1, 10) /* also the size of struct fi_mr_attr the provider reads */
 
 /* The few real functions of libfabric; the rest are inline calls through its objects. */
 static struct {
@@ -122,6 +130,8 @@ static struct {
   int ndev;
   struct ofi_dev devs[BRAID_NET_MAX_DEVS];
   int directed; /* the provider honours a receive's source address (FI_DIRECTED_RECV) */
+  int hmem;     /* the devices take CUDA memory (FI_HMEM): see ofi_hmem_setup */
+  int hmem_flush; /* received GPU data is flushed before a kernel reads it (ofi_iflush) */
   char why[256];
 } ofi = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -153,6 +163,12 @@ struct ofi_live_msg {
   uint8_t key[BRAID_NET_KEY_BYTES];
   uint64_t token; /* the connection's */
   uint64_t seq;
+};
+
+/* A registration (the mhandle): host memory where the provider needs it, or CUDA memory. */
+struct ofi_mr {
+  struct fid_mr* mr;
+  int cuda_dev; /* the GPU owning the memory; -1: host memory */
 };
 
 struct ofi_req {
@@ -212,19 +228,102 @@ static int ofi_load_lib(void) {
          ofi_sym((void**)&fi.strerror, "fi_strerror");
 }
 
-/* One device per domain of the first provider that offers tagged reliable datagrams. */
-static int ofi_getinfo(uint64_t caps, const char* prov, struct fi_info** list) {
+/* Every domain of the providers that offer tagged reliable datagrams (with FI_HMEM: `hmem`). */
+static int ofi_getinfo(uint64_t caps, int hmem, const char* prov, struct fi_info** list) {
   struct fi_info* hints = fi.dupinfo(NULL);
   if (hints == NULL) return -FI_ENOMEM;
-  hints->caps = caps;
-  hints->mode = FI_CONTEXT;
-  hints->ep_attr->type = FI_EP_RDM;
-  hints->domain_attr->threading = FI_THREAD_SAFE;
-  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  ofi_hmem_hints_fill(hints, caps, hmem);
   if (prov && prov[0]) hints->fabric_attr->prov_name = strdup(prov);
   int rc = fi.getinfo(OFI_API, NULL, NULL, 0, hints, list);
   fi.freeinfo(hints);
   return rc;
+}
+
+/* The devices of `list` into `devs`: one per domain of its first provider; returns how many. */
+static int ofi_devs_pick(struct fi_info* list, struct ofi_dev* devs) {
+  const char* first = list->fabric_attr->prov_name;
+  const char* ifspec = braid_param_str(BRAID_P_SOCKET_IFNAME);
+  int ndev = 0;
+  for (struct fi_info* i = list; i && ndev < BRAID_NET_MAX_DEVS; i = i->next) {
+    if (strcmp(i->fabric_attr->prov_name, first) != 0) continue;
+    if (ifspec && ifspec[0] && !socket_ifname_match(ifspec, i->domain_attr->name)) continue;
+    int d = 0;
+    while (d < ndev && strcmp(devs[d].info->domain_attr->name, i->domain_attr->name) != 0) d++;
+    if (d == ndev)
+      devs[ndev++] = (struct ofi_dev){.info = i};
+    else if (i->addr_format == FI_SOCKADDR_IN && devs[d].info->addr_format != FI_SOCKADDR_IN)
+      devs[d].info = i; /* IPv4 reaches more peers than a link-local IPv6 address */
+  }
+  return ndev;
+}
+
+/*
+ * Whether `dev` (fabric and domain opened here, kept on success) can register
+ * CUDA memory of `gpu` (ofi_hmem_register_check). Else 0 with the reason in
+ * `why`, nothing left open.
+ */
+static int ofi_hmem_check(struct ofi_dev* dev, const struct ofi_hmem_gpu* gpu, char* why,
+                          size_t why_size) {
+  int rc = fi.fabric(dev->info->fabric_attr, &dev->fabric, NULL);
+  if (rc != 0)
+    dev->fabric = NULL;
+  else if ((rc = fi_domain(dev->fabric, dev->info, &dev->domain, NULL)) != 0)
+    dev->domain = NULL;
+  if (rc != 0)
+    snprintf(why, why_size, "opening provider %s's domain %s with FI_HMEM failed: %s",
+             dev->info->fabric_attr->prov_name, dev->info->domain_attr->name, fi.strerror(-rc));
+  else if (ofi_hmem_register_check(dev->domain, dev->info->domain_attr->name, gpu, fi.strerror, why,
+                                   why_size))
+    return 1;
+  if (dev->domain) fi_close(&dev->domain->fid);
+  if (dev->fabric) fi_close(&dev->fabric->fid);
+  dev->domain = NULL;
+  dev->fabric = NULL;
+  return 0;
+}
+
+/*
+ * GPU memory straight to the provider (FI_HMEM) where it offers it, this
+ * process has a GPU, and a device buffer registers on the first device: the
+ * devices are then the same provider's domains asked for FI_HMEM too. Else
+ * (or with BRAID_OFI_HMEM=0) they stay as found, host memory only. Either
+ * way one NET INFO line says which, and why.
+ */
+static void ofi_hmem_setup(void) {
+  const char* prov = ofi.list->fabric_attr->prov_name;
+  uint64_t caps = FI_TAGGED | FI_MSG | (ofi.directed ? FI_DIRECTED_RECV : 0);
+  struct fi_info* list = NULL;
+  struct ofi_dev devs[BRAID_NET_MAX_DEVS];
+  struct ofi_hmem_gpu gpu;
+  char why[256];
+  int ndev = 0;
+  if (braid_param_int(BRAID_P_OFI_HMEM) == 0) {
+    snprintf(why, sizeof why, "turned off by BRAID_OFI_HMEM=0");
+  } else if (ofi_getinfo(caps, 1, prov, &list) != 0 || list == NULL) {
+    list = NULL;
+    snprintf(why, sizeof why, "provider %s does not offer FI_HMEM (fi_getinfo found no match)",
+             prov);
+  } else if ((ndev = ofi_devs_pick(list, devs)) == 0) {
+    snprintf(why, sizeof why,
+             "provider %s offers FI_HMEM on no domain that BRAID_SOCKET_IFNAME selects", prov);
+  } else if (ofi_hmem_gpu_find(&gpu, why, sizeof why) &&
+             ofi_hmem_check(&devs[0], &gpu, why, sizeof why)) {
+    fi.freeinfo(ofi.list);
+    ofi.list = list;
+    memcpy(ofi.devs, devs, sizeof devs);
+    ofi.ndev = ndev;
+    ofi.hmem = 1;
+    ofi.hmem_flush = gpu.needs_flush;
+    INFO(BRAID_LOG_NET,
+         "net OFI: GPU memory on: provider %s offers FI_HMEM and GPU %d memory registers "
+         "(mr_mode %#x%s); CUDA buffers go to the provider as they are",
+         prov, gpu.dev, (unsigned)list->domain_attr->mr_mode,
+         gpu.needs_flush ? "; received data is flushed" : "");
+    return;
+  }
+  if (list) fi.freeinfo(list);
+  INFO(BRAID_LOG_NET, "net OFI: GPU memory off: %s; staging every message through host memory",
+       why);
 }
 
 /*
@@ -234,11 +333,11 @@ static int ofi_getinfo(uint64_t caps, const char* prov, struct fi_info** list) {
  */
 static void ofi_find_devices(void) {
   const char* prov = braid_param_str(BRAID_P_OFI_PROVIDER);
-  int rc = ofi_getinfo(FI_TAGGED | FI_MSG, prov, &ofi.list);
+  int rc = ofi_getinfo(FI_TAGGED | FI_MSG, 0, prov, &ofi.list);
   /* The provider chosen without it, then the same one asked for FI_DIRECTED_RECV too. */
   struct fi_info* directed = NULL;
   if (rc == 0 && ofi.list &&
-      ofi_getinfo(FI_TAGGED | FI_MSG | FI_DIRECTED_RECV, ofi.list->fabric_attr->prov_name,
+      ofi_getinfo(FI_TAGGED | FI_MSG | FI_DIRECTED_RECV, 0, ofi.list->fabric_attr->prov_name,
                   &directed) == 0 &&
       directed != NULL) {
     fi.freeinfo(ofi.list);
@@ -256,20 +355,15 @@ static void ofi_find_devices(void) {
     ofi.list = NULL;
     return;
   }
-  const char* first = ofi.list->fabric_attr->prov_name;
-  const char* ifspec = braid_param_str(BRAID_P_SOCKET_IFNAME);
-  for (struct fi_info* i = ofi.list; i && ofi.ndev < BRAID_NET_MAX_DEVS; i = i->next) {
-    if (strcmp(i->fabric_attr->prov_name, first) != 0) continue;
-    if (ifspec && ifspec[0] && !socket_ifname_match(ifspec, i->domain_attr->name)) continue;
-    int d = 0;
-    while (d < ofi.ndev && strcmp(ofi.devs[d].info->domain_attr->name, i->domain_attr->name) != 0) d++;
-    if (d == ofi.ndev) ofi.devs[ofi.ndev++].info = i;
-    else if (i->addr_format == FI_SOCKADDR_IN && ofi.devs[d].info->addr_format != FI_SOCKADDR_IN)
-      ofi.devs[d].info = i; /* IPv4 reaches more peers than a link-local IPv6 address */
+  ofi.ndev = ofi_devs_pick(ofi.list, ofi.devs);
+  if (ofi.ndev == 0) {
+    const char* ifspec = braid_param_str(BRAID_P_SOCKET_IFNAME);
+    snprintf(ofi.why, sizeof ofi.why,
+             "provider %s has no domain that BRAID_SOCKET_IFNAME=\"%s\" selects",
+             ofi.list->fabric_attr->prov_name, ifspec ? ifspec : "");
+    return;
   }
-  if (ofi.ndev == 0)
-    snprintf(ofi.why, sizeof ofi.why, "provider %s has no domain that BRAID_SOCKET_IFNAME=\"%s\" selects",
-             first, ifspec ? ifspec : "");
+  ofi_hmem_setup();
 }
 
 static ncclResult_t ofi_init(int* ndev, char* why, size_t why_size) {
@@ -291,7 +385,7 @@ static ncclResult_t ofi_props(int dev, struct braid_net_props* props) {
   snprintf(props->name, sizeof props->name, "%s (%s)", i->domain_attr->name, i->fabric_attr->prov_name);
   props->speed_mbps = i->nic && i->nic->link_attr ? (int)(i->nic->link_attr->speed / 1000000) : 10000;
   if (props->speed_mbps <= 0) props->speed_mbps = 10000;
-  props->ptr_support = BRAID_NET_PTR_HOST;
+  props->ptr_support = BRAID_NET_PTR_HOST | (ofi.hmem ? BRAID_NET_PTR_CUDA : 0);
   props->max_requests = OFI_MAX_REQS;
   props->max_bytes = i->ep_attr->max_msg_size;
   return ncclSuccess;
@@ -783,19 +877,56 @@ fail:
 
 /* ------------------------------------------------------------ data path */
 
+/* The mhandle for registration `mr` of memory owned by `cuda_dev` (-1: host). */
+static ncclResult_t ofi_mr_wrap(struct fid_mr* mr, int cuda_dev, void** mhandle) {
+  ncclResult_t res = ncclSuccess;
+  struct ofi_mr* m = NULL;
+  BRAID_TRY(BRAID_CALLOC(&m, 1, "an OFI memory registration"));
+  m->mr = mr;
+  m->cuda_dev = cuda_dev;
+  *mhandle = m;
+  return ncclSuccess;
+fail:
+  fi_close(&mr->fid);
+  return res;
+}
+
+/* CUDA device memory, where the devices take it (ofi.hmem): fi_mr_regattr with FI_HMEM_CUDA. */
+static ncclResult_t ofi_reg_cuda(struct ofi_comm* c, void* data, size_t size, void** mhandle) {
+  ncclResult_t res = ncclSuccess;
+  struct fid_domain* domain = NULL;
+  struct fid_mr* mr = NULL;
+  struct fi_mr_attr attr;
+  struct iovec iov;
+  if (!ofi.hmem)
+    return net_unsupported("OFI",
+                           "registering GPU memory without FI_HMEM (see the NET INFO line "
+                           "\"net OFI: GPU memory off\")");
+  int cuda_dev = ofi_hmem_ptr_dev(data);
+  if (cuda_dev < 0)
+    return braid_err(ncclInvalidUsage,
+                     "net OFI: %p, registered as GPU memory, is no CUDA device memory", data);
+  BRAID_TRY(ofi_domain_get(c->dev, &domain));
+  ofi_hmem_mr_attr_fill(&attr, &iov, data, size, cuda_dev);
+  int rc = fi_mr_regattr(domain, &attr, 0, &mr);
+  if (rc != 0) return ofi_fail("fi_mr_regattr of GPU memory", rc);
+  return ofi_mr_wrap(mr, cuda_dev, mhandle);
+fail:
+  return res;
+}
+
 static ncclResult_t ofi_reg_mr(void* comm, void* data, size_t size, int is_cuda, void** mhandle) {
   ncclResult_t res = ncclSuccess;
   struct ofi_comm* c = comm;
   struct fid_domain* domain = NULL;
   struct fid_mr* mr = NULL;
   *mhandle = NULL;
-  if (is_cuda) return net_unsupported("OFI", "registering GPU memory");
+  if (is_cuda) return ofi_reg_cuda(c, data, size, mhandle);
   if (!(ofi.devs[c->dev].info->domain_attr->mr_mode & FI_MR_LOCAL)) return ncclSuccess;
   BRAID_TRY(ofi_domain_get(c->dev, &domain));
   int rc = fi_mr_reg(domain, data, size, FI_SEND | FI_RECV, 0, 0, 0, &mr, NULL);
   if (rc != 0) return ofi_fail("fi_mr_reg", rc);
-  *mhandle = mr;
-  return ncclSuccess;
+  return ofi_mr_wrap(mr, -1, mhandle);
 fail:
   return res;
 }
@@ -807,7 +938,10 @@ static ncclResult_t ofi_reg_mr_dmabuf(void* comm, void* data, size_t size, uint6
 }
 
 static ncclResult_t ofi_dereg_mr(void* comm, void* mhandle) {
-  if (mhandle) fi_close(&((struct fid_mr*)mhandle)->fid);
+  struct ofi_mr* m = mhandle;
+  if (m == NULL) return ncclSuccess;
+  fi_close(&m->mr->fid);
+  free(m);
   return ncclSuccess;
 }
 
@@ -819,7 +953,7 @@ static ncclResult_t ofi_post(struct ofi_comm* c, void* data, size_t size, void* 
   struct ofi_req* r = &c->reqs[c->seq % OFI_MAX_REQS];
   if (r->used) return ncclSuccess;
   *r = (struct ofi_req){.comm = c, .used = 1};
-  void* desc = mhandle ? fi_mr_desc(mhandle) : NULL;
+  void* desc = mhandle ? fi_mr_desc(((struct ofi_mr*)mhandle)->mr) : NULL;
   uint64_t tag = c->seq & OFI_TAG_DATA_MASK;
   ssize_t rc = c->is_send ? fi_tsend(c->ep, data, size, desc, c->peer, tag, &r->ctx)
                           : fi_trecv(c->ep, data, size, desc, c->peer, tag, 0, &r->ctx);
@@ -845,9 +979,16 @@ static ncclResult_t ofi_irecv(void* comm, void* data, size_t size, void* mhandle
   return ofi_post(comm, data, size, mhandle, request);
 }
 
+/*
+ * Received GPU data: on GPUs that need it (ofi.hmem_flush, as NCCL decides:
+ * before compute capability 9.0) the NIC's writes are flushed here, before
+ * returning, so there is never a request to test. Host memory needs nothing.
+ */
 static ncclResult_t ofi_iflush(void* comm, void* data, size_t size, void* mhandle, void** request) {
+  const struct ofi_mr* m = mhandle;
   *request = NULL;
-  return ncclSuccess;
+  if (m == NULL || m->cuda_dev < 0 || !ofi.hmem_flush) return ncclSuccess;
+  return ofi_hmem_flush(m->cuda_dev);
 }
 
 static ncclResult_t ofi_test(void* request, int* done, size_t* size) {
