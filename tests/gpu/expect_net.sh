@@ -7,7 +7,8 @@
 #     by every process with one GPU per host, and no other backend was selected anywhere;
 #   - ring channels connected via NET (with one GPU per host: never via anything else);
 #   - every GPU/NIC pair staged through host memory ("GPUDirect RDMA off", never "on"): the
-#     backends tested so read or copy the data with the CPU;
+#     backends tested so read or copy the data with the CPU; with EXPECT_GDR=on the opposite:
+#     every pair took GPU memory directly ("on", never "off");
 #   - EXPECT_TREE=1: at least one collective on all the ranks ran as a Tree (with two hosts or
 #     more every tree spans them: chains inside a host, binary trees between the hosts' heads).
 # The environment forces the backend (NCCL_NET, with BRAID_IB_VERBS_LIB or NCCL_NET_PLUGIN where
@@ -21,7 +22,9 @@
 # OFI: a provider that cannot run here (no libfabric.so.1, no such provider) makes the library
 # refuse NCCL_NET=OFI at init; the next of EXPECT_OFI_PROVIDERS (space-separated, default
 # "tcp;ofi_rxm tcp sockets"; BRAID_OFI_PROVIDER when set) is tried, and with none left the test
-# is skipped (77) with the library's reasons.
+# is skipped (77) with the library's reasons. With EXPECT_GDR=on a provider whose run logged
+# "net OFI: GPU memory off: <why>" (no FI_HMEM, or no GPU memory registered at init) counts as
+# one that cannot run: the next is tried, and with none left the test is skipped with the whys.
 set -u
 [ $# -ge 4 ] || {
   echo "usage: expect_net.sh BACKEND HOSTS GPUS_PER_HOST GPU_COLL [ARGS...]" >&2
@@ -73,12 +76,22 @@ attempt() {
       reasons="$reasons; $prov: $why"
       continue
     fi
+    if [ "${EXPECT_GDR:-off}" = on ] && [ "$rc" -ne 77 ] && grep -q "net OFI: GPU memory off: " "$log"; then
+      why=$(grep -m1 "net OFI: GPU memory off: " "$log" | sed 's/.*GPU memory off: //; s/; staging every message through host memory//')
+      echo "BRAID_OFI_PROVIDER=$prov: no GPU memory path: $why"
+      reasons="$reasons; $prov: $why"
+      continue
+    fi
     echo "BRAID_OFI_PROVIDER=$prov"
     set +f
     return
   done
   set +f
-  echo "SKIP: no libfabric provider of \"$providers\" can run the OFI backend here:${reasons#;}"
+  if [ "${EXPECT_GDR:-off}" = on ]; then
+    echo "SKIP: no libfabric provider of \"$providers\" runs the OFI backend on GPU memory here:${reasons#;}"
+  else
+    echo "SKIP: no libfabric provider of \"$providers\" can run the OFI backend here:${reasons#;}"
+  fi
   rc=77
 }
 
@@ -125,7 +138,12 @@ fail=0
 [ "$vianet" -ge 1 ] || { echo "FAIL: no ring channel connected via NET"; fail=1; }
 [ "$per_host" -gt 1 ] || [ "$viaother" -eq 0 ] ||
   { echo "FAIL: ring channels between hosts of one GPU connected via another transport"; fail=1; }
-if [ "$gdr_off" -eq 0 ] || [ "$gdr_on" -ne 0 ]; then
+if [ "${EXPECT_GDR:-off}" = on ]; then
+  if [ "$gdr_on" -eq 0 ] || [ "$gdr_off" -ne 0 ]; then
+    echo "FAIL: every GPU/NIC pair must take GPU memory directly (GPUDirect RDMA on)"
+    fail=1
+  fi
+elif [ "$gdr_off" -eq 0 ] || [ "$gdr_on" -ne 0 ]; then
   echo "FAIL: every GPU/NIC pair must stage through host memory (GPUDirect RDMA off)"
   fail=1
 fi
