@@ -1,14 +1,17 @@
 /*
- * The symmetric all-reduce (--suite sym): all-reduces whose input lies in a window registered
- * with ncclCommWindowRegister(..., NCCL_WIN_COLL_SYMMETRIC) on buffers from ncclMemAlloc.
+ * The symmetric all-reduce and reduce-scatter (--suite sym): all-reduces and reduce-scatters
+ * whose input lies in a window registered with ncclCommWindowRegister(...,
+ * NCCL_WIN_COLL_SYMMETRIC) on buffers from ncclMemAlloc. A reduce-scatter's input is nranks
+ * parts of recvcount elements; rank r's output is part r reduced over the ranks.
  *
  * Set-up: every rank allocates a send and a receive buffer with ncclMemAlloc and registers
  * each as a symmetric window (one thread per local rank: the registration is collective and
  * is not made inside a group), plus a plain cudaMalloc receive buffer. Every case then uses
  * them at one byte offset of its input inside the window, the same on every rank (0, 4 (8 for
  * the 8-byte types) and 16 + 2 * sizeof(T)), in three layouts: in place (the output is the input,
- * in the send window), out of place into the receive window, and out of place into the plain
- * buffer (odd ranks' output one element further: alignments that differ from rank to rank).
+ * in the send window; a reduce-scatter's is its own part of it, sendbuff + rank * recvcount
+ * elements), out of place into the receive window, and out of place into the plain buffer
+ * (odd ranks' output one element further: alignments that differ from rank to rank).
  *
  * A case issues SYM_REPS all-reduces back to back on every rank, with no synchronization in
  * between: each one poisons its output (and, in place, the window around the input), copies
@@ -17,7 +20,11 @@
  * that began reading a peer's next input too early, sees another operation's data. After one
  * synchronization every output is compared with the host reference (gpu_ref.c), the poisoned
  * bytes around the output must be untouched, an out-of-place input unchanged, and every rank's
- * outputs must be bit-identical to every other rank's (an all-gather of their hashes). Graph
+ * all-reduce outputs must be bit-identical to every other rank's (an all-gather of their
+ * hashes; a reduce-scatter's differ from rank to rank: each local rank's output is compared
+ * with the reference, and in place on the symmetric path the other parts of its input must
+ * be unchanged). Floating results are compared within the reference's tolerance (it reduces
+ * in double, not in the type in rank order as the symmetric kernel does). Graph
  * cases capture SYM_GRAPH_REPS of those steps in one CUDA graph and replay it, with fresh
  * inputs between the replays and then several replays back to back.
  *
@@ -31,13 +38,25 @@
  * of five types and four operators at 7, 4097 and 65537 elements. --quick: 4 types, 4
  * operators, counts 1, 7, 4097, 4 calls a case, fewer graphs.
  *
+ * Then the reduce-scatters (fewer combinations: the all-reduces cover the type and operator
+ * arithmetic): every type x operator x recvcount 1, 2, 3, 7, 8, 1023, 1024, 4097 x layout, at
+ * every offset with sum and at one offset (turning) with the other operators; recvcounts
+ * 262144 (whole packs) and 262149 (elements), several rounds where a part outgrows what the
+ * blocks hold in one (BRAID_SYM_ROUND_BYTES each: 4- and 8-byte types on up to 16 blocks),
+ * for every type with sum and float and bfloat16 with every operator, one offset a layout,
+ * SYM_RS_LARGE_REPS calls;
+ * float sum at BRAID_SYM_MAX_BYTES of input (recvcount * nranks * 4, as nccl-tests counts it)
+ * and one receive element past it; graphs of three types and operators at recvcounts 7, 1024
+ * and 65537. --quick: recvcounts 1, 8, 4097, fewer graphs.
+ *
  * Which path ran: with GPU_SYM_CHECK_LOG=1 (tests/gpu/expect_sym.sh sets it with
  * BRAID_DEBUG=INFO, BRAID_DEBUG_SUBSYS=TUNING and a BRAID_DEBUG_FILE of one file per
  * process), every case reads what its process logged meanwhile: where BRAID_SYM_MAX_BYTES
  * (as this process reads it) admits the input's size and the operator is not a per-rank
  * PreMulSum, each local rank must have logged "AllReduce <count> elements from a symmetric
- * window"; otherwise no such line may appear. premul-same may go either way (no rank can
- * know that the others' scalars equal its own). Without
+ * window" ("ReduceScatter <recvcount> elements ..."); otherwise no such line may appear.
+ * premul-same may go either way (no rank can know that the others' scalars equal its own).
+ * Without
  * GPU_SYM_CHECK_LOG the cases check results only (as against NVIDIA's NCCL).
  *
  * The last cases deregister the windows, and destroy a communicator of its own with its
@@ -63,6 +82,8 @@
 #define SYM_LIMIT_CAP ((size_t)64 << 20)   /* those run only up to this size */
 #define SYM_MAX_OFFSET 32                  /* 16 + 2 * sizeof(T) for 8-byte types */
 #define SYM_STAGE_BYTES ((size_t)48 << 20) /* reps x bytes of the largest case */
+#define SYM_RS_LARGE_REPS 4                /* fewer, or 2, where the inputs outgrow the stage */
+#define SYM_RS_LARGEST 262149              /* the largest reduce-scatter's receive count */
 
 enum { SYM_INPLACE, SYM_RECV_WINDOW, SYM_RECV_PLAIN, SYM_LAYOUTS };
 static const char* const sym_layout_names[SYM_LAYOUTS] = {"inplace", "outofplace recv=window",
@@ -92,6 +113,7 @@ static struct sym_state sym;
 
 /* One case: what it runs. */
 struct sym_case {
+  int scatter; /* ncclReduceScatter (count: the receive count); else ncclAllReduce */
   ncclDataType_t type;
   gpu_op_t op;
   size_t count;
@@ -100,6 +122,18 @@ struct sym_case {
   int reps;
   int graph; /* captured: SYM_GRAPH_REPS calls, replayed */
 };
+
+/* The collective's name as Braid logs it and the cases are named. */
+static const char* sym_coll_name(const struct sym_case* c) {
+  return c->scatter ? "ReduceScatter" : "AllReduce";
+}
+
+/* Bytes of one rank's output, and of one rank's input (reduce-scatter: nranks parts). */
+static size_t sym_out_bytes(const struct sym_case* c) { return c->count * ref_type(c->type)->size; }
+
+static size_t sym_in_bytes(const struct gpu_world* w, const struct sym_case* c) {
+  return sym_out_bytes(c) * (c->scatter ? (size_t)w->nranks : 1);
+}
 
 /* ---- collective calls from one thread per local rank ---------------------------------------- */
 
@@ -233,9 +267,10 @@ static long long sym_log_mark(void) {
 
 /*
  * Counts the lines logged since `mark` that say "from a symmetric window": all of them in
- * *any, those of an all-reduce of `count` elements in *exact. 0, or -1 when unreadable.
+ * *any, those of collective `coll` ("AllReduce") of `count` elements in *exact. 0, or -1
+ * when unreadable.
  */
-static int sym_log_count(long long mark, size_t count, int* any, int* exact) {
+static int sym_log_count(long long mark, const char* coll, size_t count, int* any, int* exact) {
   FILE* f = fopen(sym.log_path, "r");
   char line[4096], want[96];
   *any = *exact = 0;
@@ -244,7 +279,7 @@ static int sym_log_count(long long mark, size_t count, int* any, int* exact) {
     fclose(f);
     return -1;
   }
-  snprintf(want, sizeof want, "AllReduce %zu elements from a symmetric window", count);
+  snprintf(want, sizeof want, "%s %zu elements from a symmetric window", coll, count);
   while (fgets(line, sizeof line, f)) {
     if (!strstr(line, "from a symmetric window")) continue;
     (*any)++;
@@ -255,10 +290,11 @@ static int sym_log_count(long long mark, size_t count, int* any, int* exact) {
 }
 
 /* Fails the case when the path the log shows is not the one `expect` names. */
-static void sym_log_check(struct gpu_world* w, long long mark, size_t count, int expect) {
+static void sym_log_check(struct gpu_world* w, long long mark, const char* coll, size_t count,
+                          int expect) {
   int any, exact;
   if (!sym.check_log || expect == SYM_EXPECT_EITHER) return;
-  if (sym_log_count(mark, count, &any, &exact) != 0) {
+  if (sym_log_count(mark, coll, count, &any, &exact) != 0) {
     world_case_fail(w,
                     "cannot read the log %s: %s (BRAID_DEBUG=INFO and "
                     "BRAID_DEBUG_SUBSYS=TUNING set?)",
@@ -267,10 +303,10 @@ static void sym_log_check(struct gpu_world* w, long long mark, size_t count, int
   }
   if (expect == SYM_EXPECT_SYM && exact < w->nlocal)
     world_case_fail(w,
-                    "the symmetric path was not taken: %d log line(s) \"AllReduce %zu elements "
+                    "the symmetric path was not taken: %d log line(s) \"%s %zu elements "
                     "from a symmetric window\" in %s, %d expected (one per local rank at least; "
                     "BRAID_SYM_MAX_BYTES=%lld)",
-                    exact, count, sym.log_path, w->nlocal, sym.max_bytes);
+                    exact, coll, count, sym.log_path, w->nlocal, sym.max_bytes);
   if (expect == SYM_EXPECT_PLAIN && any > 0)
     world_case_fail(w,
                     "the symmetric path was taken where it must not be: %d log line(s) \"from a "
@@ -310,10 +346,15 @@ static void sym_setup(struct gpu_world* w) {
     world_case_fail(w, "GPU_SYM_CHECK_LOG=1 needs BRAID_DEBUG_FILE (one file per process)");
     goto out;
   }
-  /* Large enough for the cases at BRAID_SYM_MAX_BYTES and past it, when they run. */
-  size_t need = (size_t)262149 * 8;
+  /*
+   * Large enough for the largest reduce-scatter's input (nranks parts), and for the cases at
+   * BRAID_SYM_MAX_BYTES and one element past it (a reduce-scatter: nranks elements past),
+   * when they run.
+   */
+  size_t need = (size_t)262149 * 8, past = 4 * (size_t)w->nranks > 8 ? 4 * (size_t)w->nranks : 8;
+  if ((size_t)w->nranks * SYM_RS_LARGEST * 8 > need) need = (size_t)w->nranks * SYM_RS_LARGEST * 8;
   if (sym.max_bytes > 0 && (size_t)sym.max_bytes + 8 <= SYM_LIMIT_CAP)
-    need = (size_t)sym.max_bytes + 8 > need ? (size_t)sym.max_bytes + 8 : need;
+    need = (size_t)sym.max_bytes + past > need ? (size_t)sym.max_bytes + past : need;
   sym.win_bytes = (need + SYM_MAX_OFFSET + GPU_GUARD + 4095) & ~(size_t)4095;
   for (int l = 0; l < w->nlocal; l++) sym.odd[l] = (w->rank0 + l) % 2;
   for (int l = 0; l < w->nlocal; l++) {
@@ -374,7 +415,7 @@ static void sym_teardown(struct gpu_world* w) {
 /* ---- one case -------------------------------------------------------------------------------- */
 
 static int sym_expect(const struct gpu_world* w, const struct sym_case* c) {
-  size_t bytes = c->count * ref_type(c->type)->size;
+  size_t bytes = sym_in_bytes(w, c); /* reduce-scatter: every part, as nccl-tests counts it */
   if (sym.max_bytes <= 0 || (long long)bytes > sym.max_bytes || w->nranks < 2)
     return SYM_EXPECT_PLAIN;
   if (c->op == GPU_OP_PREMUL_HOST || c->op == GPU_OP_PREMUL_DEV) return SYM_EXPECT_PLAIN;
@@ -384,9 +425,9 @@ static int sym_expect(const struct gpu_world* w, const struct sym_case* c) {
 
 static void sym_case_name(const struct gpu_world* w, const struct sym_case* c, char* out,
                           size_t len) {
-  snprintf(out, len, "Sym AllReduce %s %s count=%zu offset=%zu %s %s%d mode=%s",
-           ref_type(c->type)->name, ref_op_name(c->op), c->count, c->offset,
-           sym_layout_names[c->layout], c->graph ? "graph x" : "x",
+  snprintf(out, len, "Sym %s %s %s %s=%zu offset=%zu %s %s%d mode=%s", sym_coll_name(c),
+           ref_type(c->type)->name, ref_op_name(c->op), c->scatter ? "recvcount" : "count",
+           c->count, c->offset, sym_layout_names[c->layout], c->graph ? "graph x" : "x",
            c->graph ? SYM_GRAPH_REPS : c->reps, w->opts->mode);
 }
 
@@ -394,15 +435,23 @@ static void sym_case_name(const struct gpu_world* w, const struct sym_case* c, c
  * Where local rank l's input and output of case c lie, and the region poisoned around them.
  * The plain output of an odd rank lies one element further than the even ranks' (an output
  * whose alignment differs from rank to rank: the symmetric path's rounds must not depend on
- * it, or the ranks' meetings would go out of step).
+ * it, or the ranks' meetings would go out of step). A reduce-scatter in place receives into
+ * its own part of its input, sendbuff + rank * recvcount elements (NCCL's definition).
  */
-static void sym_bufs(const struct sym_case* c, int l, char** send, char** recv, char** region) {
+static void sym_bufs(const struct gpu_world* w, const struct sym_case* c, int l, char** send,
+                     char** recv, char** region) {
   *send = sym.send[l] + c->offset;
   const size_t skew = sym.odd[l] ? ref_type(c->type)->size : 0;
   *region = c->layout == SYM_INPLACE       ? sym.send[l]
             : c->layout == SYM_RECV_WINDOW ? sym.recv[l]
                                            : sym.plain[l] + skew;
   *recv = *region + c->offset;
+  if (c->scatter && c->layout == SYM_INPLACE) *recv += (size_t)(w->rank0 + l) * sym_out_bytes(c);
+}
+
+/* The bytes poisoned before each call: the output (in place, the input) and a guard after. */
+static size_t sym_span(const struct gpu_world* w, const struct sym_case* c) {
+  return c->offset + (c->layout == SYM_INPLACE ? sym_in_bytes(w, c) : sym_out_bytes(c)) + GPU_GUARD;
 }
 
 /* The operator of local rank l for case c (created on `comm` for PreMulSum). */
@@ -438,16 +487,17 @@ static int sym_bind(struct gpu_world* w, const struct sym_case* c, int l, ncclCo
 
 /*
  * Step k of a case on every local rank, on its stream: poison the output (and in place the
- * window around the input), copy input k in, all-reduce, copy the output out to slot k.
+ * window around the input), copy input k in, all-reduce or reduce-scatter, copy the output
+ * out to slot k.
  */
 static int sym_step(struct gpu_world* w, const struct sym_case* c, ncclComm_t* comms,
                     const ncclRedOp_t* ops, int k) {
-  size_t bytes = c->count * ref_type(c->type)->size;
-  size_t span = c->offset + bytes + GPU_GUARD;
-  char what[64];
+  size_t bytes = sym_in_bytes(w, c), out_bytes = sym_out_bytes(c);
+  size_t span = sym_span(w, c);
+  char what[80];
   for (int l = 0; l < w->nlocal; l++) {
     char *send, *recv, *region;
-    sym_bufs(c, l, &send, &recv, &region);
+    sym_bufs(w, c, l, &send, &recv, &region);
     if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
         world_cuda(w, cudaMemsetAsync(region, GPU_POISON, span, w->stream[l]), "cudaMemsetAsync") ||
         world_cuda(w,
@@ -460,20 +510,22 @@ static int sym_step(struct gpu_world* w, const struct sym_case* c, ncclComm_t* c
   int rc = 0;
   for (int l = 0; l < w->nlocal; l++) {
     char *send, *recv, *region;
-    sym_bufs(c, l, &send, &recv, &region);
-    snprintf(what, sizeof what, "ncclAllReduce step %d on rank %d", k, w->rank0 + l);
-    rc |=
-        world_nccl(w, ncclAllReduce(send, recv, c->count, c->type, ops[l], comms[l], w->stream[l]),
-                   comms[l], what);
+    sym_bufs(w, c, l, &send, &recv, &region);
+    snprintf(what, sizeof what, "nccl%s step %d on rank %d", sym_coll_name(c), k, w->rank0 + l);
+    ncclResult_t res =
+        c->scatter
+            ? ncclReduceScatter(send, recv, c->count, c->type, ops[l], comms[l], w->stream[l])
+            : ncclAllReduce(send, recv, c->count, c->type, ops[l], comms[l], w->stream[l]);
+    rc |= world_nccl(w, res, comms[l], what);
   }
   rc |= world_group_end(w);
   if (rc) return -1;
   for (int l = 0; l < w->nlocal; l++) {
     char *send, *recv, *region;
-    sym_bufs(c, l, &send, &recv, &region);
+    sym_bufs(w, c, l, &send, &recv, &region);
     if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
         world_cuda(w,
-                   cudaMemcpyAsync(sym.stage_out[l] + (size_t)k * bytes, recv, bytes,
+                   cudaMemcpyAsync(sym.stage_out[l] + (size_t)k * out_bytes, recv, out_bytes,
                                    cudaMemcpyDeviceToDevice, w->stream[l]),
                    "cudaMemcpyAsync (output)"))
       return -1;
@@ -481,10 +533,13 @@ static int sym_step(struct gpu_world* w, const struct sym_case* c, ncclComm_t* c
   return 0;
 }
 
-/* Every rank's inputs of `nsteps` steps: in[k * nranks + r]; and this process's uploaded. */
+/*
+ * Every rank's inputs of `nsteps` steps: in[k * nranks + r] (a reduce-scatter's: nranks *
+ * recvcount elements); and this process's uploaded.
+ */
 static int sym_inputs(struct gpu_world* w, const struct sym_case* c, uint64_t seed, int nsteps,
                       void** in) {
-  size_t bytes = c->count * ref_type(c->type)->size;
+  size_t bytes = sym_in_bytes(w, c), elems = bytes / ref_type(c->type)->size;
   for (int k = 0; k < nsteps; k++)
     for (int r = 0; r < w->nranks; r++) {
       void** p = &in[(size_t)k * (size_t)w->nranks + (size_t)r];
@@ -496,7 +551,7 @@ static int sym_inputs(struct gpu_world* w, const struct sym_case* c, uint64_t se
       ref_fill(
           c->type, c->op, w->nranks,
           seed + 0x9e3779b97f4a7c15ull * (uint64_t)(r + 1) + 0x632be59bd9b4e019ull * (uint64_t)k,
-          *p, c->count);
+          *p, elems);
     }
   for (int l = 0; l < w->nlocal; l++) {
     if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice")) return -1;
@@ -511,17 +566,21 @@ static int sym_inputs(struct gpu_world* w, const struct sym_case* c, uint64_t se
   return 0;
 }
 
-/* The wrong elements of one output: a few reported when `report`; returns how many. */
+/*
+ * The wrong elements of one output: a few reported when `report`; returns how many. A
+ * reduce-scatter's output is part `rank` of the reduced input.
+ */
 static size_t sym_check_output(struct gpu_world* w, const struct sym_case* c, void* const* in,
                                const unsigned char* got, int rank, int k, int report,
                                const char* when) {
   struct ref_ctx ref;
   char why[256];
-  size_t bad = 0;
+  size_t bad = 0, base = c->scatter ? (size_t)rank * c->count : 0;
   ref_ctx_init(&ref, c->type, c->op, w->nranks);
   for (size_t j = 0; j < c->count; j++) {
     int say = report && bad < 3;
-    if (ref_check_reduced(&ref, (const void* const*)in, j, got, j, say ? why : NULL, sizeof why))
+    if (ref_check_reduced(&ref, (const void* const*)in, base + j, got, j, say ? why : NULL,
+                          sizeof why))
       continue;
     if (say) world_case_fail(w, "%srank %d step %d element %zu: %s", when, rank, k, j, why);
     bad++;
@@ -533,17 +592,21 @@ static size_t sym_check_output(struct gpu_world* w, const struct sym_case* c, vo
 }
 
 /*
- * After the steps and a synchronization: every output against the reference (the first
- * local rank's; the other local ranks' must equal it bit for bit), the poison around the
- * last output, an out-of-place input unchanged; every rank's hash gathered and compared.
+ * After the steps and a synchronization: every output against the reference (all-reduce:
+ * the first local rank's, the other local ranks' must equal it bit for bit; reduce-scatter:
+ * every local rank's, each a different part), the poison around the last output, an
+ * out-of-place input unchanged (in place, a reduce-scatter's other parts where the symmetric
+ * path runs: its ranks read them from the window while this one writes its own);
+ * all-reduce: every rank's hash gathered and compared.
  * `when` prefixes the failures ("replay 2: ").
  */
 static int sym_check(struct gpu_world* w, const struct sym_case* c, int nsteps, void** in,
                      const char* when) {
-  size_t bytes = c->count * ref_type(c->type)->size, span = c->offset + bytes + GPU_GUARD;
-  size_t total = (size_t)nsteps * bytes;
+  size_t bytes = sym_out_bytes(c), in_bytes = sym_in_bytes(w, c), span = sym_span(w, c);
+  size_t total = (size_t)nsteps * bytes, hlen = total > span ? total : span;
+  if (in_bytes > hlen) hlen = in_bytes;
   unsigned char* first = malloc(total ? total : 1);
-  unsigned char* host = malloc(total > span ? total : span);
+  unsigned char* host = malloc(hlen);
   int failed_before = w->case_failed, rc = 0;
   w->case_failed = 0;
   if (first == NULL || host == NULL) {
@@ -554,14 +617,15 @@ static int sym_check(struct gpu_world* w, const struct sym_case* c, int nsteps, 
     int rank = w->rank0 + l;
     uint64_t h = 0xcbf29ce484222325ull;
     char *send, *recv, *region;
-    sym_bufs(c, l, &send, &recv, &region);
-    unsigned char* got = l == 0 ? first : host;
+    sym_bufs(w, c, l, &send, &recv, &region);
+    const int own = l == 0 || c->scatter; /* this rank's outputs checked against the reference */
+    unsigned char* got = own ? first : host;
     if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
         world_cuda(w, cudaMemcpy(got, sym.stage_out[l], total, cudaMemcpyDeviceToHost),
                    "cudaMemcpy (outputs)"))
       goto out;
     for (size_t i = 0; i < total; i++) h = (h ^ got[i]) * 0x100000001b3ull;
-    if (l == 0) {
+    if (own) {
       int wrong = 0; /* steps with wrong elements: the first two told in detail */
       for (int k = 0; k < nsteps; k++)
         wrong += sym_check_output(w, c, &in[(size_t)k * (size_t)w->nranks],
@@ -574,37 +638,58 @@ static int sym_check(struct gpu_world* w, const struct sym_case* c, int nsteps, 
       world_case_fail(w, "%srank %d's outputs differ from rank %d's from byte %zu (step %zu)", when,
                       rank, w->rank0, i, i / (bytes ? bytes : 1));
     }
-    if (world_cuda(w, cudaMemcpy(sym.hash[l], &h, sizeof h, cudaMemcpyHostToDevice),
-                   "cudaMemcpy (hash)"))
+    if (!c->scatter && world_cuda(w, cudaMemcpy(sym.hash[l], &h, sizeof h, cudaMemcpyHostToDevice),
+                                  "cudaMemcpy (hash)"))
       goto out;
     /* The poison around the last output; in place, the window around the last input. */
     if (world_cuda(w, cudaMemcpy(host, region, span, cudaMemcpyDeviceToHost), "cudaMemcpy"))
       goto out;
+    const size_t out_at = (size_t)(recv - region);
+    const size_t in_end = c->layout == SYM_INPLACE ? c->offset + in_bytes : 0;
     for (size_t i = 0; i < span; i++) {
-      if ((i >= c->offset && i < c->offset + bytes) || host[i] == GPU_POISON) continue;
+      if ((i >= out_at && i < out_at + bytes) || (i >= c->offset && i < in_end) ||
+          host[i] == GPU_POISON)
+        continue;
       world_case_fail(w,
                       "%srank %d: byte %zu of the output's buffer was written (0x%02x), "
                       "outside the output [%zu, %zu)",
-                      when, rank, i, host[i], c->offset, c->offset + bytes);
+                      when, rank, i, host[i], out_at, out_at + bytes);
       break;
     }
+    const unsigned char* last = in[(size_t)(nsteps - 1) * (size_t)w->nranks + (size_t)rank];
+    if (c->scatter && c->layout == SYM_INPLACE && sym_expect(w, c) == SYM_EXPECT_SYM) {
+      for (size_t i = 0; i < in_bytes; i++) {
+        if ((i >= out_at - c->offset && i < out_at - c->offset + bytes) ||
+            host[c->offset + i] == last[i])
+          continue;
+        world_case_fail(w,
+                        "%srank %d: byte %zu of its input (part %zu) was modified in place, "
+                        "outside its own part [%zu, %zu)",
+                        when, rank, i, i / (bytes ? bytes : 1), out_at - c->offset,
+                        out_at - c->offset + bytes);
+        break;
+      }
+    }
     if (c->layout != SYM_INPLACE) {
-      if (world_cuda(w, cudaMemcpy(host, send, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy"))
+      if (world_cuda(w, cudaMemcpy(host, send, in_bytes, cudaMemcpyDeviceToHost), "cudaMemcpy"))
         goto out;
-      if (memcmp(host, in[(size_t)(nsteps - 1) * (size_t)w->nranks + (size_t)rank], bytes) != 0)
+      if (memcmp(host, last, in_bytes) != 0)
         world_case_fail(w, "%srank %d: the input in its window was modified", when, rank);
     }
   }
 out:
-  /* Every process gathers, even after a failure here: the others wait for it. */
-  if (world_group_start(w) == 0) {
+  /*
+   * All-reduce: every process gathers, even after a failure here: the others wait for it.
+   * A reduce-scatter's outputs differ from rank to rank: no process gathers.
+   */
+  if (!c->scatter && world_group_start(w) == 0) {
     for (int l = 0; l < w->nlocal; l++)
       world_nccl(
           w, ncclAllGather(sym.hash[l], sym.hash[l] + 1, 1, ncclUint64, w->comm[l], w->stream[l]),
           w->comm[l], "ncclAllGather (hashes)");
     world_group_end(w);
   }
-  if (world_sync(w) == 0) {
+  if (!c->scatter && world_sync(w) == 0) {
     uint64_t all[GPU_MAX_RANKS];
     if (world_cuda(w, cudaSetDevice(w->dev[0]), "cudaSetDevice") == 0 &&
         world_cuda(w,
@@ -670,7 +755,7 @@ static int sym_replay(struct gpu_world* w, cudaGraphExec_t* exec, int times) {
 static void sym_run(struct gpu_world* w, const struct sym_case* c, size_t index) {
   char name[sizeof w->case_name];
   sym_case_name(w, c, name, sizeof name);
-  size_t bytes = c->count * ref_type(c->type)->size;
+  size_t bytes = sym_in_bytes(w, c); /* the outputs are no larger */
   int nsteps = c->graph ? SYM_GRAPH_REPS : c->reps;
   if (!w->opts->list) {
     if (!sym.ready) {
@@ -700,12 +785,12 @@ static void sym_run(struct gpu_world* w, const struct sym_case* c, size_t index)
     int issued = 0;
     for (int k = 0; k < c->reps && issued == 0; k++) issued = sym_step(w, c, w->comm, ops, k);
     if (issued == 0 && world_sync(w) == 0) {
-      sym_log_check(w, mark, c->count, sym_expect(w, c));
+      sym_log_check(w, mark, sym_coll_name(c), c->count, sym_expect(w, c));
       sym_check(w, c, nsteps, in, "");
     }
   } else if (ok) {
     if (sym_capture(w, c, ops, graph, exec) == 0) {
-      sym_log_check(w, mark, c->count, sym_expect(w, c));
+      sym_log_check(w, mark, sym_coll_name(c), c->count, sym_expect(w, c));
       /* A wrong result goes on to the next replay: every process runs the same calls. */
       char when[64];
       int issued = 0;
@@ -781,7 +866,7 @@ static void sym_destroy_registered(struct gpu_world* w) {
            world_cuda(w, cudaStreamSynchronize(w->stream[l]), "cudaStreamSynchronize");
     if (rc == 0) {
       struct sym_case c = {.type = ncclFloat32, .op = GPU_OP_SUM, .count = count};
-      sym_log_check(w, mark, count, sym_expect(w, &c));
+      sym_log_check(w, mark, "AllReduce", count, sym_expect(w, &c));
     }
     for (int l = 0; rc == 0 && l < w->nlocal; l++) {
       cudaSetDevice(w->dev[l]);
@@ -829,6 +914,13 @@ static const ncclDataType_t sym_quick_types[] = {ncclInt8, ncclFloat16, ncclFloa
                                                  ncclFloat8e4m3};
 static const gpu_op_t sym_quick_ops[] = {GPU_OP_SUM, GPU_OP_MAX, GPU_OP_AVG, GPU_OP_PREMUL_DEV};
 static const size_t sym_quick_counts[] = {1, 7, 4097};
+/*
+ * Reduce-scatter receive counts: the small ones, and 1024 (whole packs for every type);
+ * 262144 (whole packs) and SYM_RS_LARGEST (elements), large enough for several rounds.
+ */
+static const size_t sym_rs_counts[] = {1, 2, 3, 7, 8, 1023, 1024, 4097};
+static const size_t sym_rs_large_counts[] = {262144, SYM_RS_LARGEST};
+static const size_t sym_rs_quick_counts[] = {1, 8, 4097};
 
 /*
  * The input's byte offset i (0..2) in its window: 0, then 4 (8 for the 8-byte types, which
@@ -837,6 +929,99 @@ static const size_t sym_quick_counts[] = {1, 7, 4097};
 static size_t sym_offset(ncclDataType_t t, int i) {
   size_t size = ref_type(t)->size;
   return i == 0 ? 0 : i == 1 ? (size > 4 ? size : 4) : 16 + 2 * size;
+}
+
+/*
+ * The reduce-scatters, after the all-reduces (case indices from *index on): every type and
+ * operator at every small receive count in every layout, at all three offsets with sum and
+ * at one offset (turning with the count, layout and operator) with the others; the large
+ * counts with every type (sum) and float and bfloat16 (every operator), SYM_RS_LARGE_REPS
+ * calls; float sum at BRAID_SYM_MAX_BYTES of input and one receive element past it; graphs
+ * of three types and operators.
+ */
+static void suite_sym_scatter(struct gpu_world* w, size_t* index) {
+  int quick = w->opts->quick;
+  const ncclDataType_t* types = quick ? sym_quick_types : gpu_all_types;
+  size_t ntypes = quick ? ARRAY_LEN(sym_quick_types) : ARRAY_LEN(gpu_all_types);
+  const gpu_op_t* ops = quick ? sym_quick_ops : sym_all_ops;
+  size_t nops = quick ? ARRAY_LEN(sym_quick_ops) : ARRAY_LEN(sym_all_ops);
+  const size_t* counts = quick ? sym_rs_quick_counts : sym_rs_counts;
+  size_t ncounts = quick ? ARRAY_LEN(sym_rs_quick_counts) : ARRAY_LEN(sym_rs_counts);
+  for (size_t t = 0; t < ntypes; t++)
+    for (size_t o = 0; o < nops; o++)
+      for (size_t k = 0; k < ncounts; k++)
+        for (int lay = 0; lay < SYM_LAYOUTS; lay++)
+          for (int off = 0; off < 3; off++) {
+            if (ops[o] != GPU_OP_SUM && (size_t)off != (k + o + (size_t)lay) % 3) continue;
+            struct sym_case c = {.scatter = 1,
+                                 .type = types[t],
+                                 .op = ops[o],
+                                 .count = counts[k],
+                                 .offset = sym_offset(types[t], off),
+                                 .layout = lay,
+                                 .reps = quick ? 4 : SYM_REPS};
+            sym_run(w, &c, (*index)++);
+          }
+  for (size_t k = 0; k < ARRAY_LEN(sym_rs_large_counts) && !quick; k++)
+    for (size_t t = 0; t < ARRAY_LEN(gpu_all_types); t++)
+      for (size_t o = 0; o < ARRAY_LEN(sym_all_ops); o++) {
+        ncclDataType_t ty = gpu_all_types[t];
+        gpu_op_t op = sym_all_ops[o];
+        if (op != GPU_OP_SUM && ty != ncclFloat32 && ty != ncclBfloat16) continue;
+        size_t in = sym_rs_large_counts[k] * ref_type(ty)->size * (size_t)w->nranks;
+        int reps = SYM_RS_LARGE_REPS;
+        while (reps > 2 && (size_t)reps * in > SYM_STAGE_BYTES) reps--;
+        for (int lay = 0; lay < SYM_LAYOUTS; lay++) {
+          struct sym_case c = {.scatter = 1,
+                               .type = ty,
+                               .op = op,
+                               .count = sym_rs_large_counts[k],
+                               .offset = sym_offset(ty, (int)(k + t + (size_t)lay) % 3),
+                               .layout = lay,
+                               .reps = reps};
+          sym_run(w, &c, (*index)++);
+        }
+      }
+  /* At BRAID_SYM_MAX_BYTES of input (symmetric) and one receive element past it (ordinary). */
+  for (int past = 0; past < 2; past++) {
+    long long m = sym.max_bytes;
+    size_t part = 4 * (size_t)w->nranks; /* one float of every rank's part */
+    int fits = m >= (long long)part && (size_t)m + part <= SYM_LIMIT_CAP && (size_t)m % part == 0;
+    struct sym_case c = {.scatter = 1,
+                         .type = ncclFloat32,
+                         .op = GPU_OP_SUM,
+                         .count = fits ? (size_t)m / part + (size_t)past : 1 + (size_t)past,
+                         .layout = past ? SYM_RECV_PLAIN : SYM_INPLACE,
+                         .reps = SYM_LIMIT_REPS};
+    char name[sizeof w->case_name];
+    snprintf(name, sizeof name, "Sym ReduceScatter f32 sum %s BRAID_SYM_MAX_BYTES mode=%s",
+             past ? "one element past" : "at", w->opts->mode);
+    if (!world_case_fits(w, name, fits && !quick,
+                         "needs BRAID_SYM_MAX_BYTES set, a multiple of 4 x nranks, at most "
+                         "64 MiB (and no --quick)"))
+      continue;
+    sym_run(w, &c, (*index)++);
+  }
+  /* Captured in a graph: packs (1024, at offset 0) and elements (7, 65537) in every layout. */
+  {
+    static const ncclDataType_t gtypes[] = {ncclFloat32, ncclBfloat16, ncclUint8};
+    static const gpu_op_t gops[] = {GPU_OP_SUM, GPU_OP_AVG, GPU_OP_PREMUL_DEV};
+    static const size_t gcounts[] = {7, 1024, 65537};
+    for (size_t t = 0; t < (quick ? 1 : ARRAY_LEN(gtypes)); t++)
+      for (size_t o = 0; o < ARRAY_LEN(gops); o++)
+        for (size_t k = 0; k < (quick ? 2 : ARRAY_LEN(gcounts)); k++)
+          for (int lay = 0; lay < SYM_LAYOUTS; lay++) {
+            int off = gcounts[k] == 1024 ? 0 : (int)(k + (size_t)lay) % 3;
+            struct sym_case c = {.scatter = 1,
+                                 .type = gtypes[t],
+                                 .op = gops[o],
+                                 .count = gcounts[k],
+                                 .offset = sym_offset(gtypes[t], off),
+                                 .layout = lay,
+                                 .graph = 1};
+            sym_run(w, &c, (*index)++);
+          }
+  }
 }
 
 void suite_sym(struct gpu_world* w) {
@@ -928,6 +1113,7 @@ void suite_sym(struct gpu_world* w) {
             sym_run(w, &c, index++);
           }
   }
+  suite_sym_scatter(w, &index);
   sym_teardown(w);
   sym_destroy_registered(w);
 }
