@@ -44,7 +44,8 @@ printf '#include <nccl_device.h>\nint main(void) { return (int)ncclGetResourceBu
 # shellcheck disable=SC2086 # the flags are words
 $cc ${CFLAGS:-} -Wall -Werror "$tmp/devapi.c" -o "$tmp/devapi_c" $flags ${LDFLAGS:-} ||
   fail "compiling nccl_device.h as C with pkg-config's flags"
-"$tmp/devapi_c" || fail "the nccl_device.h consumer"
+LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$tmp/devapi_c" ||
+  fail "the nccl_device.h consumer"
 
 step "build the consumer with $cc and pkg-config's flags"
 # shellcheck disable=SC2086 # the flags are words
