@@ -464,7 +464,7 @@ static int ofi_raw_open(struct ofi_raw* r, const void* name) {
   r->hints->ep_attr->type = FI_EP_RDM;
   r->hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
   r->hints->fabric_attr->prov_name = strdup(prov ? prov : "tcp;ofi_rxm");
-  /* net_ofi.c's OFI_API */
+  /* net_ofi_fabric.c's OFI_API */
   int rc = fi_getinfo(FI_VERSION(1, 10), NULL, NULL, 0, r->hints, &r->list);
   for (struct fi_info* i = r->list; rc == 0 && i; i = i->next)
     if (i->addr_format == FI_SOCKADDR_IN && info == NULL) info = i; /* the backend's format */
