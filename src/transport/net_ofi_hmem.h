@@ -2,7 +2,7 @@
  * The OFI backend's GPU memory (FI_HMEM) pieces that need no provider: what
  * fi_getinfo is asked for, the fi_mr_attr of a device buffer, whether this
  * process's GPU can take a provider's writes, and the flush after them.
- * net_ofi_fabric.c and net_ofi.c drive them; tests/unit/net_ofi_hmem_test.c checks
+ * net_ofi_fabric.c and net_ofi.c drive them; tests/unit/net_ofi_attr_test.c checks
  * them alone.
  * Built only where rdma/fabric.h was found (BRAID_HAVE_LIBFABRIC).
  */
