@@ -348,19 +348,18 @@ fail:
 /*
  * An all-reduce or reduce-scatter whose input lies in a symmetric window, up to
  * BRAID_SYM_MAX_BYTES of input, as the symmetric work (device/sym.h: every rank reads every
- * rank's input from the window; no
- * connection): *w filled, 1; else 0. Every rank decides alike: the windows are registered
- * collectively, the size and the setting (agreed at init) are the same. Its fields carry the
- * window's addresses as sym.h reads them. Blocks: one per BRAID_SYM_ROUND_BYTES of input (what
- * a block holds in a round), at most the comm's channels. `log`: say so (once per operation,
- * at its launch).
+ * rank's input from the window; no connection): *w filled, 1; else 0. Every rank decides
+ * alike: the windows are registered collectively, the size and the setting (agreed at init)
+ * are the same. Its fields carry the window's addresses as sym.h reads them. Blocks: one per
+ * BRAID_SYM_ROUND_BYTES of output (what a block holds in a round), at most the comm's
+ * channels. `log`: say so (once per operation, at its launch).
  */
 static int enq_sym_work(struct ncclComm* comm, const struct braid_op* op, struct braid_work* w,
                         int log) {
   const int64_t max = braid_param_int(BRAID_P_SYM_MAX_BYTES);
   if (max <= 0 || (op->coll != BRAID_COLL_ALLREDUCE && op->coll != BRAID_COLL_REDUCESCATTER))
     return 0;
-  const size_t bytes = enq_op_bytes(op);     /* this rank's output */
+  const size_t bytes = enq_op_bytes(op);         /* this rank's output */
   const size_t input = enq_tune_bytes(comm, op); /* every rank's input (reduce-scatter: n parts) */
   struct window_sym ws;
   if (op->count == 0 || comm->nranks < 2 || input > (uint64_t)max || !enq_ce_scalar_ok(op) ||
