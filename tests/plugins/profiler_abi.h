@@ -14,7 +14,6 @@
 
 #include "nccl_common.h"
 
-
 enum {
   ncclProfileGroup = (1 << 0),
   ncclProfileColl = (1 << 1),

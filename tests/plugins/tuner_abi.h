@@ -13,7 +13,6 @@
 
 #include "nccl_common.h"
 
-
 typedef enum {
   ncclFuncBroadcast = 0,
   ncclFuncReduce = 1,
