@@ -41,10 +41,16 @@ struct int_math {
 template <typename T>
 struct math : int_math<T> {};
 
+/*
+ * Floating add and multiply round each result (__fadd_rn, __fmul_rn): the compiler may not fuse
+ * PreMulSum's `acc + x * scalar` into one FMA. Fused, a rank that reduces the inputs itself
+ * (direct and symmetric all-reduce) would get fma(x1, s, x0 * s) where its peer gets
+ * fma(x0, s, x1 * s): results that differ between ranks in the last bit.
+ */
 template <>
 struct math<float> {
-  static __device__ __forceinline__ float add(float a, float b) { return a + b; }
-  static __device__ __forceinline__ float mul(float a, float b) { return a * b; }
+  static __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
+  static __device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
   static __device__ __forceinline__ float max(float a, float b) { return fmaxf(a, b); }
   static __device__ __forceinline__ float min(float a, float b) { return fminf(a, b); }
   static __device__ __forceinline__ float div(float a, int n) { return a / (float)n; }
@@ -52,8 +58,8 @@ struct math<float> {
 
 template <>
 struct math<double> {
-  static __device__ __forceinline__ double add(double a, double b) { return a + b; }
-  static __device__ __forceinline__ double mul(double a, double b) { return a * b; }
+  static __device__ __forceinline__ double add(double a, double b) { return __dadd_rn(a, b); }
+  static __device__ __forceinline__ double mul(double a, double b) { return __dmul_rn(a, b); }
   static __device__ __forceinline__ double max(double a, double b) { return fmax(a, b); }
   static __device__ __forceinline__ double min(double a, double b) { return fmin(a, b); }
   static __device__ __forceinline__ double div(double a, int n) { return a / (double)n; }
