@@ -62,7 +62,7 @@ case $want in
       cat "$dir"/braid.*.log | grep -q "AllReduce $c elements from a symmetric window" ||
         fail "no all-reduce of $c elements took the symmetric path"
     done
-    for c in ${SYM_COUNTS_ABSENT:-4194305}; do
+    for c in ${SYM_COUNTS_ABSENT-4194305}; do
       if cat "$dir"/braid.*.log | grep -q "AllReduce $c elements from a symmetric window"; then
         fail "an all-reduce of $c elements (past BRAID_SYM_MAX_BYTES) took the symmetric path"
       fi
