@@ -560,19 +560,29 @@ static bool devcomm_twice(world_info& w) {
   return true;
 }
 
-/* Requirements Braid does not offer (GIN, multimem) are refused, on every rank. */
+/*
+ * Requirements Braid does not offer (GIN, multimem) are refused, on every rank. Rail barriers
+ * are GIN's only across hosts: here every rank is in the LSA team, so each rank's rail is itself
+ * and they are granted (PyTorch asks for them on any machine).
+ */
 static bool refused_requirements(world_info& w) {
-  for (int which = 0; which < 3; which++) {
+  {
     ncclDevCommRequirements reqs;
     memset(&reqs, 0, sizeof reqs);
-    if (which == 0) reqs.railGinBarrierCount = 1;
-    if (which == 1) reqs.ginSignalCount = 1;
-    if (which == 2) reqs.lsaMultimem = true;
+    reqs.railGinBarrierCount = 1;
+    ncclDevComm dc;
+    NCCL_OK(w.comm, ncclDevCommCreate(w.comm, &reqs, &dc));
+    NCCL_OK(w.comm, ncclDevCommDestroy(w.comm, &dc));
+  }
+  for (int which = 0; which < 2; which++) {
+    ncclDevCommRequirements reqs;
+    memset(&reqs, 0, sizeof reqs);
+    if (which == 0) reqs.ginSignalCount = 1;
+    if (which == 1) reqs.lsaMultimem = true;
     ncclDevComm dc;
     ncclResult_t r = ncclDevCommCreate(w.comm, &reqs, &dc);
     CHECK(r == ncclInvalidUsage, "requirement %s: %s, expected ncclInvalidUsage",
-          which == 0 ? "railGinBarrierCount" : which == 1 ? "ginSignalCount" : "lsaMultimem",
-          ncclGetErrorString(r));
+          which == 0 ? "ginSignalCount" : "lsaMultimem", ncclGetErrorString(r));
   }
   return true;
 }

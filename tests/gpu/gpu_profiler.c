@@ -171,11 +171,12 @@ static void check_rank(const char* line, int ndev) {
   const struct event* bc = check_task(rank, ev, n, "Coll", "Broadcast", 0);
   const struct event* ag = check_task(rank, ev, n, "Coll", "AllGather", 0);
   const struct event* rs = check_task(rank, ev, n, "Coll", "ReduceScatter", 0);
-  check_coll(rank, ar0, 1024, "ncclFloat32", -1, 0);
-  check_coll(rank, ar1, 1024, "ncclFloat32", -1, 1);
+  /* Collectives without a root report root 0, as NCCL's do. */
+  check_coll(rank, ar0, 1024, "ncclFloat32", 0, 0);
+  check_coll(rank, ar1, 1024, "ncclFloat32", 0, 1);
   check_coll(rank, bc, 77, "ncclInt8", 0, 0);
-  check_coll(rank, ag, 256, "ncclFloat32", -1, 0);
-  check_coll(rank, rs, 256, "ncclFloat32", -1, 0);
+  check_coll(rank, ag, 256, "ncclFloat32", 0, 0);
+  check_coll(rank, rs, 256, "ncclFloat32", 0, 0);
   if (ar0 && ar1 && bc && ag)
     CHECK(ar0->parent != ar1->parent && ar1->parent != bc->parent && bc->parent != ag->parent,
           "rank %d: calls outside a group share a group event", rank);
