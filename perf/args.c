@@ -1,7 +1,7 @@
 /*
  * Command line of the perf tools: nccl-tests' flags, meanings and defaults
  * (checked against NVIDIA/nccl-tests src/common.cu and README), plus -p N to
- * self-launch N processes, -J for JSON lines and --alloc. Everything here is
+ * self-launch N processes, -J for JSON lines, --alloc and -R (registration). Everything here is
  * pure (no GPU, no library call) so tests/unit/perf_unit_test.c covers it.
  *
  * Where nccl-tests silently falls back (an unknown -d name becomes float) we
@@ -202,6 +202,7 @@ static const struct option perf_long_options[] = {
     {"report_cputime", required_argument, 0, 'C'},
     {"average", required_argument, 0, 'a'},
     {"output_file", required_argument, 0, 'J'},
+    {"local_register", required_argument, 0, 'R'},
     {"alloc", required_argument, 0, 'A'},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0}};
@@ -213,7 +214,6 @@ static const struct option perf_long_options[] = {
 static const char* perf_unsupported_option(int c, const char* v) {
   if (c != 'F' && v != NULL && strcmp(v, "0") == 0) return NULL;
   switch (c) {
-    case 'R': return "-R (local_register)";
     case 'S': return "-S (report_timestamps)";
     case 'M': return "-M (memory_report)";
     case 'x': return "-x (cta_policy)";
@@ -318,6 +318,11 @@ static int perf_apply_option(perf_args_t* a, int c, const char* v, char* err, si
       if (*v == '\0') return perf_fail(err, n, "-J expects a file name");
       a->json_path = v;
       return 0;
+    case 'R':
+      if (perf_parse_int(v, 0, 2, &a->local_register) != 0)
+        return perf_fail(err, n, "-R expects 0 (no registration), 1 (ncclCommRegister) or 2 "
+                         "(symmetric windows, ncclCommWindowRegister), got '%s'", v);
+      return 0;
     case 'A':
       if (strcmp(v, "nccl") == 0) a->alloc_cuda = 0;
       else if (strcmp(v, "cuda") == 0) a->alloc_cuda = 1;
@@ -371,6 +376,9 @@ static int perf_args_validate(const perf_args_t* a, char* err, size_t n) {
                      a->step_factor);
   if (a->blocking && a->graph_launches)
     return perf_fail(err, n, "-z (blocking) waits inside the loop -G captures: use one of them");
+  if (a->local_register == 2 && a->alloc_cuda)
+    return perf_fail(err, n, "-R 2 registers windows, which need ncclMemAlloc buffers: drop "
+                     "--alloc cuda");
   if (a->stream_null && a->graph_launches)
     return perf_fail(err, n, "-y 1 (legacy default stream) cannot be captured by -G: use one of them");
   return 0;
@@ -393,7 +401,7 @@ int perf_args_parse(perf_args_t* a, int argc, char** argv, char* err, size_t err
     if (unsupported)
       return perf_fail(err, err_len, "nccl-tests option %s is not supported by Braid's perf tools",
                        unsupported);
-    if (strchr("RSMxDV", c)) continue; /* one of those at 0: nothing to do */
+    if (strchr("SMxDV", c)) continue; /* one of those at 0: nothing to do */
     if (perf_apply_option(a, c, optarg, err, err_len) != 0) return -1;
   }
   if (optind < argc)
@@ -434,7 +442,9 @@ void perf_usage(const char* program, const char* collective) {
       "     --alloc <nccl|cuda>   buffers from ncclMemAlloc (as nccl-tests) or cudaMalloc (nccl)\n"
       "     --split_share <0|1>   run on a child of the world (ncclCommSplit, one colour, the\n"
       "                           same ranks) made with splitShare 0 or 1 (not in nccl-tests)\n"
-      "  -R -S -M -x -D -V        nccl-tests options Braid does not implement: only 0 accepted\n"
+      "  -R,--local_register <n>  1: ncclCommRegister the buffers; 2: symmetric windows\n"
+      "                           (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC) (0)\n"
+      "  -S -M -x -D -V           nccl-tests options Braid does not implement: only 0 accepted\n"
       "  -h,--help                this text\n"
       "Environment, as nccl-tests: NCCL_TESTS_MIN_BW=<GB/s> fails the run (exit 1) when the\n"
       "average busbw is below 0.9x that; NCCL_TESTS_DEVICE=<i> makes GPU i each process's first.\n"

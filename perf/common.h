@@ -58,6 +58,7 @@ typedef struct perf_args {
   int procs;              /* -p N (N >= 2): fork N processes, one rendezvous */
   int parallel_init;      /* -p 1: each thread creates its own communicators */
   int alloc_cuda;         /* --alloc cuda: cudaMalloc instead of ncclMemAlloc */
+  int local_register;     /* -R: 0 none, 1 ncclCommRegister, 2 symmetric windows */
   int split_share;        /* --split_share: run on a split child with this splitShare; -1: no */
   const char* json_path;  /* -J: JSON lines file, NULL for none */
   int help;               /* -h */

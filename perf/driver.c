@@ -291,6 +291,11 @@ static int perf_rank_resources(perf_job_t* job, perf_rank_t* r) {
 static void perf_rank_release(perf_job_t* job, perf_rank_t* r) {
   if (!r->comm && !r->parent && !r->send && !r->recv && !r->wrong && !r->stream)
     return; /* never set up */
+  if (r->comm && PERF_CUDA(r, cudaSetDevice(r->device)) == 0) {
+    if (r->send_reg) PERF_NCCL(r, ncclCommDeregister(r->comm, r->send_reg));
+    if (r->recv_reg) PERF_NCCL(r, ncclCommDeregister(r->comm, r->recv_reg));
+  }
+  r->send_reg = r->recv_reg = NULL;
   if (r->comm) PERF_NCCL(r, ncclCommDestroy(r->comm));
   if (r->parent) PERF_NCCL(r, ncclCommDestroy(r->parent));
   r->comm = r->parent = NULL;
@@ -336,6 +341,51 @@ static int perf_init_comms(perf_job_t* job, perf_rank_t* ranks, int n) {
   return rc ? -1 : 0;
 }
 
+/*
+ * -R: the buffers registered with the communicator, as nccl-tests does: 1 ncclCommRegister
+ * (local registration), 2 windows with NCCL_WIN_COLL_SYMMETRIC (collective over the ranks, so
+ * one group for every rank of the thread).
+ */
+static int perf_register(perf_job_t* job, perf_rank_t* ranks, int n) {
+  const size_t bytes = job->max_bytes > 256 ? job->max_bytes : 256;
+  int rc = 0;
+  if (job->args->local_register == 1) {
+    for (int i = 0; i < n && rc == 0; i++) {
+      perf_rank_t* r = &ranks[i];
+      rc = PERF_CUDA(r, cudaSetDevice(r->device)) ||
+           PERF_NCCL(r, ncclCommRegister(r->comm, r->send, bytes, &r->send_reg)) ||
+           PERF_NCCL(r, ncclCommRegister(r->comm, r->recv, bytes, &r->recv_reg));
+    }
+  } else if (job->args->local_register == 2) {
+    if (PERF_NCCL(NULL, ncclGroupStart())) return -1;
+    for (int i = 0; i < n && rc == 0; i++) {
+      perf_rank_t* r = &ranks[i];
+      rc = PERF_CUDA(r, cudaSetDevice(r->device)) ||
+           PERF_NCCL(r, ncclCommWindowRegister(r->comm, r->send, bytes, &r->send_win,
+                                               NCCL_WIN_COLL_SYMMETRIC)) ||
+           PERF_NCCL(r, ncclCommWindowRegister(r->comm, r->recv, bytes, &r->recv_win,
+                                               NCCL_WIN_COLL_SYMMETRIC));
+    }
+    if (PERF_NCCL(NULL, ncclGroupEnd())) rc = -1;
+  }
+  return rc ? -1 : 0;
+}
+
+/* The windows of -R 2 go in one group before the communicators (collective, as registering). */
+static void perf_deregister_windows(perf_job_t* job, perf_rank_t* ranks, int n) {
+  int any = 0;
+  for (int i = 0; i < n; i++) any |= ranks[i].send_win != NULL || ranks[i].recv_win != NULL;
+  if (!any || PERF_NCCL(NULL, ncclGroupStart())) return;
+  for (int i = 0; i < n; i++) {
+    perf_rank_t* r = &ranks[i];
+    if (!r->comm || PERF_CUDA(r, cudaSetDevice(r->device))) continue;
+    if (r->send_win) PERF_NCCL(r, ncclCommWindowDeregister(r->comm, r->send_win));
+    if (r->recv_win) PERF_NCCL(r, ncclCommWindowDeregister(r->comm, r->recv_win));
+    r->send_win = r->recv_win = NULL;
+  }
+  PERF_NCCL(NULL, ncclGroupEnd());
+}
+
 /* The end of a thread that failed: stop every thread and process now. */
 static void perf_thread_fail(perf_thread_t* t) {
   fprintf(stderr, "perf: process %d (host %s): stopping the run after the error above\n",
@@ -349,7 +399,8 @@ static void* perf_thread_main(void* arg) {
   perf_thread_t* t = arg;
   perf_job_t* job = t->job;
   if (PERF_CUDA(&t->ranks[0], cudaSetDevice(t->ranks[0].device))) perf_thread_fail(t);
-  if (job->args->parallel_init && perf_init_comms(job, t->ranks, job->args->ngpus))
+  if (job->args->parallel_init && (perf_init_comms(job, t->ranks, job->args->ngpus) ||
+                                   perf_register(job, t->ranks, job->args->ngpus)))
     perf_thread_fail(t);
   if (perf_bench_thread(t)) perf_thread_fail(t);
   int64_t errors = t->errors;
@@ -424,13 +475,16 @@ static int perf_job_setup(perf_job_t* job) {
   }
   for (int i = 0; i < job->nlocal; i++)
     if (perf_rank_resources(job, &job->ranks[i])) return -1;
-  if (!job->args->parallel_init && perf_init_comms(job, job->ranks, job->nlocal)) return -1;
+  if (!job->args->parallel_init && (perf_init_comms(job, job->ranks, job->nlocal) ||
+                                    perf_register(job, job->ranks, job->nlocal)))
+    return -1;
   if (perf_open_json(job)) return -1;
   if (job->world->proc == 0) perf_report_table_header(job);
   return 0;
 }
 
 static void perf_job_teardown(perf_job_t* job) {
+  if (job->ranks) perf_deregister_windows(job, job->ranks, job->nlocal);
   for (int i = 0; job->ranks && i < job->nlocal; i++) perf_rank_release(job, &job->ranks[i]);
   free(job->ranks);
   perf_team_fini(&job->team);

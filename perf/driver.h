@@ -28,6 +28,10 @@ typedef struct perf_rank {
   cudaStream_t stream;
   void* send;          /* max_bytes each */
   void* recv;
+  void* send_reg;            /* -R 1: ncclCommRegister handles */
+  void* recv_reg;
+  ncclWindow_t send_win;     /* -R 2: symmetric windows */
+  ncclWindow_t recv_win;
   unsigned long long* wrong; /* device counter of wrong elements */
   cudaGraph_t graph;         /* while a -G capture is alive */
   cudaGraphExec_t graph_exec;

@@ -113,6 +113,9 @@ static void test_every_flag(void) {
   TEST_CHECK(a.timeout_s == 30 && a.report_cputime == 1 && a.average == 2, "-T -C -a");
   TEST_CHECK(a.json_path && strcmp(a.json_path, "out.json") == 0 && a.alloc_cuda == 1, "-J --alloc");
 
+  TEST_CHECK(parse(&a, "-R 1", err, sizeof(err)) == 0 && a.local_register == 1, "-R 1");
+  TEST_CHECK(parse(&a, "--local_register 2", err, sizeof(err)) == 0 && a.local_register == 2,
+             "--local_register 2");
   TEST_CHECK(parse(&a, "-z 1", err, sizeof(err)) == 0 && a.blocking == 1, "-z 1");
   TEST_CHECK(parse(&a, "-z 2", err, sizeof(err)) == 0 && a.blocking, "-z 2 blocks, as -z 1");
   TEST_CHECK(parse(&a, "-R 0 -S 0 -M 0 -x 0 -D 0 -V 0", err, sizeof(err)) == 0,
@@ -197,7 +200,9 @@ static void test_bad_flags(void) {
              {"--bogus", "unknown option"},
              {"-b", "needs a value"},
              {"extra", "unexpected argument"},
-             {"-R 1", "not supported"},
+             {"-R 3", "-R expects"},
+             {"-R 2 --alloc cuda", "ncclMemAlloc"},
+             {"-S 1", "not supported"},
              {"-z 1 -G 2", "-G"},
              {"-y 1 -G 2", "-G"},
              {"--alloc foo", "--alloc"},
