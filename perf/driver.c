@@ -372,7 +372,7 @@ static int perf_register(perf_job_t* job, perf_rank_t* ranks, int n) {
 }
 
 /* The windows of -R 2 go in one group before the communicators (collective, as registering). */
-static void perf_deregister_windows(perf_job_t* job, perf_rank_t* ranks, int n) {
+static void perf_deregister_windows(perf_rank_t* ranks, int n) {
   int any = 0;
   for (int i = 0; i < n; i++) any |= ranks[i].send_win != NULL || ranks[i].recv_win != NULL;
   if (!any || PERF_NCCL(NULL, ncclGroupStart())) return;
@@ -484,7 +484,7 @@ static int perf_job_setup(perf_job_t* job) {
 }
 
 static void perf_job_teardown(perf_job_t* job) {
-  if (job->ranks) perf_deregister_windows(job, job->ranks, job->nlocal);
+  if (job->ranks) perf_deregister_windows(job->ranks, job->nlocal);
   for (int i = 0; job->ranks && i < job->nlocal; i++) perf_rank_release(job, &job->ranks[i]);
   free(job->ranks);
   perf_team_fini(&job->team);
