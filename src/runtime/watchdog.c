@@ -12,6 +12,16 @@
  * `completed` up to the launches it shows complete, reports on SIGUSR1, and
  * on BRAID_TIMEOUT without progress, or a local peer process gone, fails the
  * communicator with the verdict.
+ *
+ * Every rank also pings the next rank's watchdog every WD_PING_S, whatever the
+ * communicator is doing: a listener that refuses (the process is gone, on any
+ * host, or its sockets were shut) fails the communicator unless that rank said
+ * bye first (its destroy or abort does). A rank that fails its communicator
+ * because a rank is gone (the pid check, a refused ping) tells every other rank
+ * in its verdict's requests, and they fail with it: a rank that dies while the
+ * others' launches all complete (over NVLink, with no socket in the data path)
+ * still fails the communicator everywhere. A hang verdict tells nobody: each
+ * waiting rank gives its own, naming where it waits.
  */
 #include "runtime/watchdog.h"
 #include "runtime/watchdog_server.h"
@@ -40,6 +50,10 @@
 #define WD_LAUNCHES 64
 #define WD_PERIOD_S 0.05
 #define WD_PEER_CHECK_S 0.5   /* local peers' pids are looked at this often */
+#define WD_PING_S 1.0         /* the next rank's listener is pinged this often */
+#define WD_PING_TIMEOUT_S 0.5 /* a ping or a bye that is not through by then is dropped */
+/* A refused ping waits this long for a bye already sent (the server reads it every WD_PERIOD_S). */
+#define WD_BYE_GRACE_S 0.25
 #define WD_CAPTURES 1024       /* captured launches described (the oldest make room) */
 #define WD_GRAPH_PERIOD_S 0.25 /* graph replay words read this often, once a graph exists */
 
@@ -79,6 +93,10 @@ struct braid_watchdog {
   double warn_s;            /* BRAID_HANG_WARN */
   double warned_progress_t; /* the stall last warned about (its progress_t), or -1 */
   double peers_checked;
+  double pinged;     /* when the next rank was last pinged */
+  int next_left;     /* atomic: the next rank said bye (the server thread sets it) */
+  int told_failed;   /* atomic: 1 + the rank whose failing request came first; 0: none */
+  int told_gone;     /* the rank that request named gone (written before told_failed) */
   /* Graph replays (under `lock`: captures, capture_next, graphs; the rest the thread's). */
   struct wd_capture captures[WD_CAPTURES];
   uint32_t capture_next;
@@ -519,11 +537,12 @@ static void wd_report_silent(const struct wd_query_status* st, int nranks) {
 }
 
 /*
- * Gathers every rank's summary and prints the verdict; on `fail`, the comm fails with it. The
+ * Gathers every rank's summary and prints the verdict; on `fail`, the comm fails with it, and
+ * where the failure is rank `gone` being gone (>= 0), the requests tell every other rank. The
  * other ranks are asked all at once (wd_query_all), so this takes WD_QUERY_TIMEOUT_S at most,
  * however many of them do not answer.
  */
-static void wd_verdict_run(struct braid_watchdog* wd, int fail, const char* why) {
+static void wd_verdict_run(struct braid_watchdog* wd, int fail, int gone, const char* why) {
   struct ncclComm* comm = wd->comm;
   struct braid_ledger_summary* all = calloc((size_t)comm->nranks, sizeof *all);
   struct wd_query_status* st = calloc((size_t)comm->nranks, sizeof *st);
@@ -531,8 +550,8 @@ static void wd_verdict_run(struct braid_watchdog* wd, int fail, const char* why)
   if (all == NULL || st == NULL) goto out;
   wd_summary(wd, &all[comm->rank]);
   /* The stop flag: a destroy does not wait out a dead peer's timeout. */
-  if (wd_query_all(wd->addrs, comm->nranks, comm->rank, wd->secret, WD_QUERY_TIMEOUT_S,
-                   &wd->stop, all, st) != ncclSuccess)
+  if (wd_query_all(wd->addrs, comm->nranks, comm->rank, wd->secret, fail ? gone : -1,
+                   WD_QUERY_TIMEOUT_S, &wd->stop, all, st) != ncclSuccess)
     goto out;
   wd_report_silent(st, comm->nranks);
   watchdog_verdict(all, comm->nranks, comm->rank, text, sizeof text);
@@ -552,7 +571,7 @@ out:
 static void wd_warn_run(struct braid_watchdog* wd, const char* why) {
   struct ncclComm* comm = wd->comm;
   if (comm->nranks <= WD_WARN_ASK_MAX) {
-    wd_verdict_run(wd, 0, why);
+    wd_verdict_run(wd, 0, -1, why);
     return;
   }
   struct braid_ledger_summary me;
@@ -573,6 +592,21 @@ static void wd_warn_run(struct braid_watchdog* wd, const char* why) {
 /* The server thread answers with wd_summary; watchdog_server.c reads the connections. */
 static void wd_summary_cb(void* arg, struct braid_ledger_summary* out) { wd_summary(arg, out); }
 
+/* The server's notices (on its thread): a peer fails, or the next rank leaves on purpose. */
+static void wd_notice_cb(void* arg, uint32_t flags, int rank, int gone) {
+  struct braid_watchdog* wd = arg;
+  const int nranks = wd->comm->nranks;
+  if (rank < 0 || rank >= nranks || rank == wd->comm->rank) return;
+  if ((flags & WD_REQ_BYE) && rank == (wd->comm->rank + 1) % nranks)
+    __atomic_store_n(&wd->next_left, 1, __ATOMIC_RELEASE);
+  /* Only the server's thread writes these: told_gone is read once told_failed is seen. */
+  if ((flags & WD_REQ_FAILING) && gone >= 0 && gone < nranks &&
+      __atomic_load_n(&wd->told_failed, __ATOMIC_ACQUIRE) == 0) {
+    wd->told_gone = gone;
+    __atomic_store_n(&wd->told_failed, rank + 1, __ATOMIC_RELEASE);
+  }
+}
+
 static void* wd_server_main(void* arg) {
   struct braid_watchdog* wd = arg;
   char name[16];
@@ -588,6 +622,7 @@ static void* wd_server_main(void* arg) {
     WARN("watchdog: out of memory for its server; other ranks' verdicts will miss this rank");
     return NULL;
   }
+  wd_server_on_notice(sv, wd_notice_cb);
   while (!__atomic_load_n(&wd->stop, __ATOMIC_ACQUIRE)) {
     struct pollfd pfd[1 + WD_SERVER_CONNS];
     int n = wd_server_pollfds(sv, pfd);
@@ -623,9 +658,47 @@ static void wd_check_local_peers(struct braid_watchdog* wd) {
     (void)cudaGetLastError();
     char why[96];
     snprintf(why, sizeof why, "rank %d's process (pid %d) is gone", r, p->pid);
-    wd_verdict_run(wd, 1, why);
+    wd_verdict_run(wd, 1, r, why);
     return;
   }
+}
+
+/* Another rank found one gone and said so: this rank fails with it, naming both. */
+static void wd_check_told(struct braid_watchdog* wd) {
+  const int told = __atomic_load_n(&wd->told_failed, __ATOMIC_ACQUIRE);
+  if (told == 0) return;
+  const struct braid_peer_info* g = &wd->comm->peers[wd->told_gone];
+  char text[320];
+  snprintf(text, sizeof text, "rank %d (pid %d on %s) is gone, as rank %d found and told rank "
+           "%d (rank %d's log says how)", wd->told_gone, g->pid, g->hostname, told - 1,
+           wd->comm->rank, told - 1);
+  wd_deliver(wd, 1, text, "a peer's failure");
+}
+
+/*
+ * The next rank's listener: refused means nothing listens there any more (its process is gone,
+ * or its sockets are), unless it said bye before closing it. No answer in time proves nothing
+ * (a busy or distant host): keepalive and BRAID_TIMEOUT are for silent hosts.
+ */
+static void wd_ping_next(struct braid_watchdog* wd) {
+  struct ncclComm* comm = wd->comm;
+  const int next = (comm->rank + 1) % comm->nranks;
+  if (__atomic_load_n(&wd->next_left, __ATOMIC_ACQUIRE)) return;
+  int err = 0;
+  if (wd_notice_send(&wd->addrs[next], comm->rank, wd->secret, WD_REQ_PING, WD_PING_TIMEOUT_S,
+                     &wd->stop, &err) >= 0)
+    return;
+  struct timespec grace = {0, (long)(WD_BYE_GRACE_S * 1e9)};
+  nanosleep(&grace, NULL);
+  if (__atomic_load_n(&wd->next_left, __ATOMIC_ACQUIRE) ||
+      __atomic_load_n(&wd->stop, __ATOMIC_ACQUIRE))
+    return;
+  const struct braid_peer_info* p = &comm->peers[next];
+  char why[320];
+  snprintf(why, sizeof why, "rank %d (pid %d on %s) stopped listening without a destroy or an "
+           "abort (its watchdog's port: %s): its process is gone or its sockets were closed",
+           next, p->pid, p->hostname, strerror(err));
+  wd_verdict_run(wd, 1, next, why);
 }
 
 static void* wd_main(void* arg) {
@@ -646,7 +719,7 @@ static void* wd_main(void* arg) {
     wd_poll_graphs(wd);
     if ((unsigned long)wd_usr1_count != wd->usr1_seen) {
       wd->usr1_seen = (unsigned long)wd_usr1_count;
-      wd_verdict_run(wd, 0, "SIGUSR1");
+      wd_verdict_run(wd, 0, -1, "SIGUSR1");
       if (wd->graph_live != 0 && comm->state != BRAID_COMM_REVOKED) { /* as of the last read */
         char text[768];
         wd_graph_text(wd, braid_time_sec() - wd->graph_progress_t, text, sizeof text);
@@ -662,7 +735,7 @@ static void* wd_main(void* arg) {
     if (!wd->failed && pending && wd->timeout_s > 0 && idle > wd->timeout_s) {
       char why[64];
       snprintf(why, sizeof why, "no progress for BRAID_TIMEOUT=%.0f s", wd->timeout_s);
-      wd_verdict_run(wd, 1, why);
+      wd_verdict_run(wd, 1, -1, why);
     } else if (!wd->failed && pending && wd->warn_s > 0 && idle > wd->warn_s &&
                (wd->timeout_s <= 0 || wd->warn_s < wd->timeout_s) &&
                progress_t != wd->warned_progress_t) {
@@ -683,6 +756,12 @@ static void* wd_main(void* arg) {
         now - wd->peers_checked > WD_PEER_CHECK_S) {
       wd->peers_checked = now;
       wd_check_local_peers(wd);
+    }
+    if (!wd->failed && comm->state != BRAID_COMM_REVOKED) wd_check_told(wd);
+    if (!wd->failed && comm->state != BRAID_COMM_REVOKED && comm->nranks > 1 &&
+        now - wd->pinged > WD_PING_S) {
+      wd->pinged = now;
+      wd_ping_next(wd);
     }
     struct timespec nap = {0, (long)(WD_PERIOD_S * 1e9)};
     nanosleep(&nap, NULL);
@@ -734,6 +813,13 @@ fail:
 void watchdog_stop(struct ncclComm* comm) {
   struct braid_watchdog* wd = comm->watchdog;
   if (wd == NULL) return;
+  /* Leaving on purpose: the rank that pings this one must not take the closed port for a death. */
+  if (wd->started && comm->nranks > 1) {
+    int err = 0;
+    const int prev = (comm->rank + comm->nranks - 1) % comm->nranks;
+    (void)wd_notice_send(&wd->addrs[prev], comm->rank, wd->secret, WD_REQ_BYE, WD_PING_TIMEOUT_S,
+                         NULL, &err);
+  }
   __atomic_store_n(&wd->stop, 1, __ATOMIC_RELEASE);
   if (wd->started) pthread_join(wd->thread, NULL);
   if (wd->server_started) pthread_join(wd->server, NULL);

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "base/debug.h"
 #include "base/socket.h"
@@ -36,6 +37,7 @@ struct wd_server {
   int listen_fd;
   uint8_t secret[WD_SECRET_BYTES];
   wd_summary_fn summary;
+  wd_notice_fn notice;
   void* summary_arg;
   volatile uint32_t* stop;
   struct wd_conn conns[WD_SERVER_CONNS];
@@ -56,6 +58,8 @@ struct wd_server* wd_server_new(int listen_fd, const uint8_t* secret, wd_summary
   sv->warned_t = -WD_REFUSAL_WARN_S;
   return sv;
 }
+
+void wd_server_on_notice(struct wd_server* sv, wd_notice_fn notice) { sv->notice = notice; }
 
 void wd_server_free(struct wd_server* sv) {
   if (sv == NULL) return;
@@ -82,6 +86,9 @@ static void wd_answer(struct wd_server* sv, struct wd_conn* c) {
     wd_refused(sv, &c->peer, "without the job's secret");
     return;
   }
+  if ((c->req.flags & (WD_REQ_FAILING | WD_REQ_BYE)) && sv->notice)
+    sv->notice(sv->summary_arg, c->req.flags, c->req.rank, c->req.gone);
+  if (c->req.flags & (WD_REQ_PING | WD_REQ_BYE)) return; /* no reply */
   struct wd_reply reply = {.magic = WD_REPLY_MAGIC};
   memcpy(reply.secret, sv->secret, sizeof reply.secret);
   sv->summary(sv->summary_arg, &reply.summary);
@@ -292,10 +299,14 @@ static void wd_query_finish(struct wd_query_run* run, int next, int nranks, int 
 }
 
 ncclResult_t wd_query_all(const union braid_sockaddr* addrs, int nranks, int me,
-                          const uint8_t* secret, double timeout_s, volatile uint32_t* stop,
-                          struct braid_ledger_summary* out, struct wd_query_status* st) {
+                          const uint8_t* secret, int gone, double timeout_s,
+                          volatile uint32_t* stop, struct braid_ledger_summary* out,
+                          struct wd_query_status* st) {
   struct wd_query_run run = {.addrs = addrs, .secret = secret, .out = out, .st = st};
   run.req.magic = BRAID_LEDGER_MAGIC;
+  run.req.flags = gone >= 0 ? WD_REQ_FAILING : 0;
+  run.req.rank = me;
+  run.req.gone = gone;
   memcpy(run.req.secret, secret, sizeof run.req.secret);
   run.cap = BRAID_MIN(nranks, WD_QUERY_INFLIGHT);
   run.q = calloc((size_t)run.cap, sizeof *run.q);
@@ -327,6 +338,39 @@ ncclResult_t wd_query_all(const union braid_sockaddr* addrs, int nranks, int me,
   free(run.q);
   free(run.pfd);
   return ncclSuccess;
+}
+
+int wd_notice_send(const union braid_sockaddr* addr, int me, const uint8_t* secret,
+                   uint32_t flags, double timeout_s, volatile uint32_t* stop, int* err) {
+  struct wd_request req = {.magic = BRAID_LEDGER_MAGIC, .flags = flags, .rank = me, .gone = -1};
+  memcpy(req.secret, secret, sizeof req.secret);
+  const double deadline = braid_time_sec() + timeout_s;
+  int fd = -1, e = 0, c = socket_connect_step(addr, &fd, &e);
+  while (c == 0) {
+    const double left = deadline - braid_time_sec();
+    if (left <= 0 || (stop != NULL && __atomic_load_n(stop, __ATOMIC_ACQUIRE))) break;
+    struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+    if (poll(&pfd, 1, BRAID_MIN(WD_QUERY_SLICE_MS, (int)(left * 1000.0) + 1)) < 0 &&
+        errno != EINTR)
+      break;
+    c = socket_connect_step(addr, &fd, &e);
+  }
+  int sent = 0;
+  if (c < 0) {
+    *err = e;
+    sent = e == ECONNREFUSED || e == ECONNRESET ? -1 : 0;
+  } else if (c > 0) {
+    /* A whole request is 32 bytes: a connected socket takes it at once, or the peer reset. */
+    ssize_t n = send(fd, &req, sizeof req, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n == (ssize_t)sizeof req) {
+      sent = 1;
+    } else if (n < 0 && (errno == ECONNRESET || errno == EPIPE)) {
+      *err = errno;
+      sent = -1;
+    }
+  }
+  socket_close(&fd);
+  return sent;
 }
 
 void wd_query_describe(const struct wd_query_status* st, double timeout_s, char* out, size_t len) {

@@ -10,7 +10,15 @@
  *
  * The query (wd_query_all): a rank giving a verdict asks every other rank at
  * once, so that the verdict takes one query's time however many ranks are
- * unreachable, and learns for each rank that gave no summary why not.
+ * unreachable, and learns for each rank that gave no summary why not. A rank
+ * that fails its communicator because a rank is gone says so in those requests
+ * (WD_REQ_FAILING, naming that rank), and every rank that reads one fails too.
+ *
+ * Notices (wd_notice_send): a request with WD_REQ_PING or WD_REQ_BYE gets no
+ * reply. A ping proves that the peer's listener is there (each rank pings the
+ * next, so that a rank whose process or sockets are gone is found refusing);
+ * a bye tells the rank that pings this one that it leaves on purpose (a
+ * destroy or an abort), so that its listener closing is no failure.
  */
 #ifndef BRAID_RUNTIME_WATCHDOG_SERVER_H
 #define BRAID_RUNTIME_WATCHDOG_SERVER_H
@@ -28,11 +36,18 @@
 #define WD_QUERY_INFLIGHT 512  /* queries open at once; the other ranks are asked as they end */
 #define WD_REPLY_MAGIC 0x52445742u /* "BWDR" (unlike a request's, so an echo is no reply) */
 
+/* What a request's flags say besides asking for the summary. */
+#define WD_REQ_FAILING 1u /* the asking rank fails its communicator: rank `gone` is gone */
+#define WD_REQ_PING 2u    /* a liveness probe: no reply */
+#define WD_REQ_BYE 4u     /* the sender leaves on purpose (destroy, abort): no reply */
+
 /* What a querying rank sends as soon as it connects (wire form, fixed size). */
 struct wd_request {
   uint32_t magic; /* BRAID_LEDGER_MAGIC */
-  uint32_t pad;
+  uint32_t flags; /* WD_REQ_* */
   uint8_t secret[WD_SECRET_BYTES];
+  int32_t rank;   /* the sender's */
+  int32_t gone;   /* WD_REQ_FAILING: the rank found gone */
 };
 
 /*
@@ -50,6 +65,12 @@ struct wd_reply {
 
 /* Fills `out` with this rank's summary (called on the server's thread). */
 typedef void (*wd_summary_fn)(void* arg, struct braid_ledger_summary* out);
+/*
+ * A request with the job's secret and WD_REQ_FAILING or WD_REQ_BYE came from `rank`, the first
+ * naming `gone` (as the request says: check the ranges). Called on the server's thread, with
+ * the summary's `arg`.
+ */
+typedef void (*wd_notice_fn)(void* arg, uint32_t flags, int rank, int gone);
 
 struct wd_server;
 
@@ -62,6 +83,8 @@ struct wd_server* wd_server_new(int listen_fd, const uint8_t* secret, wd_summary
                                 void* arg, volatile uint32_t* stop);
 /* Closes the connections it holds and frees it. */
 void wd_server_free(struct wd_server* sv);
+/* Where the notices of requests go (none until set). */
+void wd_server_on_notice(struct wd_server* sv, wd_notice_fn notice);
 /* Fills `pfd` (room for 1 + WD_SERVER_CONNS) with the listener and the connections; the count. */
 int wd_server_pollfds(const struct wd_server* sv, struct pollfd* pfd);
 /*
@@ -92,7 +115,8 @@ struct wd_query_status {
 };
 
 /*
- * Asks every rank but `me` of `addrs[nranks]` for its summary, all at once: a
+ * Asks every rank but `me` of `addrs[nranks]` for its summary (`gone` >= 0: telling them that
+ * this rank fails its communicator because rank `gone` is gone), all at once: a
  * nonblocking connect to each (at most WD_QUERY_INFLIGHT open together), one
  * poll() loop over all of them, the request sent as each connects and the
  * reply read as it arrives, everything within `timeout_s` of the call. out[r]:
@@ -101,8 +125,16 @@ struct wd_query_status {
  * ncclSystemError when out of memory, before any connect.
  */
 ncclResult_t wd_query_all(const union braid_sockaddr* addrs, int nranks, int me,
-                          const uint8_t* secret, double timeout_s, volatile uint32_t* stop,
-                          struct braid_ledger_summary* out, struct wd_query_status* st);
+                          const uint8_t* secret, int gone, double timeout_s,
+                          volatile uint32_t* stop, struct braid_ledger_summary* out,
+                          struct wd_query_status* st);
+/*
+ * Sends rank `me`'s request with `flags` (WD_REQ_PING or WD_REQ_BYE) to the listener at
+ * `addr`, and closes. 1: sent; 0: no connection or no room within `timeout_s` (or `stop`);
+ * -1: refused or reset, *err the errno (nothing listens there).
+ */
+int wd_notice_send(const union braid_sockaddr* addr, int me, const uint8_t* secret,
+                   uint32_t flags, double timeout_s, volatile uint32_t* stop, int* err);
 /* What `st` says, in a few words ("connection refused"), for a log line. */
 void wd_query_describe(const struct wd_query_status* st, double timeout_s, char* out, size_t len);
 

@@ -5,7 +5,9 @@
  * listener, a thread that issues operations under the ledger's lock while the
  * server reads it for its answers, several ranks querying at once, a stranger
  * with the wrong secret, a connection that never sends anything, and a stop
- * that ends the thread.
+ * that ends the thread. Notices: a ping gets no reply and no notice, a bye and
+ * a failing query reach the notice callback with the sender's rank, a bye
+ * without the secret does not; a ping to the closed port says refused.
  *
  * The queries of a verdict (wd_query_all): 16 ranks asked at once, 4 real
  * servers and 12 ranks that give no summary, each in its own way (a listener
@@ -73,10 +75,30 @@ static void* issue_main(void* arg) {
   return NULL;
 }
 
+/* What the notice callback saw last (atomics: the server's thread writes them). */
+static uint32_t notice_flags, notices;
+static int notice_rank = -1, notice_gone = -1;
+
+static void on_notice(void* arg, uint32_t flags, int rank, int gone) {
+  (void)arg;
+  __atomic_store_n(&notice_rank, rank, __ATOMIC_RELAXED);
+  __atomic_store_n(&notice_gone, gone, __ATOMIC_RELAXED);
+  __atomic_store_n(&notice_flags, flags, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&notices, 1, __ATOMIC_RELEASE);
+}
+
+/* Waits up to 1 s for the notice count to reach `n`; whether it did. */
+static int notices_reach(uint32_t n) {
+  for (double t0 = braid_time_sec(); braid_time_sec() - t0 < 1.0; usleep(1000))
+    if (__atomic_load_n(&notices, __ATOMIC_ACQUIRE) >= n) return 1;
+  return 0;
+}
+
 /* One query as a rank sends it; the summary, or magic 0 when no reply with the secret came. */
-static struct braid_ledger_summary query(const uint8_t* key) {
+static struct braid_ledger_summary query_flags(const uint8_t* key, uint32_t flags, int from,
+                                               int gone) {
   struct wd_reply rep;
-  struct wd_request req = {.magic = BRAID_LEDGER_MAGIC};
+  struct wd_request req = {.magic = BRAID_LEDGER_MAGIC, .flags = flags, .rank = from, .gone = gone};
   int fd = -1, err = 0;
   memset(&rep, 0, sizeof rep);
   memcpy(req.secret, key, sizeof req.secret);
@@ -87,6 +109,10 @@ static struct braid_ledger_summary query(const uint8_t* key) {
     memset(&rep, 0, sizeof rep);
   socket_close(&fd);
   return rep.summary;
+}
+
+static struct braid_ledger_summary query(const uint8_t* key) {
+  return query_flags(key, 0, 0, -1);
 }
 
 static int client_failures[CLIENTS];
@@ -115,6 +141,7 @@ static void test_server(void) {
   struct wd_server* sv = wd_server_new(listen_fd, secret, summary, &rank, &stop_flag);
   TEST_CHECK(sv != NULL, "server allocated");
   if (sv == NULL) return;
+  wd_server_on_notice(sv, on_notice);
   pthread_t server, issuer, clients[CLIENTS];
   TEST_CHECK(pthread_create(&server, NULL, server_main, sv) == 0, "server thread");
   TEST_CHECK(pthread_create(&issuer, NULL, issue_main, NULL) == 0, "issuing thread");
@@ -134,6 +161,29 @@ static void test_server(void) {
     TEST_CHECK(client_failures[c] == 0, "client %d: %d of %d queries failed or took over 1 s", c,
                client_failures[c], QUERIES);
   }
+  TEST_CHECK(__atomic_load_n(&notices, __ATOMIC_ACQUIRE) == 0, "plain queries made notices");
+
+  /* Notices: a ping makes none; a bye and a failing query do, with the sender's rank. */
+  int nerr = 0;
+  TEST_CHECK(wd_notice_send(&addr, 7, secret, WD_REQ_PING, 1.0, NULL, &nerr) == 1, "ping sent");
+  TEST_CHECK(wd_notice_send(&addr, 5, secret, WD_REQ_BYE, 1.0, NULL, &nerr) == 1, "bye sent");
+  TEST_CHECK(notices_reach(1) && __atomic_load_n(&notice_rank, __ATOMIC_RELAXED) == 5 &&
+                 __atomic_load_n(&notice_flags, __ATOMIC_RELAXED) == WD_REQ_BYE,
+             "the bye's notice: %u notices, rank %d, flags %u", notices, notice_rank,
+             notice_flags);
+  TEST_CHECK(wd_notice_send(&addr, 6, wrong, WD_REQ_BYE, 1.0, NULL, &nerr) == 1,
+             "stranger's bye sent");
+  struct braid_ledger_summary failing = query_flags(secret, WD_REQ_FAILING, 9, 4);
+  TEST_CHECK(failing.magic == BRAID_LEDGER_MAGIC && failing.rank == 3,
+             "a failing rank's query is answered");
+  TEST_CHECK(notices_reach(2) && __atomic_load_n(&notice_rank, __ATOMIC_RELAXED) == 9 &&
+                 __atomic_load_n(&notice_flags, __ATOMIC_RELAXED) == WD_REQ_FAILING &&
+                 __atomic_load_n(&notice_gone, __ATOMIC_RELAXED) == 4,
+             "the failing query's notice: %u notices, rank %d, flags %u, gone %d", notices,
+             notice_rank, notice_flags, notice_gone);
+  TEST_CHECK(__atomic_load_n(&notices, __ATOMIC_ACQUIRE) == 2,
+             "%u notices: the ping or the stranger's bye made one", notices);
+
   /* The idle connection is dropped at its deadline, with nothing sent. */
   char b;
   double t0 = braid_time_sec();
@@ -149,6 +199,12 @@ static void test_server(void) {
   TEST_CHECK(braid_time_sec() - t1 < 1.0, "the server took %.2f s to stop", braid_time_sec() - t1);
   wd_server_free(sv);
   socket_close(&listen_fd);
+  /* Nothing listens there now: a ping says refused, at once. */
+  double t2 = braid_time_sec();
+  nerr = 0;
+  TEST_CHECK(wd_notice_send(&addr, 7, secret, WD_REQ_PING, 1.0, NULL, &nerr) == -1 &&
+                 nerr == ECONNREFUSED && braid_time_sec() - t2 < 0.5,
+             "a ping to a closed port: errno %d after %.2f s", nerr, braid_time_sec() - t2);
 }
 
 /* ---- the queries of a verdict --------------------------------------------------------------- */
@@ -341,7 +397,7 @@ static void test_query_all(void) {
   memset(&out[0], 0, sizeof out[0]);
   out[0].rank = 42; /* the asking rank's own: left as it is */
   double t0 = braid_time_sec();
-  TEST_EXPECT_RES(wd_query_all(addrs, QA_RANKS, 0, secret, QA_TIMEOUT_S, NULL, out, st),
+  TEST_EXPECT_RES(wd_query_all(addrs, QA_RANKS, 0, secret, 0, QA_TIMEOUT_S, NULL, out, st),
                   ncclSuccess);
   double took = braid_time_sec() - t0;
   printf("16 ranks asked, 12 of them unreachable: %.2f s (one query's timeout: %.1f s)\n", took,
@@ -356,7 +412,7 @@ static void test_query_all(void) {
   /* A stop that is already set: every query ends at once, none is left open. */
   uint32_t stopped = 1;
   t0 = braid_time_sec();
-  TEST_EXPECT_RES(wd_query_all(addrs, QA_RANKS, 0, secret, QA_TIMEOUT_S, &stopped, out, st),
+  TEST_EXPECT_RES(wd_query_all(addrs, QA_RANKS, 0, secret, 0, QA_TIMEOUT_S, &stopped, out, st),
                   ncclSuccess);
   TEST_CHECK(braid_time_sec() - t0 < 0.5 * QA_TIMEOUT_S, "a stopped query took %.2f s",
              braid_time_sec() - t0);
