@@ -265,7 +265,7 @@ NCCL_API ncclResult_t ncclDevCommCreate(ncclComm_t comm, const struct devapi_com
   if (group_depth() > 0 && reqs != NULL && outDevComm != NULL &&
       comm_check_ready(comm, "ncclDevCommCreate") == ncclSuccess) {
     struct devcomm_job a = {.comm = comm, .reqs = *reqs, .out = outDevComm};
-    return defer_to_group_end(devcomm_job_run, &a, sizeof a, "ncclDevCommCreate");
+    return defer_to_group_end(comm, devcomm_job_run, &a, sizeof a, "ncclDevCommCreate");
   }
   enum cudaStreamCaptureMode mode = capture_relax();
   ncclResult_t res = devcomm_create(comm, reqs, outDevComm);

@@ -156,7 +156,8 @@ static void* group_job_main(void* arg) {
   while (s->gate->state == 0) pthread_cond_wait(&s->gate->cond, &s->gate->lock);
   const int run = s->gate->state > 0;
   pthread_mutex_unlock(&s->gate->lock);
-  if (run) s->job->result = group_job_run(s->job);
+  if (!run) return NULL;
+  for (struct braid_init_job* j = s->job; j; j = j->serial_next) j->result = group_job_run(j);
   return NULL;
 }
 
@@ -173,21 +174,45 @@ ncclResult_t group_run_jobs(struct braid_init_job* jobs) {
   for (struct braid_init_job* j = jobs; j; j = j->next) n++;
   pthread_t* threads = calloc((size_t)n, sizeof *threads);
   struct group_start* starts = calloc((size_t)n, sizeof *starts);
-  if (threads == NULL || starts == NULL) {
+  struct braid_init_job** heads = calloc((size_t)n, sizeof *heads);
+  struct braid_init_job** order = calloc((size_t)n, sizeof *order);
+  if (threads == NULL || starts == NULL || heads == NULL || order == NULL) {
     free(threads);
     free(starts);
+    free(heads);
+    free(order);
     res = braid_err(ncclSystemError, "out of host memory starting %d init threads", n);
     for (struct braid_init_job* j = jobs; j; j = j->next) group_job_never(j, res);
     return res;
   }
+  /*
+   * Chains of jobs with one `serial` key, each led by the first added (the list holds the last
+   * added first): a thread per chain and per job without a key.
+   */
+  int k = n, nheads = 0;
+  for (struct braid_init_job* j = jobs; j; j = j->next) order[--k] = j;
+  for (int i = 0; i < n; i++) {
+    struct braid_init_job* j = order[i];
+    struct braid_init_job* tail = NULL;
+    j->serial_next = NULL;
+    for (int h = 0; h < nheads && j->serial && !tail; h++)
+      if (heads[h]->serial == j->serial) tail = heads[h];
+    if (tail == NULL) {
+      heads[nheads++] = j;
+      continue;
+    }
+    while (tail->serial_next) tail = tail->serial_next;
+    tail->serial_next = j;
+  }
+  free(order);
   struct group_gate gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
   int started = 0;
-  for (struct braid_init_job* j = jobs; j; j = j->next, started++) {
-    starts[started] = (struct group_start){j, &gate};
+  for (; started < nheads; started++) {
+    starts[started] = (struct group_start){heads[started], &gate};
     int err = pthread_create(&threads[started], NULL, group_job_main, &starts[started]);
     if (err != 0) {
       res = braid_err(ncclSystemError, "cannot start an init thread (%d of the group's %d): %s",
-                      started + 1, n, strerror(err));
+                      started + 1, nheads, strerror(err));
       break;
     }
   }
@@ -202,6 +227,7 @@ ncclResult_t group_run_jobs(struct braid_init_job* jobs) {
     for (struct braid_init_job* j = jobs; j; j = j->next)
       if (j->result != ncclSuccess && res == ncclSuccess) res = j->result;
   }
+  free(heads);
   free(threads);
   free(starts);
   pthread_cond_destroy(&gate.cond);

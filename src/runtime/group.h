@@ -64,6 +64,13 @@ struct braid_init_job {
   void (*cancel)(struct braid_init_job* job); /* or NULL: called instead of run if it never runs */
   void* arg;             /* owned by the job: freed with free() after run */
   ncclResult_t result;
+  /*
+   * Jobs of one group with the same non-NULL `serial` (a comm whose bootstrap they all use)
+   * run one after another on one thread, in the order they were added: two collective jobs
+   * of one comm running side by side would interleave their exchanges differently on each rank.
+   */
+  const void* serial;
+  struct braid_init_job* serial_next; /* group_run_jobs' chain of them */
   struct braid_init_job* next;
 };
 

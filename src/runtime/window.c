@@ -523,10 +523,11 @@ fail:
 
 /*
  * Runs `run` with a copy of `arg` at the end of the caller's group, on a thread of its own (as
- * deferred inits: group.h's jobs). The job names no comm: its failure is not an init's.
+ * deferred inits: group.h's jobs). The job names no comm (its failure is not an init's), but
+ * runs after the jobs deferred before it on `comm`.
  */
-ncclResult_t defer_to_group_end(ncclResult_t (*run)(struct braid_init_job*),
-                                       const void* arg, size_t bytes, const char* api) {
+ncclResult_t defer_to_group_end(struct ncclComm* comm, ncclResult_t (*run)(struct braid_init_job*),
+                                const void* arg, size_t bytes, const char* api) {
   void* a = malloc(bytes);
   struct braid_init_job* job = a ? calloc(1, sizeof *job) : NULL;
   if (job == NULL) {
@@ -537,6 +538,7 @@ ncclResult_t defer_to_group_end(ncclResult_t (*run)(struct braid_init_job*),
   memcpy(a, arg, bytes);
   job->run = run;
   job->arg = a;
+  job->serial = comm;
   return group_job_dispatch(job, 1, api);
 }
 
@@ -573,7 +575,7 @@ NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t
     /* Collective: inside a group, one thread may drive several ranks, so each rank's part runs
      * on its own thread at the group's end, as deferred inits do (*win is set then). */
     struct win_job a = {.comm = comm, .buff = buff, .size = size, .flags = winFlags, .out = win};
-    return defer_to_group_end(win_job_run, &a, sizeof a, "ncclCommWindowRegister");
+    return defer_to_group_end(comm, win_job_run, &a, sizeof a, "ncclCommWindowRegister");
   }
   BRAID_TRY(win_register_now(comm, buff, size, winFlags, win));
   return ncclSuccess;

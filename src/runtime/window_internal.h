@@ -88,9 +88,10 @@ enum cudaStreamCaptureMode capture_relax(void);
 void capture_restore(enum cudaStreamCaptureMode mode);
 /*
  * Runs `run` with a copy of `arg` at the end of the caller's group, on a thread of its own (as
- * deferred inits: group.h's jobs).
+ * deferred inits: group.h's jobs), after the jobs deferred before it on `comm` (one thread
+ * runs them in order: they all use its bootstrap).
  */
-ncclResult_t defer_to_group_end(ncclResult_t (*run)(struct braid_init_job*), const void* arg,
-                                size_t bytes, const char* api);
+ncclResult_t defer_to_group_end(struct ncclComm* comm, ncclResult_t (*run)(struct braid_init_job*),
+                                const void* arg, size_t bytes, const char* api);
 
 #endif
