@@ -1,8 +1,8 @@
 /*
  * The hang verdict from the ranks' ledger summaries (watchdog_verdict),
- * without GPUs or peers: each situation names the rank to blame the way the
- * reliability issue asks ("rank 0 waits in AllReduce #12 (channel 1, step 40)
- * for rank 1, whose last op is AllReduce #11").
+ * without GPUs or peers: each situation names the rank to blame in words
+ * such as "rank 0 waits in AllReduce #12 (channel 1, step 40) for rank 1,
+ * whose last op is AllReduce #11".
  */
 #include <string.h>
 
