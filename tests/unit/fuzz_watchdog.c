@@ -14,8 +14,9 @@
  * connection, a length byte and that many bytes, written in two pieces on
  * either side of a round of the server. Past the deadline every connection
  * must be closed; a client must get the reply, whole, exactly when its
- * first bytes were a request with the magic and the secret (the pad word is
- * not looked at); anything else (a crash, a leak,
+ * first bytes were a request with the magic and the secret that is not a
+ * ping or a bye (those get nothing), and the server's notices must be one per
+ * such request with the failing or bye flag; anything else (a crash, a leak,
  * a sanitizer report, an answer to a stranger) is a bug.
  *
  *   CC=clang cmake -B build-fuzz -DBRAID_FUZZ=ON
@@ -117,6 +118,16 @@ static ssize_t fuzz_drain(int fd, uint8_t* buf, size_t cap) {
   }
 }
 
+static int fuzz_notices; /* the server's notices in this input (its thread is this one) */
+
+static void fuzz_notice(void* arg, uint32_t flags, int rank, int gone) {
+  (void)arg;
+  (void)flags;
+  (void)rank;
+  (void)gone;
+  fuzz_notices++;
+}
+
 struct fuzz_client {
   int fd;
   uint8_t bytes[sizeof(struct wd_request) + 255]; /* what it writes */
@@ -132,6 +143,9 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size--;
   struct wd_server* sv = wd_server_new(fuzz_listen_fd, fuzz_secret, fuzz_summary, NULL, &fuzz_stop);
   if (sv == NULL) return 0;
+  wd_server_on_notice(sv, fuzz_notice);
+  fuzz_notices = 0;
+  int noticed = 0; /* the valid requests that carry a notice */
   int idle[FUZZ_IDLE];
   int nidle = 0;
   if (crowd) {
@@ -175,7 +189,10 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   for (int r = 0; r < 3; r++) fuzz_round(sv, 0.7 + 0.1 * r); /* within every deadline */
   fuzz_round(sv, 1e9);                                       /* past every deadline */
-  /* What each client got: the whole reply exactly when it sent the request with the secret. */
+  /*
+   * What each client got: the whole reply exactly when it sent a request with the secret that
+   * is not a ping or a bye (those get nothing); a notice for each valid failing request or bye.
+   */
   for (int i = 0; i < nconns; i++) {
     struct fuzz_client* c = &cl[i];
     if (c->fd < 0) continue;
@@ -184,8 +201,10 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz_summary(NULL, &want.summary);
     ssize_t n = fuzz_drain(c->fd, (uint8_t*)&got, sizeof got);
     const struct wd_request* head = (const struct wd_request*)c->bytes;
-    const int asked = c->len >= sizeof *head && head->magic == BRAID_LEDGER_MAGIC &&
-                      memcmp(head->secret, fuzz_secret, sizeof fuzz_secret) == 0; /* any pad */
+    const int valid = c->len >= sizeof *head && head->magic == BRAID_LEDGER_MAGIC &&
+                      memcmp(head->secret, fuzz_secret, sizeof fuzz_secret) == 0;
+    const int asked = valid && !(head->flags & (WD_REQ_PING | WD_REQ_BYE));
+    noticed += valid && (head->flags & (WD_REQ_FAILING | WD_REQ_BYE)) != 0;
     if (n < 0) {
       fprintf(stderr, "fuzz_watchdog: connection %d left open past its deadline\n", i);
       abort();
@@ -204,6 +223,11 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       abort();
     }
     close(idle[i]);
+  }
+  if (fuzz_notices != noticed) {
+    fprintf(stderr, "fuzz_watchdog: %d notices for %d valid requests that carry one\n",
+            fuzz_notices, noticed);
+    abort();
   }
   wd_server_free(sv);
   return 0;
