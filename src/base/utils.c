@@ -224,3 +224,9 @@ int braid_process_gone(int pid, uint64_t start) {
   if (state == 'Z' || state == 'X') return 1;                 /* exited, not reaped yet */
   return start != 0 && now_start != start;                    /* the pid went to another process */
 }
+
+int braid_process_stopped(int pid) {
+  char state;
+  uint64_t start = 0;
+  return proc_is_ours() && proc_stat_read(pid, &state, &start) == 0 && (state == 'T' || state == 't');
+}

@@ -29,6 +29,8 @@ uint64_t braid_pid_hash(void);
  */
 uint64_t braid_process_start(int pid);
 int braid_process_gone(int pid, uint64_t start);
+/* Whether process `pid` of this pid namespace is stopped (SIGSTOP, or traced); 0 when unknown. */
+int braid_process_stopped(int pid);
 
 /* Monotonic clock in seconds / nanoseconds. */
 double braid_time_sec(void);

@@ -611,13 +611,61 @@ fail:
 }
 
 /*
+ * How long a fetch waits for the owner's descriptor service. The service answers at once while
+ * its process runs, so only an owner that is stopped or hung makes a fetch wait: BRAID_TIMEOUT,
+ * when set below it, bounds this wait as it bounds every other wait for a peer.
+ */
+#define IPC_FETCH_TIMEOUT_SEC 30.0
+static double ipc_fetch_timeout(void) {
+  const int64_t t = braid_param_int(BRAID_P_TIMEOUT);
+  return t > 0 && (double)t < IPC_FETCH_TIMEOUT_SEC ? (double)t : IPC_FETCH_TIMEOUT_SEC;
+}
+
+/* The process behind a connected Unix socket (SO_PEERCRED), 0 when unknown. */
+static int ipc_peer_pid(int s) {
+  struct ucred cred;
+  socklen_t len = sizeof cred;
+  return getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 ? (int)cred.pid : 0;
+}
+
+/*
+ * Whether the owner's process is gone. A process that dies closes its sockets a moment before
+ * it turns into a zombie, so after an end of stream this looks again for up to `settle` s.
+ */
+static int ipc_owner_gone(int pid, uint64_t start, double settle) {
+  const double until = braid_time_sec() + settle;
+  for (;;) {
+    if (braid_process_gone(pid, start)) return 1;
+    if (braid_time_sec() >= until) return 0;
+    usleep(5 * 1000);
+  }
+}
+
+/* The owner's service took the request but gave no answer: what its process is doing. */
+static ncclResult_t ipc_fetch_unanswered(int my_rank, unsigned owner, int pid, double waited,
+                                         int gone) {
+  if (gone)
+    return braid_err(ncclRemoteError,
+                     "rank %d: rank %u's process (pid %d) is gone: it exited while handing over "
+                     "a memory handle",
+                     my_rank, owner, pid);
+  const char* what = pid > 0 && braid_process_stopped(pid) ? "is stopped (a signal or a debugger)"
+                                                           : "does not answer (hung, or starved)";
+  return braid_err(ncclRemoteError,
+                   "rank %d: rank %u's process (pid %d) %s: its descriptor service took the "
+                   "request for a memory handle and gave no answer in %.1f s",
+                   my_rank, owner, pid, what, waited);
+}
+
+/*
  * Asks the owner's descriptor service for the export's descriptor. Waits at
- * most `timeout_sec` for the service (it answers at once when it is there),
- * less when the abort flag rises.
+ * most ipc_fetch_timeout() for the service (it answers at once when its
+ * process runs), less when the abort flag rises or the owner's process is
+ * found gone.
  */
 ncclResult_t ipc_fd_fetch(const struct ipc_desc* desc, int my_rank, volatile uint32_t* abort_flag,
                           int* out_fd) {
-  const double timeout_sec = 30;
+  const double timeout_sec = ipc_fetch_timeout();
   double start = braid_time_sec();
   struct sockaddr_un addr;
   socklen_t len;
@@ -631,6 +679,8 @@ ncclResult_t ipc_fd_fetch(const struct ipc_desc* desc, int my_rank, volatile uin
     (void)setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     (void)setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     if (connect(s, (struct sockaddr*)&addr, len) == 0) {
+      const int owner_pid = ipc_peer_pid(s);
+      const uint64_t owner_start = owner_pid > 0 ? braid_process_start(owner_pid) : 0;
       struct ipc_request req = {.magic = IPC_MAGIC};
       memcpy(req.token, desc->u.cumem.token, sizeof req.token);
       if (send(s, &req, sizeof req, MSG_NOSIGNAL) == (ssize_t)sizeof req) {
@@ -641,8 +691,12 @@ ncclResult_t ipc_fd_fetch(const struct ipc_desc* desc, int my_rank, volatile uin
                              .msg_controllen = sizeof cbuf};
         for (;;) {
           ssize_t n = recvmsg(s, &msg, MSG_CMSG_CLOEXEC);
-          if (n < 0 && (errno == EINTR || errno == EAGAIN) &&
-              braid_time_sec() - start < timeout_sec && !(abort_flag && *abort_flag))
+          const int rerr = n < 0 ? errno : 0;
+          const int timed_out = rerr == EINTR || rerr == EAGAIN;
+          const int gone =
+              n <= 0 && owner_pid > 0 && ipc_owner_gone(owner_pid, owner_start, timed_out ? 0 : 0.2);
+          if (timed_out && !gone && braid_time_sec() - start < timeout_sec &&
+              !(abort_flag && *abort_flag))
             continue;
           int fd = -1;
           struct cmsghdr* c = n > 0 ? CMSG_FIRSTHDR(&msg) : NULL;
@@ -660,13 +714,20 @@ ncclResult_t ipc_fd_fetch(const struct ipc_desc* desc, int my_rank, volatile uin
                              "rank %d: rank %u's descriptor service does not know the buffer it "
                              "offered (freed already?)",
                              my_rank, desc->owner_rank);
+          if (abort_flag && *abort_flag)
+            return braid_err(ncclRemoteError,
+                             "rank %d: aborted while waiting for rank %u's descriptor service",
+                             my_rank, desc->owner_rank);
+          if (gone || (timed_out && owner_pid > 0))
+            return ipc_fetch_unanswered(my_rank, desc->owner_rank, owner_pid,
+                                        braid_time_sec() - start, gone);
           return braid_err(ncclSystemError,
                            "rank %d: rank %u's descriptor service did not hand over a memory "
                            "handle (%s); a seccomp profile or security module may forbid passing "
                            "descriptors: set NCCL_CUMEM_ENABLE=0 (legacy CUDA IPC, needs every GPU "
                            "visible) or NCCL_P2P_DISABLE=1 (through host memory, slower)",
                            my_rank, desc->owner_rank,
-                           n < 0 ? strerror(errno) : n == 0 ? "connection closed" : "short reply");
+                           n < 0 ? strerror(rerr) : n == 0 ? "connection closed" : "short reply");
         }
       }
     }

@@ -4,15 +4,19 @@
  * offered descriptor reaches whoever names its token, and nobody else; a
  * client that sends garbage, or nothing, does not stop it; a withdrawn
  * descriptor is gone; the service's sockets and thread go with the last
- * holder. And the choice of sharing method for a pair of ranks: both ends
+ * holder; an owner that is stopped, or killed, while a request waits ends the
+ * wait with ncclRemoteError that says which. And the choice of sharing method for a pair of ranks: both ends
  * reach the same verdict, and a refusal says why.
  */
 #include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -179,6 +183,70 @@ static void test_service(void) {
   close(q[1]);
 }
 
+static void* kill_later(void* arg) {
+  usleep(500 * 1000);
+  kill(*(pid_t*)arg, SIGKILL); /* not reaped: a zombie, as when the owner's parent is busy */
+  return NULL;
+}
+
+/*
+ * An owner process that offered a descriptor and then stopped (SIGSTOP): a fetch waits no longer
+ * than BRAID_TIMEOUT (2 s here) and fails with ncclRemoteError naming the stopped process. The
+ * same owner killed while the fetch waits (BRAID_TIMEOUT 20 s): found gone within a second.
+ */
+static void test_stopped_owner(void) {
+  for (int killed = 0; killed < 2; killed++) {
+    int ch[2];
+    TEST_CHECK(pipe(ch) == 0, "pipe");
+    pid_t pid = fork();
+    if (pid == 0) {
+      struct braid_peer_info me;
+      struct ipc_desc d;
+      struct ipc_export* e = NULL;
+      int p[2];
+      memset(&me, 0, sizeof me);
+      memset(&d, 0, sizeof d);
+      ipc_acquire(0, &me);
+      d.kind = IPC_CUMEM;
+      d.owner_rank = 2;
+      if (pipe(p) != 0 || ipc_fd_offer(p[0], &d, &e) != ncclSuccess) _exit(1);
+      if (write(ch[1], &d, sizeof d) != (ssize_t)sizeof d) _exit(1);
+      raise(SIGSTOP);
+      _exit(0);
+    }
+    TEST_CHECK(pid > 0, "fork");
+    if (pid <= 0) return;
+    struct ipc_desc desc;
+    int st = 0;
+    TEST_CHECK(read(ch[0], &desc, sizeof desc) == (ssize_t)sizeof desc, "the owner's desc");
+    TEST_CHECK(waitpid(pid, &st, WUNTRACED) == pid && WIFSTOPPED(st), "the owner stopped");
+    close(ch[0]);
+    close(ch[1]);
+    setenv("BRAID_TIMEOUT", killed ? "20" : "2", 1);
+    braid_param_reload();
+    pthread_t killer;
+    if (killed) TEST_CHECK(pthread_create(&killer, NULL, kill_later, &pid) == 0, "thread");
+    int got = -1;
+    double t0 = braid_time_sec();
+    TEST_EXPECT_RES(ipc_fd_fetch(&desc, 1, NULL, &got), ncclRemoteError);
+    double took = braid_time_sec() - t0;
+    TEST_CHECK(got == -1, "no descriptor from a %s owner", killed ? "killed" : "stopped");
+    if (killed) {
+      pthread_join(killer, NULL);
+      TEST_CHECK(took < 1.5, "a killed owner noticed in %.2f s", took);
+      TEST_CHECK(strstr(braid_err_last(), "is gone") != NULL, "message: %s", braid_err_last());
+    } else {
+      TEST_CHECK(took >= 1.8 && took < 4, "a stopped owner: gave up in %.2f s (BRAID_TIMEOUT=2)",
+                 took);
+      TEST_CHECK(strstr(braid_err_last(), "is stopped") != NULL, "message: %s", braid_err_last());
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+  }
+  unsetenv("BRAID_TIMEOUT");
+  braid_param_reload();
+}
+
 static void peer(struct braid_peer_info* p, int rank, uint64_t pid, int cumem, uint32_t uid,
                  uint64_t ns, int64_t bus, const int64_t* visible, int nvisible) {
   memset(p, 0, sizeof *p);
@@ -235,6 +303,7 @@ static void test_choose(void) {
 int main(void) {
   braid_param_reload();
   test_service();
+  test_stopped_owner();
   test_choose();
   return test_summary();
 }
