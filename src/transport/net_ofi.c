@@ -175,6 +175,7 @@ struct ofi_comm {
   int peer_done;              /* the peer said goodbye: no error, nothing more will come */
   double last_completion;
   double probe_started;       /* prober: when the probe in flight was first tried (0: none) */
+  double probe_looked;        /* prober: when ofi_probe last looked at that probe */
   int outstanding;            /* data requests posted and not yet completed */
 };
 
@@ -426,6 +427,11 @@ static ncclResult_t ofi_probe(struct ofi_comm* c) {
   if ((res = ofi_progress(p)) != ncclSuccess) return c->failed = res;
   if (p->probe_send.done) p->probe_started = 0; /* answered: the peer is alive */
   double now = braid_time_sec();
+  /* Only time this side spent looking counts against the peer: when this thread was away (a
+     starved or descheduled process, another comm's long turn), the deadline moves with it. */
+  if (p->probe_started > 0 && now - p->probe_looked > OFI_PROBE_SEC)
+    p->probe_started += now - p->probe_looked;
+  p->probe_looked = now;
   if (p->probe_started > 0 && now - p->probe_started > OFI_PROBE_FAIL_SEC) {
     char addr[128];
     ofi_addr_text(c, c->peer_name, addr, sizeof addr);

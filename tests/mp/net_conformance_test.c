@@ -21,6 +21,9 @@
  *              refused, never a crash; with garbage for the address: an error
  *   stranger   OFI: goodbyes and probes from a stranger's endpoint change nothing; the
  *              peer's death is still noticed
+ *   away       the receiver's thread is away for 7 s (starved, descheduled) while a
+ *              receive waits on a live, idle peer: no error when it comes back, and the
+ *              message sent afterwards arrives
  *
  * Every buffer is registered with the connection's backend before use (net_util_mh), as IB
  * needs.
@@ -29,6 +32,7 @@
  */
 #include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -874,6 +878,71 @@ static int handlestate_child(const struct mp_child* c) {
   return s ? child_verdict() : 1;
 }
 
+/* ------------------------------------------------------------------- away */
+
+#define AWAY_SEC 7.0 /* longer than any liveness deadline of a backend (OFI: 1 + 5 s) */
+
+/* Tests `req` for `sec` seconds: 0 while it neither completes nor fails. */
+static int test_quietly(const struct braid_net_ops* ops, void* req, double sec, const char* when) {
+  double end = boot_now() + sec;
+  while (boot_now() < end) {
+    int done = 0;
+    ncclResult_t res = ops->test(req, &done, NULL);
+    TEST_CHECK(res == ncclSuccess, "%s: a receive from a live peer failed: %s", when,
+               braid_err_last());
+    TEST_CHECK(!done, "%s: a receive completed with nothing sent", when);
+    if (res != ncclSuccess || done) return -1;
+    mp_sleep(0.001);
+  }
+  return 0;
+}
+
+static int away_child(const struct mp_child* c) {
+  struct net_shared* sh = c->arg;
+  const struct braid_net_ops* ops;
+  int ndev, rc = child_open(&ops, &ndev);
+  if (rc) return rc;
+  uint64_t word = 0;
+  if (c->index == 0) {
+    void *l = NULL, *comm = NULL, *req = NULL;
+    if (listen_publish(sh, ops, 0, &l) != 0) return 1;
+    TEST_EXPECT_RES(net_util_accept(ops, l, &comm, WAIT_SEC), ncclSuccess);
+    if (comm == NULL) return 1;
+    TEST_EXPECT_RES(net_util_post(ops, comm, 0, &word, sizeof word, &req, WAIT_SEC), ncclSuccess);
+    /* Long enough for a liveness probe to go out; then away; then back, testing as before. */
+    if (req && test_quietly(ops, req, 1.5, "before") == 0) {
+      mp_sleep(AWAY_SEC);
+      if (test_quietly(ops, req, 2.0, "back after 7 s away") == 0) {
+        boot_set_flag(&sh->flags[F_STEP], 1);
+        TEST_EXPECT_RES(net_util_wait(ops, req, NULL, WAIT_SEC), ncclSuccess);
+        TEST_CHECK(word == 42, "the message after the absence: %llu", (unsigned long long)word);
+      }
+    }
+    boot_set_flag(&sh->flags[F_DONE], 1);
+    net_util_close(ops, comm, 0);
+    ops->close_listen(l);
+  } else {
+    void *s = connect_to(sh, ops, 0, sh->key), *req = NULL;
+    uint64_t w = 42;
+    if (s == NULL) return 1;
+    /* Idle as a proxy keeps an idle connection: its turns, so it takes the peer's probes. */
+    const int has_idle = ops->size > offsetof(struct braid_net_ops, idle) && ops->idle != NULL;
+    double end = boot_now() + 1.5 + AWAY_SEC + 2.0 + WAIT_SEC;
+    while (__atomic_load_n(&sh->flags[F_STEP], __ATOMIC_ACQUIRE) < 1 &&
+           __atomic_load_n(&sh->flags[F_DONE], __ATOMIC_ACQUIRE) < 1 && boot_now() < end) {
+      if (has_idle) TEST_EXPECT_RES(ops->idle(s), ncclSuccess);
+      mp_sleep(0.01);
+    }
+    if (__atomic_load_n(&sh->flags[F_STEP], __ATOMIC_ACQUIRE) >= 1) {
+      TEST_EXPECT_RES(net_util_post(ops, s, 1, &w, sizeof w, &req, WAIT_SEC), ncclSuccess);
+      if (req) TEST_EXPECT_RES(net_util_wait(ops, req, NULL, WAIT_SEC), ncclSuccess);
+    }
+    boot_wait_flag(&sh->flags[F_DONE], 1, WAIT_SEC); /* keep the send's data until it landed */
+    net_util_close(ops, s, 1);
+  }
+  return child_verdict();
+}
+
 /* --------------------------------------------------------------- stranger */
 
 #ifdef BRAID_TEST_HAVE_LIBFABRIC
@@ -1028,12 +1097,13 @@ int main(int argc, char** argv) {
                {"secret", secret_child},       {"bandwidth", bandwidth_child},
                {"peerclose", NULL},            {"netns", netns_child},
                {"refused", refused_child},     {"abandon", abandon_child},
-               {"handlestate", handlestate_child}, {"stranger", stranger_child}};
+               {"handlestate", handlestate_child}, {"stranger", stranger_child},
+               {"away", away_child}};
   const char* arg = argc > 1 ? argv[1] : "";
   const char* sep = strchr(arg, '_');
   if (sep == NULL || (size_t)(sep - arg) >= sizeof backend) {
     fprintf(stderr, "usage: %s <socket|ofi|ib|plugin>_<connect|sizes|many|order|secret|bandwidth|peerclose|"
-                    "netns|refused|abandon|handlestate|stranger>\n",
+                    "netns|refused|abandon|handlestate|stranger|away>\n",
             argv[0]);
     return 2;
   }
