@@ -20,7 +20,8 @@
  * socket whose name holds a random 64-bit id, learnt by the peers through the
  * authenticated bootstrap; it hands a descriptor only to a request carrying
  * that export's 128-bit random token, which travels the same way. A stranger
- * on the host that connects gets nothing.
+ * on the host that connects gets nothing. The service and the fetch are
+ * ipc_fd.c's; the memory, its export and its mapping ipc.c's.
  */
 #ifndef BRAID_TRANSPORT_IPC_H
 #define BRAID_TRANSPORT_IPC_H
@@ -123,6 +124,11 @@ ncclResult_t ipc_fd_offer(int fd, struct ipc_desc* desc, struct ipc_export** out
 void ipc_fd_withdraw(struct ipc_export* e);
 ncclResult_t ipc_fd_fetch(const struct ipc_desc* desc, int my_rank, volatile uint32_t* abort_flag,
                           int* out_fd);
+/*
+ * The service's part of ipc_acquire (ipc_fd.c): one more holder, the service started by the
+ * first. Returns its id, or 0 with `why` saying why there is none. ipc_release lets go.
+ */
+uint64_t ipc_service_hold(char* why, size_t why_size);
 
 /*
  * Windows (symmetric memory): each rank's buffer, a cuMem allocation, is mapped whole at an
