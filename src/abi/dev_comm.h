@@ -145,6 +145,21 @@ typedef enum {
 #define BRAID_WORK_SYM 0x10 /* AllReduce read from a symmetric window (sym.h; algo DIRECT) */
 /* Output bytes a block of the symmetric all-reduce holds per round (sym.h: shared memory). */
 #define BRAID_SYM_ROUND_BYTES 16384
+/*
+ * The symmetric all-reduce's LL variant (sym.h: each rank pushes its input to every peer as
+ * LL lines, no meeting): output bytes a block moves, the most blocks it runs on (so inputs up
+ * to BRAID_SYM_LL_BYTES * BRAID_SYM_LL_GRID take it, fewer where the comm has fewer channels),
+ * and where its slots lie in a rank's sync memory: after the inboxes and epochs, per block,
+ * per epoch parity and per sending rank, one slot of BRAID_SYM_LL_SLOT bytes.
+ */
+#define BRAID_SYM_LL_BYTES 4096
+#define BRAID_SYM_LL_GRID 32
+#define BRAID_SYM_LL_SLOT (2 * BRAID_SYM_LL_BYTES)
+#define BRAID_SYM_LL_OFFSET(n) \
+  ((((size_t)BRAID_MAX_GRID * ((size_t)(n) + 1) * sizeof(uint32_t)) + 15) & ~(size_t)15)
+/* A rank's sync memory for a team of n ranks (runtime/window.c makes it, zeroed). */
+#define BRAID_SYM_SYNC_BYTES(n) \
+  (BRAID_SYM_LL_OFFSET(n) + (size_t)BRAID_SYM_LL_GRID * 2 * (size_t)(n) * BRAID_SYM_LL_SLOT)
 
 /*
  * One operation of a launch. Collectives: every block b with

@@ -209,7 +209,9 @@ __device__ __forceinline__ void tree_work_run(const struct braid_work& w,
   struct braid_dev_channel* chan = &comm->channels[blockIdx.x];
   const int ch = blockIdx.x - w.channel_lo;
   Op op = work_op<T, Op>(w, comm);
-  if (w.flags & BRAID_WORK_SYM)
+  if ((w.flags & BRAID_WORK_SYM) && w.proto == BRAID_PROTO_LL)
+    sym_allreduce_ll<T, Op>(op, w, comm, ch, aborted);
+  else if (w.flags & BRAID_WORK_SYM)
     sym_allreduce<T, Op>(op, w, comm, ch, aborted);
   else if (w.algo == BRAID_ALGO_DIRECT)
     direct_allreduce<T, Op>(op, w, comm, chan, ch, aborted);

@@ -34,6 +34,7 @@
 #define BRAID_DEVICE_SYM_H
 
 #include "abi/dev_comm.h"
+#include "device/prims_ll.h"
 #include "device/reduce_ops.h"
 
 namespace braid {
@@ -136,6 +137,77 @@ __device__ __forceinline__ void sym_store_lanes(char* out, uint4 v) {
  * BRAID_NTHREADS. Only the input's alignment, the same on every rank (the same offset in a
  * symmetric window), decides between packs and elements.
  */
+
+/*
+ * The LL variant (work proto BRAID_PROTO_LL), for outputs of at most BRAID_SYM_LL_BYTES a
+ * block: instead of reading its peers' inputs between two meetings, each rank pushes its own
+ * input into every peer's sync memory as LL lines (8 bytes of data and the epoch twice in one
+ * 16-byte store, as prims_ll.h), and reduces what arrives in its own. No meeting at all:
+ *   - a line is there once both its flags read this operation's epoch (the slots start zeroed,
+ *     epochs start at 1, and every line a slot ever held carries an older epoch);
+ *   - no rank reads another's input or output, so neither may change as soon as this rank's
+ *     block is done;
+ *   - slots alternate by the epoch's parity: a rank writes a peer's slot of parity e & 1 for
+ *     epoch e only after it passed epoch e - 1 or a later meeting of the same block, which the
+ *     peer reached only after it read the slot's epoch e - 2 lines.
+ * Block b moves bytes [b * BRAID_SYM_LL_BYTES, ...) of each output (reduce-scatter: of each
+ * rank's part). Epochs are the blocks' own (shared with the pull variant's meetings), so any
+ * number of threads will do.
+ */
+__device__ __forceinline__ char* sym_ll_slot(const sym_args& a, int owner, int b, uint32_t epoch,
+                                             int from) {
+  const size_t slot = ((size_t)b * 2 + (epoch & 1)) * a.n + from;
+  return (char*)sym_sync(a, owner) + BRAID_SYM_LL_OFFSET(a.n) + slot * BRAID_SYM_LL_SLOT;
+}
+
+template <typename T, typename Op>
+__device__ __noinline__ void sym_allreduce_ll(const Op& op, const struct braid_work& w,
+                                              struct braid_dev_comm* comm, int ch,
+                                              volatile int* aborted) {
+  const sym_args a = sym_decode(w, comm->nranks);
+  const size_t bytes = w.count * sizeof(T); /* this rank's output; a part of each input */
+  const size_t first = (size_t)ch * BRAID_SYM_LL_BYTES;
+  const int nbytes = first >= bytes                           ? 0
+                     : bytes - first < BRAID_SYM_LL_BYTES ? (int)(bytes - first)
+                                                              : BRAID_SYM_LL_BYTES;
+  const int lines = (nbytes + 7) / 8;
+  const bool scatter = w.coll == BRAID_COLL_REDUCESCATTER;
+  /* This block's share of this rank's input (reduce-scatter: of its part 0), in its window. */
+  const char* in = a.send0 + (size_t)a.me * a.stride + first;
+  uint32_t* epoch_word = sym_sync(a, a.me) + (size_t)BRAID_MAX_GRID * a.n + ch;
+  __shared__ uint32_t epoch_now;
+  if (threadIdx.x == 0) epoch_now = *(volatile uint32_t*)epoch_word + 1;
+  __syncthreads();
+  const uint32_t epoch = epoch_now;
+  /* Push: every line of this rank's share to every peer, the next rank first. */
+  for (int i = threadIdx.x; i < lines; i += blockDim.x) {
+    const uint64_t v = scatter ? 0 : ll_user_load(in, i, nbytes);
+    for (int k = 1; k < a.n; k++) {
+      const int p = a.me + k < a.n ? a.me + k : a.me + k - a.n;
+      const uint64_t x = scatter ? ll_user_load(in + (size_t)p * bytes, i, nbytes) : v;
+      ll_line_store(sym_ll_slot(a, p, ch, epoch, a.me), i, x, epoch);
+    }
+  }
+  /* Reduce in rank order as lines arrive (this rank's own from its input). */
+  const char* mine = in + (scatter ? (size_t)a.me * bytes : 0);
+  char* out = (char*)w.recvbuff + first;
+  bool ok = true;
+  for (int i = threadIdx.x; i < lines && ok; i += blockDim.x) {
+    uint64_t acc = 0;
+    for (int p = 0; p < a.n && ok; p++) {
+      uint64_t v;
+      if (p == a.me)
+        v = ll_user_load(mine, i, nbytes);
+      else
+        ok = ll_line_load(sym_ll_slot(a, a.me, ch, epoch, p), i, epoch, comm->abort_flag, &v);
+      v = pack8_pre<T, Op, Op::has_pre>(op, v);
+      acc = p == 0 ? v : pack8_combine<T, Op>(op, acc, v);
+    }
+    if (ok) ll_user_store(out, i, nbytes, pack8_post<T, Op, Op::has_post>(op, acc));
+  }
+  if (!ok) aborted[0] = 1;
+  if (threadIdx.x == 0) *(volatile uint32_t*)epoch_word = epoch;
+}
 
 /*
  * Out of line, so that the tree family's kernels compile as without it (ptxas -v, float: the

@@ -88,10 +88,13 @@ static int enq_family(const struct braid_work* w) {
  * of two H100s in a CUDA graph: 3.72-3.81 us an operation with 512 threads, 3.33-3.39 with 64;
  * eager calls, paced by the host, unchanged; docs/tuning.md, BRAID_SMALL_NTHREADS). Both ends
  * of a connection may run different block sizes: an LL step's lines are by index, whichever
- * thread writes them.
+ * thread writes them. The symmetric all-reduce's LL variant too, when its one block's lines
+ * are as few (it has no meeting, any block size will do).
  */
 static int enq_work_small(const struct ncclComm* comm, const struct braid_work* w) {
   const int n = comm->dev->small_nthreads;
+  if (n > 0 && (w->flags & BRAID_WORK_SYM) && w->proto == BRAID_PROTO_LL)
+    return w->count * redop_type_size(w->dtype) <= (size_t)n * 8; /* one block's lines */
   if (n == 0 || w->coll == BRAID_COLL_SENDRECV || w->algo != BRAID_ALGO_RING ||
       w->proto != BRAID_PROTO_LL || w->nchannels == 0)
     return 0;
@@ -350,9 +353,11 @@ fail:
  * BRAID_SYM_MAX_BYTES of input, as the symmetric work (device/sym.h: every rank reads every
  * rank's input from the window; no connection): *w filled, 1; else 0. Every rank decides
  * alike: the windows are registered collectively, the size and the setting (agreed at init)
- * are the same. Its fields carry the window's addresses as sym.h reads them. Blocks: one per
- * BRAID_SYM_ROUND_BYTES of output (what a block holds in a round), at most the comm's
- * channels. `log`: say so (once per operation, at its launch).
+ * are the same. Its fields carry the window's addresses as sym.h reads them. Outputs that
+ * BRAID_SYM_LL_BYTES a block covers on at most BRAID_SYM_LL_GRID of the comm's channels take
+ * the LL variant (one block per BRAID_SYM_LL_BYTES); larger ones, with BRAID_SYM_PULL=1, the
+ * pull variant: one block per BRAID_SYM_ROUND_BYTES (what a block holds in a round), at most
+ * the comm's channels. `log`: say so (once per operation, at its launch).
  */
 static int enq_sym_work(struct ncclComm* comm, const struct braid_op* op, struct braid_work* w,
                         int log) {
@@ -365,14 +370,18 @@ static int enq_sym_work(struct ncclComm* comm, const struct braid_op* op, struct
   if (op->count == 0 || comm->nranks < 2 || input > (uint64_t)max || !enq_ce_scalar_ok(op) ||
       !window_sym_input(comm, op->sendbuff, input, &ws))
     return 0;
-  const size_t per_block = BRAID_SYM_ROUND_BYTES;
-  int nb = (int)BRAID_MIN((bytes + per_block - 1) / per_block, (size_t)comm->channels->nchannels);
+  /* The LL variant where its blocks hold the whole output, else (if asked) the pull variant. */
+  const int nch = comm->channels->nchannels;
+  const int ll = bytes <= (size_t)BRAID_MIN(nch, BRAID_SYM_LL_GRID) * BRAID_SYM_LL_BYTES;
+  if (!ll && braid_param_int(BRAID_P_SYM_PULL) != 1) return 0;
+  const size_t per_block = ll ? BRAID_SYM_LL_BYTES : BRAID_SYM_ROUND_BYTES;
+  int nb = (int)BRAID_MIN((bytes + per_block - 1) / per_block, (size_t)nch);
   if (nb < 1) nb = 1;
   memset(w, 0, sizeof *w);
   w->coll = (uint8_t)op->coll;
   w->devop = (uint8_t)op->devop;
   w->dtype = (uint8_t)op->dtype;
-  w->proto = BRAID_PROTO_SIMPLE;
+  w->proto = ll ? BRAID_PROTO_LL : BRAID_PROTO_SIMPLE;
   w->algo = BRAID_ALGO_DIRECT; /* the tree family's kernels run it */
   w->channel_lo = 0;
   w->nchannels = (uint8_t)nb;
@@ -387,8 +396,9 @@ static int enq_sym_work(struct ncclComm* comm, const struct braid_op* op, struct
   w->recv_count = (size_t)(uintptr_t)ws.sync;
   w->scalar = op->scalar;
   if (log)
-    INFO(BRAID_LOG_TUNING, "%s %zu elements from a symmetric window: read from every rank's "
-         "window, %d blocks", braid_coll_name(op->coll), op->count, nb);
+    INFO(BRAID_LOG_TUNING, "%s %zu elements from a symmetric window: %s, %d blocks",
+         braid_coll_name(op->coll), op->count,
+         ll ? "pushed to every rank as LL lines" : "read from every rank's window", nb);
   return 1;
 }
 

@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "abi/dev_api.h"
+#include "abi/dev_comm.h"
 #include "base/debug.h"
 #include "base/utils.h"
 #include "bootstrap/bootstrap.h"
@@ -464,14 +465,15 @@ fail:
 /*
  * The symmetric all-reduce's sync window, made with the comm's first window (every rank
  * registers that one, so every rank makes this with it): per rank, one inbox per block and
- * rank, then one epoch per block (device/sym.h), zeroed. Only where the LSA team is the comm.
+ * rank, one epoch per block, then the LL variant's slots (abi/dev_comm.h, device/sym.h),
+ * zeroed. Only where the LSA team is the comm.
  */
 static ncclResult_t sym_sync_make(struct ncclComm* comm) {
   struct braid_windows* w = windows_of(comm);
   if (w == NULL) return braid_err(ncclSystemError, "out of host memory for the window state");
   if (w->sync != NULL || w->lsa_size != comm->nranks || comm->nranks < 2) return ncclSuccess;
   void* mem = NULL;
-  const size_t bytes = (size_t)BRAID_MAX_GRID * ((size_t)w->lsa_size + 1) * sizeof(uint32_t);
+  const size_t bytes = BRAID_SYM_SYNC_BYTES(w->lsa_size);
   ncclResult_t prep = ipc_user_alloc(&mem, bytes); /* zeroed */
   struct win* made = NULL;
   ncclResult_t res = win_register(comm, mem, bytes, NCCL_WIN_COLL_SYMMETRIC, 1, prep, &made);
