@@ -170,12 +170,18 @@ static const struct param_row rows[BRAID_P_COUNT] = {
   ROW(P2P_PAIR_MAX, NULL, INT, "-1",
       "The largest size in bytes of BRAID_P2P_PAIR_MIN's exchange; -1 (default): no bound; 0: "
       "never."),
-  ROW(SYM_MAX_BYTES, NULL, INT, "0",
+  ROW(SYM_MAX_BYTES, NULL, INT, "131072",
       "All-reduce and reduce-scatter whose input lies in a symmetric window "
       "(ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC) while every rank is in one LSA "
-      "team: largest size in bytes (as nccl-tests counts it) reduced by reading every rank's "
-      "window directly (no FIFO); 0 (default): never, until measured against NCCL's symmetric "
-      "kernels (docs/tuning.md). The same on every rank."),
+      "team: largest input in bytes (as nccl-tests counts it) reduced through the windows, "
+      "each rank pushing its input into every peer's as LL lines (no FIFO, no connection); "
+      "0: never. Default 131072 (2 and 4 H200s: faster than NCCL's symmetric kernels and "
+      "Braid's ordinary paths up to 1 MB; docs/tuning.md). The same on every rank."),
+  ROW(SYM_PULL, NULL, INT, "0",
+      "1: symmetric-window operations up to BRAID_SYM_MAX_BYTES that the LL variant cannot "
+      "hold (more than 4 KB an output block, or than 32 blocks or the comm's channels) read "
+      "every rank's window between meetings instead; 0 (default): they take Braid's ordinary "
+      "paths, which measured faster (docs/tuning.md). The same on every rank."),
   ROW(LL128_PAIR_MAX, NULL, INT, "2097152",
       "All-reduce of two ranks with LL128: largest size in bytes sent as the one-hop exchange "
       "(on one shared H200 faster than the ring from 32 KB to 512 KB, even at 2 MB, slower "
@@ -380,7 +386,7 @@ const braid_param_id_t braid_params_agreed[BRAID_PARAMS_AGREED] = {
     BRAID_P_P2P_PAIR_MIN,  BRAID_P_P2P_PAIR_MAX,      BRAID_P_LL128_PAIR_MAX,
     BRAID_P_P2P_LL_MAX,    BRAID_P_P2P_CHANNEL_BYTES, BRAID_P_CE_MIN_BYTES,
     BRAID_P_CE_SLOT_BYTES, BRAID_P_CE_NSLOTS,         BRAID_P_LL128_BUFFSIZE,
-    BRAID_P_P2P_PEER_SPLIT, BRAID_P_SYM_MAX_BYTES};
+    BRAID_P_P2P_PEER_SPLIT, BRAID_P_SYM_MAX_BYTES,     BRAID_P_SYM_PULL};
 
 int64_t braid_param_int(braid_param_id_t id) {
   param_ensure_loaded();
