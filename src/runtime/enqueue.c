@@ -350,8 +350,8 @@ fail:
 
 /*
  * An all-reduce or reduce-scatter whose input lies in a symmetric window, up to
- * BRAID_SYM_MAX_BYTES of input, as the symmetric work (device/sym.h: every rank reads every
- * rank's input from the window; no connection): *w filled, 1; else 0. Every rank decides
+ * BRAID_SYM_MAX_BYTES of input, as the symmetric work (device/sym.h: through the windows, no
+ * connection): *w filled, 1; else 0. Every rank decides
  * alike: the windows are registered collectively, the size and the setting (agreed at init)
  * are the same. Its fields carry the window's addresses as sym.h reads them. Outputs that
  * BRAID_SYM_LL_BYTES a block covers on at most BRAID_SYM_LL_GRID of the comm's channels take
