@@ -182,6 +182,13 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "hold (more than 4 KB an output block, or than 32 blocks or the comm's channels) read "
       "every rank's window between meetings instead; 0 (default): they take Braid's ordinary "
       "paths, which measured faster (docs/tuning.md). The same on every rank."),
+  ROW(ONESHOT_MAX_BYTES, NULL, INT, "0",
+      "All-reduce and reduce-scatter of buffers in no window, on communicators of 3 or more "
+      "ranks that are one LSA team (one host, P2P between every pair, cuMem): largest input "
+      "in bytes run one-shot, each rank pushing its input into every peer's sync window as LL "
+      "lines (the symmetric LL variant; the window is made at init, 2 MB a rank at 4 ranks); "
+      "0 (default): never, until measured against NCCL at 4 and 8 ranks (docs/tuning.md). "
+      "The same on every rank."),
   ROW(LL128_PAIR_MAX, NULL, INT, "2097152",
       "All-reduce of two ranks with LL128: largest size in bytes sent as the one-hop exchange "
       "(on one shared H200 faster than the ring from 32 KB to 512 KB, even at 2 MB, slower "
@@ -386,7 +393,8 @@ const braid_param_id_t braid_params_agreed[BRAID_PARAMS_AGREED] = {
     BRAID_P_P2P_PAIR_MIN,  BRAID_P_P2P_PAIR_MAX,      BRAID_P_LL128_PAIR_MAX,
     BRAID_P_P2P_LL_MAX,    BRAID_P_P2P_CHANNEL_BYTES, BRAID_P_CE_MIN_BYTES,
     BRAID_P_CE_SLOT_BYTES, BRAID_P_CE_NSLOTS,         BRAID_P_LL128_BUFFSIZE,
-    BRAID_P_P2P_PEER_SPLIT, BRAID_P_SYM_MAX_BYTES,     BRAID_P_SYM_PULL};
+    BRAID_P_P2P_PEER_SPLIT, BRAID_P_SYM_MAX_BYTES,     BRAID_P_SYM_PULL,
+    BRAID_P_ONESHOT_MAX_BYTES};
 
 int64_t braid_param_int(braid_param_id_t id) {
   param_ensure_loaded();

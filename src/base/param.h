@@ -69,6 +69,7 @@ typedef enum {
   BRAID_P_P2P_PAIR_MAX,
   BRAID_P_SYM_MAX_BYTES,
   BRAID_P_SYM_PULL,
+  BRAID_P_ONESHOT_MAX_BYTES,
   BRAID_P_LL128_PAIR_MAX,
   BRAID_P_P2P_LL_MAX,
   BRAID_P_P2P_CHANNEL_BYTES,
@@ -118,7 +119,7 @@ typedef enum {
  * of a communicator must have the same values, or calls hang or corrupt data. Comm init compares
  * them across ranks and refuses a mix.
  */
-#define BRAID_PARAMS_AGREED 12
+#define BRAID_PARAMS_AGREED 13
 extern const braid_param_id_t braid_params_agreed[BRAID_PARAMS_AGREED];
 
 /* The value of an integer parameter. A malformed value falls back to the default with a WARN. */

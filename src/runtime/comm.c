@@ -409,6 +409,7 @@ static ncclResult_t comm_init_connect(struct ncclComm* comm) {
   BRAID_TRY(channels_rings_connect(comm));
   BRAID_TRY(dev_state_create(comm));
   BRAID_TRY(watchdog_start(comm));
+  window_oneshot_prepare(comm); /* collective where BRAID_ONESHOT_MAX_BYTES asks; never fails */
   BRAID_TRY(bootstrap_barrier(comm->bootstrap));
   /* Every rank is through the exchanges: a failure from here on concerns this rank only. */
   bootstrap_init_done(comm->bootstrap);

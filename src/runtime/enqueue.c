@@ -350,10 +350,11 @@ fail:
 
 /*
  * An all-reduce or reduce-scatter whose input lies in a symmetric window, up to
- * BRAID_SYM_MAX_BYTES of input, as the symmetric work (device/sym.h: through the windows, no
- * connection): *w filled, 1; else 0. Every rank decides
- * alike: the windows are registered collectively, the size and the setting (agreed at init)
- * are the same. Its fields carry the window's addresses as sym.h reads them. Outputs that
+ * BRAID_SYM_MAX_BYTES of input (or, on a comm of 3 or more ranks that made the sync window at
+ * init, in any buffer up to BRAID_ONESHOT_MAX_BYTES: the LL variant only), as the symmetric
+ * work (device/sym.h: through the windows, no connection): *w filled, 1; else 0. Every rank
+ * decides alike: the windows (the sync window too) are made collectively, the size and the
+ * settings (agreed at init) are the same. Its fields carry the window's addresses as sym.h reads them. Outputs that
  * BRAID_SYM_LL_BYTES a block covers on at most BRAID_SYM_LL_GRID of the comm's channels take
  * the LL variant (one block per BRAID_SYM_LL_BYTES); larger ones, with BRAID_SYM_PULL=1, the
  * pull variant: one block per BRAID_SYM_ROUND_BYTES (what a block holds in a round), at most
@@ -361,19 +362,25 @@ fail:
  */
 static int enq_sym_work(struct ncclComm* comm, const struct braid_op* op, struct braid_work* w,
                         int log) {
+  if (op->coll != BRAID_COLL_ALLREDUCE && op->coll != BRAID_COLL_REDUCESCATTER) return 0;
   const int64_t max = braid_param_int(BRAID_P_SYM_MAX_BYTES);
-  if (max <= 0 || (op->coll != BRAID_COLL_ALLREDUCE && op->coll != BRAID_COLL_REDUCESCATTER))
-    return 0;
+  const int64_t oneshot_max = braid_param_int(BRAID_P_ONESHOT_MAX_BYTES);
+  if (max <= 0 && oneshot_max <= 0) return 0;
   const size_t bytes = enq_op_bytes(op);         /* this rank's output */
   const size_t input = enq_tune_bytes(comm, op); /* every rank's input (reduce-scatter: n parts) */
+  if (op->count == 0 || comm->nranks < 2 || !enq_ce_scalar_ok(op)) return 0;
+  /* In a symmetric window; else, on comms that made the sync window at init, one-shot. */
   struct window_sym ws;
-  if (op->count == 0 || comm->nranks < 2 || input > (uint64_t)max || !enq_ce_scalar_ok(op) ||
-      !window_sym_input(comm, op->sendbuff, input, &ws))
-    return 0;
+  const int windowed =
+      max > 0 && input <= (uint64_t)max && window_sym_input(comm, op->sendbuff, input, &ws);
+  const int oneshot = !windowed && oneshot_max > 0 && input <= (uint64_t)oneshot_max &&
+                      comm->nranks >= 3 && window_sync(comm, &ws);
+  if (!windowed && !oneshot) return 0;
+  if (oneshot) ws.input = (char*)op->sendbuff; /* read by this rank alone: stride 0 */
   /* The LL variant where its blocks hold the whole output, else (if asked) the pull variant. */
   const int nch = comm->channels->nchannels;
   const int ll = bytes <= (size_t)BRAID_MIN(nch, BRAID_SYM_LL_GRID) * BRAID_SYM_LL_BYTES;
-  if (!ll && braid_param_int(BRAID_P_SYM_PULL) != 1) return 0;
+  if (!ll && (oneshot || braid_param_int(BRAID_P_SYM_PULL) != 1)) return 0;
   const size_t per_block = ll ? BRAID_SYM_LL_BYTES : BRAID_SYM_ROUND_BYTES;
   int nb = (int)BRAID_MIN((bytes + per_block - 1) / per_block, (size_t)nch);
   if (nb < 1) nb = 1;
@@ -396,8 +403,8 @@ static int enq_sym_work(struct ncclComm* comm, const struct braid_op* op, struct
   w->recv_count = (size_t)(uintptr_t)ws.sync;
   w->scalar = op->scalar;
   if (log)
-    INFO(BRAID_LOG_TUNING, "%s %zu elements from a symmetric window: %s, %d blocks",
-         braid_coll_name(op->coll), op->count,
+    INFO(BRAID_LOG_TUNING, "%s %zu elements %s: %s, %d blocks", braid_coll_name(op->coll),
+         op->count, oneshot ? "one-shot" : "from a symmetric window",
          ll ? "pushed to every rank as LL lines" : "read from every rank's window", nb);
   return 1;
 }

@@ -16,6 +16,7 @@
 #include "abi/dev_api.h"
 #include "abi/dev_comm.h"
 #include "base/debug.h"
+#include "base/param.h"
 #include "base/utils.h"
 #include "bootstrap/bootstrap.h"
 #include "runtime/comm.h"
@@ -484,6 +485,40 @@ static ncclResult_t sym_sync_make(struct ncclComm* comm) {
   w->sync = made;
   w->sync_mem = mem;
   return ncclSuccess;
+}
+
+int window_sync(struct ncclComm* comm, struct window_sym* out) {
+  struct braid_windows* w = __atomic_load_n(&comm->windows, __ATOMIC_ACQUIRE);
+  if (w == NULL) return 0;
+  pthread_mutex_lock(&w->lock);
+  const int found = w->sync != NULL;
+  if (found) {
+    out->input = NULL;
+    out->stride4g = 0;
+    out->sync = w->sync->host.lsa_flat_base;
+    out->sync_stride4g = w->sync->host.stride4g;
+  }
+  pthread_mutex_unlock(&w->lock);
+  return found;
+}
+
+void window_oneshot_prepare(struct ncclComm* comm) {
+  if (braid_param_int(BRAID_P_ONESHOT_MAX_BYTES) <= 0 || comm->nranks < 3) return;
+  struct braid_windows* w = windows_of(comm);
+  if (w == NULL || w->lsa_size != comm->nranks) {
+    INFO(BRAID_LOG_INIT | BRAID_LOG_TUNING, "one-shot all-reduce off: %s",
+         w == NULL ? "out of host memory for the window state"
+                   : "the ranks are not one LSA team (one host, P2P between every pair, cuMem)");
+    return;
+  }
+  if (sym_sync_make(comm) != ncclSuccess)
+    INFO(BRAID_LOG_INIT | BRAID_LOG_TUNING, "one-shot all-reduce off: its sync window: %s",
+         braid_err_last());
+  else
+    INFO(BRAID_LOG_INIT | BRAID_LOG_TUNING, "one-shot all-reduce on up to %lld bytes "
+         "(BRAID_ONESHOT_MAX_BYTES): sync window of %zu bytes a rank",
+         (long long)braid_param_int(BRAID_P_ONESHOT_MAX_BYTES),
+         (size_t)BRAID_SYM_SYNC_BYTES(comm->nranks));
 }
 
 int window_sym_input(struct ncclComm* comm, const void* ptr, size_t bytes,

@@ -60,6 +60,19 @@ struct window_sym {
 };
 int window_sym_input(struct ncclComm* comm, const void* ptr, size_t bytes,
                      struct window_sym* out);
+/*
+ * The comm's sync window alone, for the one-shot all-reduce of buffers in no window (its input
+ * is read only by its own rank): out->sync and out->sync_stride4g set, out->input NULL,
+ * out->stride4g 0. 1 if the comm has one, else 0.
+ */
+int window_sync(struct ncclComm* comm, struct window_sym* out);
+/*
+ * At init, once the peers, the topology and the connections are there (every rank calls it at
+ * the same point): where BRAID_ONESHOT_MAX_BYTES > 0 and the whole comm of 3 or more ranks is
+ * one LSA team, makes the sync window the one-shot all-reduce pushes through. Collective; a
+ * failure (on any rank: all ranks learn it) leaves the comm without it, said at INFO.
+ */
+void window_oneshot_prepare(struct ncclComm* comm);
 
 /* Frees every window and device communicator left on `comm` (at destroy, as NCCL). */
 void window_free_all(struct ncclComm* comm);
