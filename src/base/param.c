@@ -175,8 +175,9 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "(ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC) while every rank is in one LSA "
       "team: largest input in bytes (as nccl-tests counts it) reduced through the windows, "
       "each rank pushing its input into every peer's as LL lines (no FIFO, no connection); "
-      "0: never. Default 131072 (2 and 4 H200s: faster than NCCL's symmetric kernels and "
-      "Braid's ordinary paths up to 1 MB; docs/tuning.md). The same on every rank."),
+      "0: never. Default 131072 (2 and 4 H200s: with it, faster than NCCL's symmetric "
+      "kernels at every size to 1 MB, and than Braid's ordinary paths to 128 KB; "
+      "docs/tuning.md). The same on every rank."),
   ROW(SYM_PULL, NULL, INT, "0",
       "1: symmetric-window operations up to BRAID_SYM_MAX_BYTES that the LL variant cannot "
       "hold (more than 4 KB an output block, or than 32 blocks or the comm's channels) read "
