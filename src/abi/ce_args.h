@@ -28,7 +28,9 @@ struct braid_ce_flags {
   uint32_t freed[BRAID_CE_MAX_SLOTS];   /* written by the peer's kernel: it is done with its slot */
   uint32_t sent[2];                     /* written by this rank's copy streams: chunk g copied out
                                            (chunk g goes on stream g % 2) */
-  uint32_t pad[14];
+  uint32_t ready;                       /* written by the peer's kernel: its landing operations
+                                           begun (this rank may copy straight into its buffer) */
+  uint32_t pad[13];
   uint32_t done[BRAID_CE_MAX_SLOTS];    /* this rank's kernel: blocks through the slot's chunk */
 };
 #define BRAID_CE_FLAGS_BYTES 4096
@@ -73,6 +75,14 @@ struct braid_ce_args {
    */
   uint32_t sent_last[2];
   int32_t sent_wait;
+  /*
+   * The peer's chunks land in `out` itself (registered buffers, core/register.c), not in the
+   * slots: REDUCE reduces `out` with `own` in place, COPY only waits. At the start the kernel
+   * tells the peer it may copy (the peer's `ready` word = ready_value).
+   */
+  int32_t landed;
+  uint32_t ready_value;
+  uint32_t* peer_ready;
 };
 
 /*

@@ -235,6 +235,18 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "Measurement only: 1 = time each copy-engine copy with events and, after each exchange "
       "(waiting for it: slower), log (INFO COLL) the copies' span and rate, their gaps, and the "
       "kernel's end."),
+  ROW(CE_REG_MIN_BYTES, NULL, INT, "-1",
+      "Two ranks joined by P2P whose buffers both ranks registered (ncclCommRegister, cuMem "
+      "memory as ncclMemAlloc makes): smallest all-reduce, reduce-scatter, all-gather or "
+      "send/receive (bytes as for BRAID_CE_MIN_BYTES) that the copy engines move straight into "
+      "the peer's registered buffer, no scratch and no second copy; not under stream capture, "
+      "not where the output overlaps the input. -1 (default): never, registered buffers go the "
+      "usual way (measured no faster on 2x H200: docs/tuning.md, BRAID_CE_REG_MIN_BYTES). The "
+      "same on every rank."),
+  ROW(LOCAL_REGISTER, "NCCL_LOCAL_REGISTER", INT, "1",
+      "1: buffers registered with ncclCommRegister are used in place where Braid can "
+      "(BRAID_CE_REG_MIN_BYTES); 0: registrations are kept but every operation copies through "
+      "the FIFOs. The same on every rank."),
   ROW(CE_FAIL_CONNECT, NULL, INT, "-1",
       "Testing: the rank (of a two-rank communicator) whose copy-engine setup fails after its "
       "peer's has begun, so that both leave the exchange off and run the kernels; -1: none."),
@@ -395,7 +407,7 @@ const braid_param_id_t braid_params_agreed[BRAID_PARAMS_AGREED] = {
     BRAID_P_P2P_LL_MAX,    BRAID_P_P2P_CHANNEL_BYTES, BRAID_P_CE_MIN_BYTES,
     BRAID_P_CE_SLOT_BYTES, BRAID_P_CE_NSLOTS,         BRAID_P_LL128_BUFFSIZE,
     BRAID_P_P2P_PEER_SPLIT, BRAID_P_SYM_MAX_BYTES,     BRAID_P_SYM_PULL,
-    BRAID_P_ONESHOT_MAX_BYTES};
+    BRAID_P_ONESHOT_MAX_BYTES, BRAID_P_CE_REG_MIN_BYTES, BRAID_P_LOCAL_REGISTER};
 
 int64_t braid_param_int(braid_param_id_t id) {
   param_ensure_loaded();

@@ -81,6 +81,8 @@ typedef enum {
   BRAID_P_CE_NBLOCKS,
   BRAID_P_CE_TRACE,
   BRAID_P_CE_FAIL_CONNECT,
+  BRAID_P_CE_REG_MIN_BYTES,
+  BRAID_P_LOCAL_REGISTER,
   BRAID_P_OFI_PROVIDER,
   BRAID_P_OFI_HMEM,
   BRAID_P_TOPO_FILE,
@@ -119,7 +121,7 @@ typedef enum {
  * of a communicator must have the same values, or calls hang or corrupt data. Comm init compares
  * them across ranks and refuses a mix.
  */
-#define BRAID_PARAMS_AGREED 13
+#define BRAID_PARAMS_AGREED 15
 extern const braid_param_id_t braid_params_agreed[BRAID_PARAMS_AGREED];
 
 /* The value of an integer parameter. A malformed value falls back to the default with a WARN. */

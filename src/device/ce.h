@@ -10,6 +10,12 @@
  * is reused only after the peer has seen it freed, so the counter is back at
  * zero by then.
  *
+ * With registered buffers (core/register.c) the peer's copies land in the
+ * output itself: the kernel first tells the peer it may copy (its `ready`
+ * word), then reduces each chunk in place with its own data, or only waits
+ * for it; the slot's `freed` word is still raised, so the chunk numbers of
+ * both kinds of exchange go on alike.
+ *
  * Reductions go in rank order, combine(pre(rank 0's), pre(rank 1's)), on
  * both ranks: the same bits whatever the operator. The peer's value arrives
  * as its raw input, so `pre` (PreMulSum's scalar) applies to both values here.
@@ -69,6 +75,10 @@ __global__ void __launch_bounds__(BRAID_CE_THREADS)
   const uint64_t nchunks = (a.count + a.chunk_elems - 1) / a.chunk_elems;
   /* Each block's share of a chunk: whole 16-byte packs, so aligned buffers stay aligned. */
   const uint64_t pack = 16 / sizeof(T);
+  /* Landing: this rank's buffer is free for the peer's copies once this kernel runs. */
+  if (a.landed && a.peer_ready && blockIdx.x == 0 && threadIdx.x == 0)
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(a.peer_ready), "r"(a.ready_value)
+                 : "memory");
   for (uint64_t k = 0; k < nchunks; k++) {
     const uint32_t g = a.seq0 + (uint32_t)k, slot = g % a.nslots;
     const uint64_t off = k * a.chunk_elems;
@@ -99,9 +109,11 @@ __global__ void __launch_bounds__(BRAID_CE_THREADS)
     }
     __syncthreads();
     if (stop) return;
-    const T* peer = (const T*)(a.slots + (size_t)slot * a.slot_bytes) + lo;
     T* out = (T*)a.out + off + lo;
-    if (a.mode == BRAID_CE_COPY) {
+    /* Landed: the peer's chunk is already in `out` (COPY: in its place; REDUCE: in place). */
+    const T* peer = a.landed ? out : (const T*)(a.slots + (size_t)slot * a.slot_bytes) + lo;
+    if (a.mode == BRAID_CE_COPY && a.landed) {
+    } else if (a.mode == BRAID_CE_COPY) {
       reduce_copy<4, T, op_copy<T>, 1, 1, false, false>(threadIdx.x, blockDim.x, op_copy<T>(), peer,
                                                           nullptr, out, nullptr, (int64_t)(hi - lo));
     } else {

@@ -30,6 +30,14 @@
  * writes the peer's freed[slot] = g + 1. Every wait compares sequence
  * numbers, so no word is ever reset.
  *
+ * With registered buffers on both ranks (core/register.c) a chunk goes
+ * straight to its place in the peer's buffer instead of a slot: each copy
+ * stream's first step then waits for the peer's kernel to have started the
+ * operation (the `ready` word it raises: its buffer is free from then on),
+ * not for a free slot; the peer's kernel still raises `freed`, so both kinds
+ * of chunk share one numbering. Landed copies of nothing to reduce go in two
+ * chunks, one per copy stream.
+ *
  * Every wait is a kernel's, never the driver's stream memory operations
  * (cuStreamWaitValue32): CUDA documents that the order they set up is
  * invisible to its scheduler, which may map two streams onto one hardware
@@ -90,6 +98,8 @@ struct braid_ce {
   uint32_t nslots;
   uint64_t send_seq;    /* chunks sent so far (the peer's recv_seq) */
   uint64_t recv_seq;    /* chunks received so far (the peer's send_seq) */
+  uint32_t land_out;    /* exchanges whose chunks this rank copied into the peer's buffer */
+  uint32_t land_in;     /* exchanges whose chunks landed in this rank's (the peer's land_out) */
   cudaStream_t copy[2]; /* the copy engines' work: chunk g on copy[g % 2] */
   cudaStream_t aux;     /* reading the flag page at free */
   cudaEvent_t fork, join[2];
@@ -141,7 +151,11 @@ int ce_candidate(const struct ncclComm* comm, int coll, size_t bytes) {
 }
 
 int ce_ready(const struct ncclComm* comm, int coll, size_t bytes, int capturing) {
-  return !capturing && comm->ce && comm->ce->state == CE_READY && ce_candidate(comm, coll, bytes);
+  return ce_on(comm, capturing) && ce_candidate(comm, coll, bytes);
+}
+
+int ce_on(const struct ncclComm* comm, int capturing) {
+  return !capturing && comm->ce && comm->ce->state == CE_READY;
 }
 
 void ce_want(struct ncclComm* comm) { comm->ce_wanted = 1; }
@@ -367,7 +381,9 @@ void ce_fail(struct ncclComm* comm, ncclResult_t res) {
 }
 
 /* Bytes per chunk: a slot, or less for operations of a few slots (the pipeline fills sooner). */
-static size_t ce_chunk_bytes(const struct braid_ce* ce, size_t bytes) {
+static size_t ce_chunk_bytes(const struct braid_ce* ce, size_t bytes, int landed_copy) {
+  /* Landed copies leave the kernel nothing to overlap: two chunks, one per copy stream. */
+  if (landed_copy) return BRAID_MAX(BRAID_ALIGN_UP(bytes / 2, 1 << 20), (size_t)1 << 20);
   size_t want = BRAID_ALIGN_UP(bytes / 8, 1 << 20);
   if (want < (1 << 20)) want = 1 << 20;
   return want < ce->slot_bytes ? want : ce->slot_bytes;
@@ -384,9 +400,13 @@ fail:
   return res;
 }
 
-/* Sends `bytes` from `src` in chunks of `chunk` on the copy streams (top comment). */
+/*
+ * Sends `bytes` from `src` in chunks of `chunk` on the copy streams (top comment): into the
+ * peer's slots, or with `dst` (the peer's registered buffer, mapped here) straight there, each
+ * stream's first copy waiting until the peer's kernel has said so (ready >= ready_want).
+ */
 static ncclResult_t ce_send(struct ncclComm* comm, struct braid_ce* ce, const char* src,
-                            size_t bytes, size_t chunk) {
+                            size_t bytes, size_t chunk, char* dst, uint32_t ready_want) {
   ncclResult_t res = ncclSuccess;
   const uint64_t nchunks = bytes == 0 ? 0 : (bytes + chunk - 1) / chunk;
   /* Per copy stream, the chunk it copied last and has yet to publish (-1: none). */
@@ -406,8 +426,13 @@ static ncclResult_t ce_send(struct ncclComm* comm, struct braid_ce* ce, const ch
             (uint32_t*)(ce->mem + CE_SENT(i)); /* always: a stale word could read as reached */
         st.value = (uint32_t)(p + 1);
       }
-      if (k < nchunks &&
-          g >= ce->nslots) { /* the slot held chunk g - nslots: the peer must be done */
+      if (k < nchunks && dst != NULL) {
+        if (k < 2) { /* the stream's first copy into the peer's buffer */
+          st.freed = (const uint32_t*)(ce->mem + offsetof(struct braid_ce_flags, ready));
+          st.want = ready_want;
+        }
+      } else if (k < nchunks &&
+                 g >= ce->nslots) { /* the slot held chunk g - nslots: the peer must be done */
         st.freed = (const uint32_t*)(ce->mem + CE_FREED(g % ce->nslots));
         st.want = (uint32_t)(g - ce->nslots + 1);
       }
@@ -422,14 +447,14 @@ static ncclResult_t ce_send(struct ncclComm* comm, struct braid_ce* ce, const ch
     const size_t len = bytes - k * chunk < chunk ? bytes - k * chunk : chunk;
     if (ce->trace && k < CE_TRACE_CHUNKS)
       BRAID_CUDA_TRY(cudaEventRecord(ce->tev[2 * k], ce->copy[g & 1]));
-    CUresult r =
-        ce->copy_fn((CUdeviceptr)(uintptr_t)(ce->peer_mem + CE_SLOTS_OFFSET +
-                                             (g % ce->nslots) * ce->slot_bytes),
-                    (CUdeviceptr)(uintptr_t)(src + k * chunk), len, (CUstream)ce->copy[g & 1]);
+    char* to = dst ? dst + k * chunk
+                   : ce->peer_mem + CE_SLOTS_OFFSET + (g % ce->nslots) * ce->slot_bytes;
+    CUresult r = ce->copy_fn((CUdeviceptr)(uintptr_t)to, (CUdeviceptr)(uintptr_t)(src + k * chunk),
+                             len, (CUstream)ce->copy[g & 1]);
     BRAID_CHECK(r == CUDA_SUCCESS, ncclUnhandledCudaError,
-                "rank %d: cuMemcpyDtoDAsync of %zu bytes to rank %d's copy-engine slot failed "
-                "(CUresult %d)",
-                comm->rank, len, 1 - comm->rank, (int)r);
+                "rank %d: cuMemcpyDtoDAsync of %zu bytes to rank %d's %s failed (CUresult %d)",
+                comm->rank, len, 1 - comm->rank,
+                dst ? "registered buffer" : "copy-engine slot", (int)r);
     if (ce->trace && k < CE_TRACE_CHUNKS)
       BRAID_CUDA_TRY(cudaEventRecord(ce->tev[2 * k + 1], ce->copy[g & 1]));
     unpublished[g & 1] = (int64_t)g;
@@ -478,8 +503,9 @@ ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cu
   const size_t esize = redop_type_size(op->dtype);
   const size_t send_bytes = op->send_count * esize, recv_bytes = op->count * esize;
   /* Both ends of a direction chunk it alike: from its size (1 MB multiples hold any type). */
-  const size_t send_chunk = ce_chunk_bytes(ce, send_bytes) / esize * esize;
-  const size_t recv_chunk = ce_chunk_bytes(ce, recv_bytes) / esize * esize;
+  const size_t send_chunk =
+      ce_chunk_bytes(ce, send_bytes, op->peer_out != NULL && !op->reduce) / esize * esize;
+  const size_t recv_chunk = ce_chunk_bytes(ce, recv_bytes, op->landed && !op->reduce) / esize * esize;
   const uint64_t nrecv = recv_bytes == 0 ? 0 : (recv_bytes + recv_chunk - 1) / recv_chunk;
   const uint64_t nsend = send_bytes == 0 ? 0 : (send_bytes + send_chunk - 1) / send_chunk;
   struct braid_ce_args a;
@@ -501,13 +527,20 @@ ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cu
   a.own_out = op->reduce ? NULL : op->own_out;
   a.mode = op->reduce ? BRAID_CE_REDUCE : BRAID_CE_COPY;
   a.mine_first = comm->rank == 0;
+  if (op->landed && nrecv > 0) {
+    a.landed = 1;
+    a.ready_value = ++ce->land_in;
+    a.peer_ready = (uint32_t*)(ce->peer_mem + offsetof(struct braid_ce_flags, ready));
+  }
+  uint32_t ready_want = 0;
+  if (op->peer_out != NULL && nsend > 0) ready_want = ++ce->land_out;
   /*
    * The output is what goes out (in place, one size): chunk k may be written once this rank's
    * chunk k is copied out (both directions are chunked alike).
    */
   const char* send = op->send;
   void* staged = NULL;
-  if (braid_ranges_overlap(op->send, send_bytes, op->out, recv_bytes)) {
+  if (!op->landed && braid_ranges_overlap(op->send, send_bytes, op->out, recv_bytes)) {
     if (op->send == op->out && send_bytes == recv_bytes) {
       a.wait_sent = BRAID_CE_SENT_CHUNK;
       a.sent0 = (uint32_t)ce->send_seq;
@@ -538,7 +571,7 @@ ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cu
   for (int i = 0; i < 2; i++) BRAID_CUDA_TRY(cudaStreamWaitEvent(ce->copy[i], ce->fork, 0));
   /* The kernel first: it must be running before the copy streams' waits are queued. */
   if (nrecv > 0) BRAID_TRY(ce_launch(&a, dtype, devop, ce_nblocks(), stream));
-  BRAID_TRY(ce_send(comm, ce, send, send_bytes, send_chunk));
+  BRAID_TRY(ce_send(comm, ce, send, send_bytes, send_chunk, op->peer_out, ready_want));
   ce->recv_seq += nrecv;
   /* The user's stream goes on once this rank's data is out too (its buffer may be reused). */
   for (int i = 0; i < 2; i++) {
@@ -553,9 +586,9 @@ ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cu
   /* Nothing received: the ledger hears from a kernel of no chunks once the sends are done. */
   if (nrecv == 0 && ledger_seq != 0)
     BRAID_TRY(ce_launch(&a, dtype, devop, ce_nblocks(), stream));
-  TRACE(BRAID_LOG_COLL, "copy-engine exchange: %zu bytes out in %llu chunks, %zu in in %llu, %s",
-        send_bytes, (unsigned long long)nsend, recv_bytes, (unsigned long long)nrecv,
-        op->reduce ? "reduced" : "copied");
+  TRACE(BRAID_LOG_COLL, "copy-engine exchange: %zu bytes out in %llu chunks%s, %zu in in %llu, %s",
+        send_bytes, (unsigned long long)nsend, op->peer_out ? " (into the peer's buffer)" : "",
+        recv_bytes, (unsigned long long)nrecv, op->reduce ? "reduced" : "copied");
   return ncclSuccess;
 fail:
   /* The peer's chunk counts move on: this rank's no longer match them (ce_check_intact). */

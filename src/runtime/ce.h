@@ -28,6 +28,13 @@ struct braid_ce_op {
   int devop;            /* braid_devop_t */
   uint64_t scalar;
   int scalar_device;
+  /*
+   * Registered buffers on both ranks (core/register.c): `send` goes straight to peer_out (the
+   * peer's buffer, mapped here) instead of its slots; `landed`: the peer's data lands in `out`
+   * itself (never overlapping what this rank sends or its `own`).
+   */
+  char* peer_out;
+  int landed;
 };
 
 /*
@@ -40,6 +47,8 @@ int ce_candidate(const struct ncclComm* comm, int coll, size_t bytes);
 int ce_nblocks(void);
 /* Whether it does now: a candidate, set up on both ranks, and the stream not capturing. */
 int ce_ready(const struct ncclComm* comm, int coll, size_t bytes, int capturing);
+/* Whether the exchange is set up on both ranks and the stream not capturing (any size). */
+int ce_on(const struct ncclComm* comm, int capturing);
 /* Asks for setup at the next connection step (a candidate operation is pending). */
 void ce_want(struct ncclComm* comm);
 /* Whether setup was asked for and not done. */

@@ -581,6 +581,7 @@ void comm_free_timed(struct ncclComm* comm, struct comm_free_times* t) {
   }
   double t1 = braid_time_sec();
   ce_free(comm);       /* before dev_state: it may wait on the peer's last writes */
+  register_unmap_all(comm); /* the peers' buffers its copies wrote into: all done now */
   double t2 = braid_time_sec();
   /* Before dev_state and channels: what others of its family may use stays in the family. */
   struct braid_share* family = share_leave(comm);

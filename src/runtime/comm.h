@@ -39,6 +39,7 @@ struct braid_dev_state;
 struct braid_group_comm;
 struct braid_redop_table;
 struct braid_reg;
+struct braid_reg_state;
 struct braid_windows;
 struct braid_watchdog;
 struct braid_ce;
@@ -68,6 +69,7 @@ struct ncclComm {
   struct braid_group_comm* group_spare; /* the last group's state, for the next (group.c) */
   struct braid_redop_table* redops;  /* user-defined reduction operators */
   struct braid_reg* regs;            /* ncclCommRegister'ed buffers (register.c), under `lock` */
+  struct braid_reg_state* reg_state; /* their in-place use with the peer (register.c), or NULL */
   struct braid_windows* windows;     /* windows and device communicators (window.c), or NULL */
   volatile int children_pending;     /* split/shrink jobs still reading this comm (atomic) */
   int in_group_end;                  /* threads inside ncclGroupEnd with this comm (atomic) */

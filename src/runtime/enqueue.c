@@ -32,6 +32,7 @@
 #include "runtime/profiler.h"
 #include "base/param.h"
 #include "runtime/redop.h"
+#include "runtime/register.h"
 #include "runtime/share.h"
 #include "base/utils.h"
 #include "runtime/watchdog.h"
@@ -203,7 +204,8 @@ static int enq_ce_scalar_ok(const struct braid_op* op) {
 static int enq_ce_op(const struct ncclComm* comm, const struct braid_op* op, int capturing,
                      struct braid_ce_op* ce) {
   if (!enq_ce_coll(op->coll) || op->count == 0 || !enq_ce_scalar_ok(op) ||
-      !ce_ready(comm, op->coll, enq_tune_bytes(comm, op), capturing))
+      !(op->reg_direct ? ce_on(comm, capturing)
+                       : ce_ready(comm, op->coll, enq_tune_bytes(comm, op), capturing)))
     return 0;
   const size_t bytes = op->count * redop_type_size(op->dtype);
   const int me = comm->rank, peer = 1 - comm->rank;
@@ -226,7 +228,7 @@ static int enq_ce_op(const struct ncclComm* comm, const struct braid_op* op, int
     ce->out = (char*)op->recvbuff + peer * bytes;
     char* mine = (char*)op->recvbuff + me * bytes;
     ce->own_out = mine == op->sendbuff ? NULL : mine; /* in place: already there */
-  } else { /* broadcast: the root sends, the other receives */
+  } else { /* broadcast: the root sends, the other receives (never in place: enq_reg_needs) */
     ce->dtype = ncclUint8;
     ce->count = ce->send_count = bytes;
     if (op->root == me) {
@@ -237,6 +239,8 @@ static int enq_ce_op(const struct ncclComm* comm, const struct braid_op* op, int
       ce->send_count = 0;
     }
   }
+  ce->peer_out = op->reg_peer_out;
+  ce->landed = op->reg_direct;
   return 1;
 }
 
@@ -409,9 +413,77 @@ static int enq_sym_work(struct ncclComm* comm, const struct braid_op* op, struct
   return 1;
 }
 
+static const struct braid_op* enq_p2p_find(const struct braid_group_comm* g, int peer, int is_send,
+                                           int index);
+
+/*
+ * The group's operations that may move through the copy engines straight into the peer's
+ * registered buffers (register.h): two ranks joined by P2P, at least BRAID_CE_REG_MIN_BYTES,
+ * this rank's buffers registered (NCCL's rule: then the peer's are too), no stream capturing.
+ * All-reduce, reduce-scatter and all-gather, and send/receive pairs; register.c's exchange then
+ * decides, alike on both ranks, which go in place.
+ */
+static void enq_reg_needs(struct ncclComm* comm) {
+  struct braid_group_comm* g = comm->group;
+  const int64_t min = braid_param_int(BRAID_P_CE_REG_MIN_BYTES);
+  if (comm->regs == NULL || !register_possible(comm)) return;
+  for (int i = 0; i < g->nops; i++) {
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(g->ops[i].stream, &cs) != cudaSuccess ||
+        cs != cudaStreamCaptureStatusNone) {
+      (void)cudaGetLastError();
+      return;
+    }
+  }
+  const int me = comm->rank, peer = 1 - comm->rank;
+  int nwant = 0;
+  for (int i = 0; i < g->nops; i++) {
+    struct braid_op* op = &g->ops[i];
+    const size_t bytes = op->count * redop_type_size(op->dtype);
+    if (op->coll == BRAID_COLL_SENDRECV || op->count == 0 || !enq_ce_scalar_ok(op) ||
+        (op->coll != BRAID_COLL_ALLREDUCE && op->coll != BRAID_COLL_REDUCESCATTER &&
+         op->coll != BRAID_COLL_ALLGATHER) ||
+        enq_tune_bytes(comm, op) < (size_t)min)
+      continue;
+    struct reg_want w = {op, op, op->recvbuff, bytes, op->sendbuff, bytes, op->sendbuff, bytes};
+    if (op->coll == BRAID_COLL_REDUCESCATTER) {
+      w.send = (const char*)op->sendbuff + peer * bytes;
+      w.own = (const char*)op->sendbuff + me * bytes;
+    } else if (op->coll == BRAID_COLL_ALLGATHER) {
+      w.land = (char*)op->recvbuff + peer * bytes;
+      w.own_bytes = 0; /* its own part goes to its own place, away from the peer's */
+    }
+    const size_t in_bytes = op->coll == BRAID_COLL_REDUCESCATTER ? 2 * bytes : bytes;
+    if (!register_covers(comm, op->sendbuff, in_bytes) ||
+        !register_covers(comm, op->recvbuff, enq_op_bytes(op) * (op->coll == BRAID_COLL_ALLGATHER ? 2 : 1)))
+      continue;
+    nwant += register_want(comm, &w);
+  }
+  for (int i = 0;; i++) {
+    struct braid_op* s = (struct braid_op*)enq_p2p_find(g, peer, 1, i);
+    struct braid_op* r = (struct braid_op*)enq_p2p_find(g, peer, 0, i);
+    if (s == NULL && r == NULL) break;
+    const size_t out_bytes = enq_op_bytes(s), in_bytes = enq_op_bytes(r);
+    if (BRAID_MAX(out_bytes, in_bytes) < (size_t)min ||
+        (s && out_bytes && !register_covers(comm, s->sendbuff, out_bytes)) ||
+        (r && in_bytes && !register_covers(comm, r->recvbuff, in_bytes)))
+      continue;
+    struct reg_want w = {s, r, r ? r->recvbuff : NULL, in_bytes, s ? s->sendbuff : NULL,
+                         out_bytes, NULL, 0};
+    nwant += register_want(comm, &w);
+  }
+  if (nwant > 0) ce_want(comm);
+}
+
 void enqueue_p2p_needs(struct ncclComm* comm) {
   struct braid_group_comm* g = comm->group;
   const int n = comm->nranks;
+  for (int i = 0; i < g->nops; i++) {
+    g->ops[i].reg_direct = 0;
+    g->ops[i].reg_peer_out = NULL;
+  }
+  register_wants_clear(comm);
+  enq_reg_needs(comm);
   for (int i = 0; i < g->nops; i++) {
     struct braid_op* op = &g->ops[i];
     struct braid_tune_choice choice;
@@ -634,8 +706,10 @@ static ncclResult_t enq_p2p_ce(struct ncclComm* comm, struct launch_plan* plan, 
     if (s == NULL && r == NULL) break;
     /* The peer sees the same two sizes, swapped: the larger decides on both ranks. */
     const size_t out_bytes = enq_op_bytes(s), in_bytes = enq_op_bytes(r);
-    if (!ce_ready(comm, BRAID_COLL_SENDRECV, BRAID_MAX(out_bytes, in_bytes),
-                  capture != cudaStreamCaptureStatusNone))
+    const int capturing = capture != cudaStreamCaptureStatusNone;
+    const int direct = (s && s->reg_direct) || (r && r->reg_direct);
+    if (!(direct ? ce_on(comm, capturing)
+                 : ce_ready(comm, BRAID_COLL_SENDRECV, BRAID_MAX(out_bytes, in_bytes), capturing)))
       continue;
     struct braid_ce_op ce;
     memset(&ce, 0, sizeof ce);
@@ -644,6 +718,8 @@ static ncclResult_t enq_p2p_ce(struct ncclComm* comm, struct launch_plan* plan, 
     ce.out = r ? r->recvbuff : NULL;
     ce.count = in_bytes;
     ce.dtype = ncclUint8;
+    ce.peer_out = s ? s->reg_peer_out : NULL;
+    ce.landed = r ? r->reg_direct : 0;
     const struct braid_op* s0 = enq_p2p_find(g, me, 1, i);
     const struct braid_op* r0 = enq_p2p_find(g, me, 0, i);
     if (in_bytes > 0 && s0 && r0 && enq_op_bytes(s0) == in_bytes && enq_op_bytes(r0) == in_bytes &&
@@ -653,8 +729,9 @@ static ncclResult_t enq_p2p_ce(struct ncclComm* comm, struct launch_plan* plan, 
       taken[2 * i + 1] = 1;
     }
     if (plan->args.nwork > 0) BRAID_TRY(enq_launch(comm, plan, stream, capture));
-    INFO(BRAID_LOG_TUNING, "SendRecv %zu bytes out, %zu in on 2 ranks%s: through the copy engines",
-         out_bytes, in_bytes, ce.own ? " with the self copy" : "");
+    INFO(BRAID_LOG_TUNING, "SendRecv %zu bytes out, %zu in on 2 ranks%s: through the copy engines%s",
+         out_bytes, in_bytes, ce.own ? " with the self copy" : "",
+         direct ? ", straight into the registered buffers" : "");
     BRAID_TRY(enq_ce_run(comm, plan, &ce, stream, 0));
     taken[2 * i] = 1;
   }
@@ -744,7 +821,8 @@ static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
       has_p2p |= op->count > 0;
       /* A pair goes through the copy engines when its larger message would alone. */
       ce_group |= op->peer != comm->rank &&
-                  ce_ready(comm, BRAID_COLL_SENDRECV, enq_op_bytes(op), capturing);
+                  (op->reg_direct ? ce_on(comm, capturing)
+                                  : ce_ready(comm, BRAID_COLL_SENDRECV, enq_op_bytes(op), capturing));
     } else if (op->count > 0) {
       struct braid_work sym;
       ce_last = !enq_sym_work(comm, op, &sym, 0) && enq_ce_op(comm, op, capturing, &ce) ? i : -1;
@@ -763,8 +841,9 @@ static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
     }
     if (enq_ce_op(comm, op, capturing, &ce)) {
       if (plan->args.nwork > 0) BRAID_TRY(enq_launch(comm, plan, stream, capture));
-      INFO(BRAID_LOG_TUNING, "%s %zu elements on 2 ranks: through the copy engines",
-           braid_coll_name(op->coll), op->count);
+      INFO(BRAID_LOG_TUNING, "%s %zu elements on 2 ranks: through the copy engines%s",
+           braid_coll_name(op->coll), op->count,
+           op->reg_direct ? ", straight into the registered buffers" : "");
       uint64_t seq = i == ce_last ? watchdog_launch_seq(comm, 0, ce_nblocks()) : 0;
       res = enq_ce_root_copy(comm, op, stream);
       if (res == ncclSuccess) res = enq_ce_run(comm, plan, &ce, stream, seq);
@@ -807,6 +886,7 @@ static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
   }
   /* Everything went out: what fails from here on leaves the comm in step with its peers. */
   ce_group = 0;
+  register_mark_used(comm, stream);
   plan->launched = 0;
   for (int i = 1; i < g->nops; i++) BRAID_TRY(enq_launch_stream_sync(stream, g->ops[i].stream));
   /* Staging copies (in-place all-to-all) are released behind the kernel that reads them. */

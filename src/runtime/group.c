@@ -11,6 +11,7 @@
  * The caller's current device is restored at the end.
  */
 #include "runtime/group.h"
+#include "runtime/register.h"
 
 #include <pthread.h>
 #include <stddef.h>
@@ -419,6 +420,15 @@ static ncclResult_t group_connect_p2p_all(struct ncclComm* comms) {
     BRAID_CUDA_TRY(cudaSetDevice(c->cuda_dev));
     BRAID_TRY(ce_agree(c));
   }
+  /* Registered buffers: every comm's word to its peer, then the answers (register.h). */
+  for (struct ncclComm* c = comms; c; c = c->group->next) {
+    BRAID_CUDA_TRY(cudaSetDevice(c->cuda_dev));
+    BRAID_TRY(register_offer(c));
+  }
+  for (struct ncclComm* c = comms; c; c = c->group->next) {
+    BRAID_CUDA_TRY(cudaSetDevice(c->cuda_dev));
+    BRAID_TRY(register_accept(c));
+  }
   return ncclSuccess;
 fail:
   return res;
@@ -437,7 +447,7 @@ static ncclResult_t group_connect_p2p(struct ncclComm* comms) {
   for (struct ncclComm* c = comms; c; c = c->group->next) {
     comm_wait_splits(c);
     enqueue_p2p_needs(c);
-    pending |= channels_p2p_pending(c) || ce_pending(c);
+    pending |= channels_p2p_pending(c) || ce_pending(c) || register_pending(c);
   }
   if (!pending) return ncclSuccess; /* the common case: every connection is up */
   ncclResult_t res = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess

@@ -42,6 +42,9 @@ struct braid_op {
   int after_prev;        /* 1: starts a new launch (it reads what the previous op wrote) */
   int uniform;           /* SendRecv: a message of ncclAlltoAll (every rank in the same call,
                             every message of it the same size: p2p_work.c's placement) */
+  /* In place through the copy engines (register.c's exchange at group end agreed on it). */
+  int reg_direct;        /* this op's data moves that way (sends, lands, or both) */
+  char* reg_peer_out;    /* where what it sends lands: the peer's registered buffer, mapped here */
   /* The choice made at connect time (trees need their connections), kept for the launch. */
   struct {
     int valid, algo, proto, nchannels;

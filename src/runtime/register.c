@@ -1,28 +1,89 @@
 /*
- * ncclCommRegister / ncclCommDeregister (register.h says what they do today).
+ * ncclCommRegister / ncclCommDeregister, and registered buffers used in place (register.h).
  */
 #include "runtime/register.h"
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cuda_runtime.h>
 
-#include "runtime/comm.h"
 #include "base/debug.h"
+#include "base/param.h"
 #include "base/utils.h"
+#include "bootstrap/bootstrap.h"
+#include "runtime/ce.h"
+#include "runtime/channels.h"
+#include "runtime/comm.h"
+#include "runtime/group.h"
+#include "transport/ipc.h"
+#include "transport/transport.h"
 
 #define NCCL_API __attribute__((visibility("default")))
 #define NCCL_ALIAS(ret, name, params) NCCL_API ret p##name params __attribute__((alias(#name)));
 
 #define REG_MAGIC 0x4252474dU /* "BRGM" */
+#define REG_TAG 0x31000000    /* beside the copy engines' 0x3000000x */
+#define REG_WORD_MAGIC 0x52454757U
 
 struct braid_reg {
   uint32_t magic;
   void* buff;
   size_t size;
   struct braid_reg* next;
+  /* Its allocation offered to the peer, made at the first operation that wants it. */
+  int export_state; /* 0: not yet; 1: offered (desc, offset); -1: cannot (why) */
+  struct ipc_mem keep;
+  struct ipc_desc desc;
+  size_t offset;    /* where buff lies in the allocation */
+  cudaEvent_t used; /* recorded after the last launch that used it in place, or NULL */
+  char why[320];
 };
+
+/* A peer's allocation mapped here. */
+struct reg_import {
+  struct ipc_desc desc; /* as the peer offered it (its kind, start, size, token) */
+  void* va;             /* where it is mapped here */
+  size_t resv_bytes;
+  struct reg_import* next;
+};
+
+/* What one rank tells the other about one operation. */
+struct reg_word {
+  uint32_t index;
+  int32_t ok;          /* the peer may copy into `land`: registered, offered, overlapping nothing */
+  uint64_t land_bytes;
+  uint64_t offset;     /* land's offset in desc's allocation */
+  struct ipc_desc desc;
+};
+
+struct reg_head {
+  uint32_t magic;
+  uint32_t n;
+  uint64_t gen; /* the sender's deregistrations so far */
+};
+
+struct braid_reg_state {
+  struct reg_want* wants;
+  int nwants, cap;
+  int sent;           /* register_offer sent this group's words */
+  struct reg_word* words; /* ... these: register_accept decides from them */
+  uint64_t gen;       /* this rank's deregistrations (under comm->lock) */
+  uint64_t peer_gen;  /* the peer's, as last read */
+  int peer_gen_known;
+  struct reg_import* imports;
+  struct braid_reg* used[64]; /* registrations this group uses in place */
+  int nused;
+};
+
+/* The comm's state, made at its first use (under `lock`: deregistration reads its count). */
+static struct braid_reg_state* reg_state(struct ncclComm* comm) {
+  pthread_mutex_lock(&comm->lock);
+  if (comm->reg_state == NULL) comm->reg_state = calloc(1, sizeof *comm->reg_state);
+  pthread_mutex_unlock(&comm->lock);
+  return comm->reg_state;
+}
 
 /* The buffer must be device (or managed) memory that the comm's GPU can address. */
 static ncclResult_t reg_check_buffer(const struct ncclComm* comm, const void* buff, size_t size,
@@ -60,12 +121,17 @@ NCCL_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t
   reg->magic = REG_MAGIC;
   reg->buff = buff;
   reg->size = size;
+  reg->keep.fd = -1;
   pthread_mutex_lock(&comm->lock);
   reg->next = comm->regs;
   comm->regs = reg;
   pthread_mutex_unlock(&comm->lock);
-  INFO(BRAID_LOG_REG, "rank %d registered %p (%zu bytes); it is copied through the FIFOs like any "
-       "buffer (no in-place algorithm yet)", comm->rank, buff, size);
+  INFO(BRAID_LOG_REG, "rank %d registered %p (%zu bytes)%s", comm->rank, buff, size,
+       register_possible(comm) ? ""
+       : braid_param_int(BRAID_P_CE_REG_MIN_BYTES) < 0
+           ? "; it goes the usual way (BRAID_CE_REG_MIN_BYTES is -1)"
+           : "; it goes the usual way (only two ranks joined by P2P use registered buffers in "
+             "place)");
   *handle = reg;
   return ncclSuccess;
 fail:
@@ -74,9 +140,17 @@ fail:
 }
 NCCL_ALIAS(ncclResult_t, ncclCommRegister, (const ncclComm_t comm, void* buff, size_t size, void** handle))
 
+static void reg_release(struct braid_reg* reg) {
+  reg->magic = 0;
+  if (reg->export_state == 1) ipc_mem_free(&reg->keep); /* the offer; the memory is the user's */
+  if (reg->used) (void)cudaEventDestroy(reg->used);
+  free(reg);
+}
+
 NCCL_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   ncclResult_t res = ncclSuccess;
   struct braid_reg** link;
+  int busy = 0;
   braid_err_clear();
   BRAID_TRY(comm_check(comm, "ncclCommDeregister"));
   BRAID_CHECK(handle != NULL, ncclInvalidArgument, "ncclCommDeregister: handle is NULL");
@@ -84,14 +158,24 @@ NCCL_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   for (link = &comm->regs; *link && *link != handle; link = &(*link)->next) {
   }
   struct braid_reg* reg = *link;
-  if (reg) *link = reg->next;
+  /* The peer's copy engines may still be writing into it, or the kernels reading it. */
+  if (reg && reg->used && cudaEventQuery(reg->used) == cudaErrorNotReady) busy = 1;
+  (void)cudaGetLastError();
+  if (reg && !busy) {
+    *link = reg->next;
+    if (comm->reg_state) comm->reg_state->gen++;
+  }
   pthread_mutex_unlock(&comm->lock);
   BRAID_CHECK(reg != NULL, ncclInvalidArgument,
               "ncclCommDeregister: handle %p is not a registration of rank %d's communicator "
               "(already deregistered, or made by another communicator)",
               handle, comm->rank);
-  reg->magic = 0;
-  free(reg);
+  BRAID_CHECK(!busy, ncclInvalidUsage,
+              "ncclCommDeregister: rank %d's buffer %p (%zu bytes) is still in use by an "
+              "operation that reads or writes it in place; wait for its stream first (the "
+              "registration is kept)",
+              comm->rank, reg->buff, reg->size);
+  reg_release(reg);
   return ncclSuccess;
 fail:
   comm_error_record(comm, res);
@@ -99,11 +183,313 @@ fail:
 }
 NCCL_ALIAS(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void* handle))
 
+int register_possible(const struct ncclComm* comm) {
+  return comm->nranks == 2 && braid_param_int(BRAID_P_LOCAL_REGISTER) != 0 &&
+         braid_param_int(BRAID_P_CE_REG_MIN_BYTES) >= 0 && comm->channels != NULL &&
+         comm->channels->nchannels > 0 &&
+         comm->channels->ring_send[0].transport == &braid_transport_p2p;
+}
+
+/* The registration holding [ptr, ptr + bytes), or NULL; under comm->lock. */
+static struct braid_reg* reg_find_locked(struct ncclComm* comm, const void* ptr, size_t bytes) {
+  const uintptr_t p = (uintptr_t)ptr;
+  for (struct braid_reg* r = comm->regs; r; r = r->next) {
+    const uintptr_t b = (uintptr_t)r->buff;
+    if (p >= b && p - b <= r->size && bytes <= r->size - (p - b)) return r;
+  }
+  return NULL;
+}
+
+int register_covers(struct ncclComm* comm, const void* ptr, size_t bytes) {
+  pthread_mutex_lock(&comm->lock);
+  int found = reg_find_locked(comm, ptr, bytes) != NULL;
+  pthread_mutex_unlock(&comm->lock);
+  return found;
+}
+
+int register_want(struct ncclComm* comm, const struct reg_want* w) {
+  struct braid_reg_state* st = reg_state(comm);
+  if (st == NULL) return 0;
+  if (st->nwants == st->cap) {
+    int cap = st->cap ? 2 * st->cap : 8;
+    struct reg_want* grown = realloc(st->wants, (size_t)cap * sizeof *grown);
+    if (grown == NULL) return 0;
+    st->wants = grown;
+    st->cap = cap;
+  }
+  st->wants[st->nwants++] = *w;
+  return 1;
+}
+
+void register_wants_clear(struct ncclComm* comm) {
+  if (comm->reg_state) comm->reg_state->nwants = comm->reg_state->sent = 0;
+}
+
+int register_pending(const struct ncclComm* comm) {
+  return comm->reg_state != NULL && comm->reg_state->nwants > 0;
+}
+
+/* Offers reg's allocation to the peer, once (the peer maps it at its first use). */
+static void reg_export(struct ncclComm* comm, struct braid_reg* reg) {
+  if (reg->export_state != 0) return;
+  const int peer = 1 - comm->rank;
+  char why[192];
+  ipc_kind_t kind = comm->peers[peer].pid_hash == comm->peers[comm->rank].pid_hash
+                        ? IPC_LOCAL
+                        : ipc_choose(&comm->peers[peer], &comm->peers[comm->rank], why, sizeof why);
+  if (kind != IPC_LOCAL && kind != IPC_CUMEM) {
+    snprintf(reg->why, sizeof reg->why, "rank %d cannot map this process's cuMem memory: %s",
+             peer, kind == IPC_NONE ? why : "cuMem sharing is off (NCCL_CUMEM_ENABLE=0?)");
+    reg->export_state = -1;
+    return;
+  }
+  if (ipc_win_export(kind, reg->buff, comm->rank, &reg->keep, &reg->desc, &reg->offset) !=
+      ncclSuccess) {
+    snprintf(reg->why, sizeof reg->why, "%s", braid_err_last());
+    (void)cudaGetLastError();
+    reg->export_state = -1;
+    return;
+  }
+  if (reg->offset >= reg->desc.bytes || reg->size > reg->desc.bytes - reg->offset) {
+    snprintf(reg->why, sizeof reg->why, "it runs past the cuMem allocation holding it");
+    ipc_mem_free(&reg->keep);
+    reg->export_state = -1;
+    return;
+  }
+  reg->export_state = 1;
+}
+
+/* This rank's word on want `w`: may the peer's data land in w->land? */
+static void reg_word_make(struct ncclComm* comm, const struct reg_want* w, uint32_t index,
+                          struct reg_word* out, char* why, size_t why_size) {
+  memset(out, 0, sizeof *out);
+  out->index = index;
+  out->land_bytes = w->land_bytes;
+  why[0] = '\0';
+  if (w->land_bytes == 0) { /* nothing lands here */
+    out->ok = 1;
+    return;
+  }
+  pthread_mutex_lock(&comm->lock);
+  struct braid_reg* land = reg_find_locked(comm, w->land, w->land_bytes);
+  struct braid_reg* send = w->send_bytes ? reg_find_locked(comm, w->send, w->send_bytes) : NULL;
+  if (land == NULL || (w->send_bytes && send == NULL)) {
+    snprintf(why, why_size, "its %s buffer is not registered",
+             land == NULL ? "receive" : "send");
+  } else if (braid_ranges_overlap(w->land, w->land_bytes, w->send, w->send_bytes) ||
+             braid_ranges_overlap(w->land, w->land_bytes, w->own, w->own_bytes)) {
+    snprintf(why, why_size, "what it receives overlaps what it sends (in place)");
+  } else {
+    reg_export(comm, land);
+    if (land->export_state == 1) {
+      out->ok = 1;
+      out->desc = land->desc;
+      out->offset = land->offset + (uint64_t)((const char*)w->land - (const char*)land->buff);
+    } else {
+      snprintf(why, why_size, "%s", land->why);
+    }
+  }
+  pthread_mutex_unlock(&comm->lock);
+}
+
+ncclResult_t register_offer(struct ncclComm* comm) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_reg_state* st = comm->reg_state;
+  struct reg_word* words = NULL;
+  if (st == NULL || st->nwants == 0) return ncclSuccess;
+  st->sent = 0;
+  /* Both ranks know whether the copy engines are on (set up together): else neither sends. */
+  if (!ce_on(comm, 0)) {
+    st->nwants = 0;
+    return ncclSuccess;
+  }
+  BRAID_TRY(BRAID_CALLOC(&words, (size_t)st->nwants, "registered-buffer words"));
+  for (int i = 0; i < st->nwants; i++) {
+    char why[400];
+    reg_word_make(comm, &st->wants[i], (uint32_t)i, &words[i], why, sizeof why);
+    if (!words[i].ok)
+      INFO(BRAID_LOG_REG, "rank %d: operation %d of the group lands in no registered buffer of "
+           "rank %d: %s; it goes the usual way", comm->rank, i, comm->rank, why);
+  }
+  struct reg_head head = {REG_WORD_MAGIC, (uint32_t)st->nwants, 0};
+  pthread_mutex_lock(&comm->lock);
+  head.gen = st->gen;
+  pthread_mutex_unlock(&comm->lock);
+  const int peer = 1 - comm->rank;
+  BRAID_TRY(bootstrap_send(comm->bootstrap, peer, REG_TAG, &head, sizeof head));
+  BRAID_TRY(bootstrap_send(comm->bootstrap, peer, REG_TAG + 1, words,
+                           (size_t)st->nwants * sizeof *words));
+  st->sent = 1;
+  free(st->words);
+  st->words = words;
+  return ncclSuccess;
+fail:
+  free(words);
+  st->nwants = 0;
+  return res;
+}
+
+/* The peer's allocation `d`, mapped here (at its first use). */
+static ncclResult_t reg_import(struct ncclComm* comm, const struct ipc_desc* d, void** va) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_reg_state* st = comm->reg_state;
+  struct reg_import* im = NULL;
+  for (im = st->imports; im; im = im->next)
+    if (im->desc.kind == d->kind && im->desc.ptr == d->ptr && im->desc.bytes == d->bytes &&
+        memcmp(&im->desc.u, &d->u, sizeof d->u) == 0)
+      break;
+  if (im == NULL) {
+    BRAID_TRY(BRAID_CALLOC(&im, 1, "a mapping of a peer's registered buffer"));
+    im->desc = *d;
+    BRAID_TRY(ipc_va_reserve((size_t)d->bytes, (size_t)d->align, &im->va));
+    im->resv_bytes = (size_t)d->bytes;
+    res = ipc_map_at(d, im->va, comm->rank, comm->abort_flag);
+    if (res != ncclSuccess) {
+      ipc_va_release(im->va, im->resv_bytes);
+      goto fail;
+    }
+    im->next = st->imports;
+    st->imports = im;
+    INFO(BRAID_LOG_REG, "rank %d mapped rank %d's registered allocation (%llu bytes) at %p",
+         comm->rank, 1 - comm->rank, (unsigned long long)d->bytes, im->va);
+  }
+  *va = im->va;
+  return ncclSuccess;
+fail:
+  free(im);
+  return res;
+}
+
+static void reg_import_free(struct reg_import* im) {
+  ipc_unmap_at(im->va, im->resv_bytes);
+  ipc_va_release(im->va, im->resv_bytes);
+  free(im);
+}
+
+/* Waits for the peer's words: as long as it takes (a peer may come late), saying so. */
+static ncclResult_t reg_recv(struct ncclComm* comm, int tag, void* data, size_t size) {
+  const int peer = 1 - comm->rank;
+  for (int waited = 0;; waited += 10) {
+    int late = 0;
+    ncclResult_t res = bootstrap_recv_until(comm->bootstrap, peer, tag, data, size,
+                                            braid_time_sec() + 10.0, &late);
+    if (!late) return res;
+    WARN("rank %d has waited %d s for rank %d's word on the registered buffers of this group's "
+         "operations: NCCL's rule is that every rank passes registered buffers to an operation "
+         "or none does",
+         comm->rank, waited + 10, peer);
+  }
+}
+
+ncclResult_t register_accept(struct ncclComm* comm) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_reg_state* st = comm->reg_state;
+  struct reg_word* mine = st ? st->words : NULL;
+  struct reg_word* theirs = NULL;
+  struct reg_head head;
+  const int peer = 1 - comm->rank;
+  if (st == NULL || !st->sent) return ncclSuccess;
+  st->sent = 0;
+  const int n = st->nwants;
+  st->nwants = 0;
+  BRAID_TRY(reg_recv(comm, REG_TAG, &head, sizeof head));
+  BRAID_CHECK(head.magic == REG_WORD_MAGIC, ncclInternalError,
+              "rank %d: a garbled registered-buffer message from rank %d", comm->rank, peer);
+  BRAID_TRY(BRAID_CALLOC(&theirs, head.n ? head.n : 1, "registered-buffer words"));
+  BRAID_TRY(reg_recv(comm, REG_TAG + 1, theirs, (size_t)head.n * sizeof *theirs));
+  BRAID_CHECK(head.n == (uint32_t)n, ncclInvalidUsage,
+              "rank %d passed registered buffers to %d operations of this group, rank %d to %u: "
+              "every rank must pass registered buffers to an operation or none (NCCL's rule)",
+              comm->rank, n, peer, head.n);
+  /*
+   * The peer deregistered something since its last words: what this rank mapped of it may be
+   * gone and its address reused (the same start and size in the same process), so the
+   * mappings go before any lookup. Its deregistration came after its operations on the buffer
+   * had finished, and those waited for this rank's copies into it: nothing writes there now.
+   */
+  if (st->peer_gen_known && head.gen != st->peer_gen) register_unmap_all(comm);
+  st->peer_gen = head.gen;
+  st->peer_gen_known = 1;
+  st->nused = 0;
+  for (int i = 0; i < n; i++) {
+    const struct reg_want* w = &st->wants[i];
+    if (!mine[i].ok || !theirs[i].ok) continue; /* both ranks conclude the same */
+    BRAID_CHECK(theirs[i].land_bytes == w->send_bytes, ncclInvalidUsage,
+                "rank %d sends %zu bytes in operation %d of this group but rank %d receives "
+                "%llu", comm->rank, w->send_bytes, i, peer,
+                (unsigned long long)theirs[i].land_bytes);
+    char* peer_out = NULL;
+    if (w->send_bytes > 0) {
+      void* va = NULL;
+      BRAID_TRY(reg_import(comm, &theirs[i].desc, &va));
+      peer_out = (char*)va + theirs[i].offset;
+    }
+    if (w->send_op) {
+      w->send_op->reg_direct = 1;
+      w->send_op->reg_peer_out = peer_out;
+    }
+    if (w->recv_op) w->recv_op->reg_direct = 1;
+    pthread_mutex_lock(&comm->lock);
+    struct braid_reg* regs[2] = {
+        w->land_bytes ? reg_find_locked(comm, w->land, w->land_bytes) : NULL,
+        w->send_bytes ? reg_find_locked(comm, w->send, w->send_bytes) : NULL};
+    for (int k = 0; k < 2; k++)
+      if (regs[k] && st->nused < (int)(sizeof st->used / sizeof st->used[0]))
+        st->used[st->nused++] = regs[k];
+    pthread_mutex_unlock(&comm->lock);
+  }
+  free(theirs);
+  return ncclSuccess;
+fail:
+  free(theirs);
+  return res;
+}
+
+void register_mark_used(struct ncclComm* comm, cudaStream_t stream) {
+  struct braid_reg_state* st = comm->reg_state;
+  if (st == NULL || st->nused == 0) return;
+  pthread_mutex_lock(&comm->lock);
+  for (int i = 0; i < st->nused; i++) {
+    struct braid_reg* reg = NULL;
+    for (reg = comm->regs; reg && reg != st->used[i]; reg = reg->next) {
+    }
+    if (reg == NULL) continue; /* deregistered meanwhile */
+    if (reg->used == NULL &&
+        cudaEventCreateWithFlags(&reg->used, cudaEventDisableTiming) != cudaSuccess)
+      reg->used = NULL;
+    if (reg->used) (void)cudaEventRecord(reg->used, stream);
+  }
+  (void)cudaGetLastError();
+  st->nused = 0;
+  pthread_mutex_unlock(&comm->lock);
+}
+
 void register_free_all(struct ncclComm* comm) {
   while (comm->regs) {
     struct braid_reg* next = comm->regs->next;
-    comm->regs->magic = 0;
-    free(comm->regs);
+    reg_release(comm->regs);
     comm->regs = next;
+  }
+  if (comm->reg_state) {
+    /* Unmapped already (register_unmap_all) unless the kernels were stuck: then kept. */
+    while (comm->reg_state->imports) {
+      struct reg_import* next = comm->reg_state->imports->next;
+      free(comm->reg_state->imports);
+      comm->reg_state->imports = next;
+    }
+    free(comm->reg_state->words);
+    free(comm->reg_state->wants);
+    free(comm->reg_state);
+    comm->reg_state = NULL;
+  }
+}
+
+void register_unmap_all(struct ncclComm* comm) {
+  struct braid_reg_state* st = comm->reg_state;
+  if (st == NULL) return;
+  while (st->imports) {
+    struct reg_import* next = st->imports->next;
+    reg_import_free(st->imports);
+    st->imports = next;
   }
 }
