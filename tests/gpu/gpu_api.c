@@ -44,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu_test.h"
 #include "mp_runner.h"
@@ -1345,6 +1346,85 @@ out:
   world_case_end(w);
 }
 
+static void CUDART_CB api_hold_stream(void* arg) {
+  (void)arg;
+  usleep(300 * 1000);
+}
+
+/*
+ * Braid, two ranks, BRAID_CE_REG_MIN_BYTES set low (the gpu_reg_api entry): an all-reduce on
+ * registered buffers (in place through the copy engines where the ranks are joined by P2P)
+ * held back on its stream by a host function that sleeps 300 ms; deregistering its receive
+ * buffer meanwhile is refused with ncclInvalidUsage on every rank whose call used it in place
+ * (the registration stays), and accepted once the stream is done; the result is right.
+ */
+static void api_register_busy(struct gpu_world* w) {
+  char name[128];
+  const char* min = getenv("BRAID_CE_REG_MIN_BYTES");
+  snprintf(name, sizeof name, "Registered AllReduce, deregistration while busy mode=%s",
+           w->opts->mode);
+  if (!world_case_fits(w, name, dlsym(RTLD_DEFAULT, "braidGetVersionString") != NULL,
+                       "Braid's answers (this libnccl is not Braid)") ||
+      !world_case_fits(w, name, w->nranks == 2, "needs 2 ranks") ||
+      !world_case_fits(w, name, min != NULL && atoll(min) >= 0 &&
+                                    atoll(min) <= (long long)(API_N * sizeof(int64_t)),
+                       "runs only with BRAID_CE_REG_MIN_BYTES at most 32776") ||
+      !world_case_begin(w, name))
+    return;
+  struct api_buf s, r;
+  void* sh[GPU_MAX_RANKS] = {0};
+  void* rh[GPU_MAX_RANKS] = {0};
+  memset(&s, 0, sizeof s);
+  memset(&r, 0, sizeof r);
+  s.n = r.n = API_N;
+  const size_t bytes = API_N * sizeof(int64_t);
+  for (int l = 0; l < w->nlocal; l++) {
+    if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
+        world_nccl(w, ncclMemAlloc((void**)&s.d[l], bytes), NULL, "ncclMemAlloc") ||
+        world_nccl(w, ncclMemAlloc((void**)&r.d[l], bytes), NULL, "ncclMemAlloc") ||
+        buf_put(w, &s, l, api_rank(w, l), 9) ||
+        world_nccl(w, ncclCommRegister(w->comm[l], s.d[l], bytes, &sh[l]), w->comm[l],
+                   "ncclCommRegister") ||
+        world_nccl(w, ncclCommRegister(w->comm[l], r.d[l], bytes, &rh[l]), w->comm[l],
+                   "ncclCommRegister") ||
+        world_cuda(w, cudaLaunchHostFunc(w->stream[l], api_hold_stream, NULL),
+                   "cudaLaunchHostFunc"))
+      goto out;
+  }
+  if (api_allreduce(w, w->comm, &s, &r, "ncclAllReduce (registered)")) goto out;
+  for (int l = 0; l < w->nlocal; l++) {
+    ncclResult_t res = ncclCommDeregister(w->comm[l], rh[l]);
+    if (res == ncclSuccess) {
+      rh[l] = NULL;
+      world_case_fail(w, "rank %d: ncclCommDeregister of a buffer its queued all-reduce uses in "
+                      "place returned success", api_rank(w, l));
+    } else if (res != ncclInvalidUsage) {
+      world_nccl(w, res, w->comm[l], "ncclCommDeregister (busy)");
+    } else if (strstr(ncclGetLastError(w->comm[l]), "still in use") == NULL) {
+      world_case_fail(w, "rank %d: the refusal does not say the buffer is in use: %s",
+                      api_rank(w, l), ncclGetLastError(w->comm[l]));
+    }
+  }
+  if (world_sync(w)) goto out;
+  int all[GPU_MAX_RANKS];
+  for (int k = 0; k < w->nranks; k++) all[k] = k;
+  int64_t* want = api_sum(API_N, all, w->nranks, 9, 1);
+  for (int l = 0; want && l < w->nlocal; l++) buf_expect(w, &r, l, want, "registered AllReduce");
+  free(want);
+out:
+  for (int l = 0; l < w->nlocal; l++) {
+    (void)cudaSetDevice(w->dev[l]);
+    (void)cudaStreamSynchronize(w->stream[l]);
+    if (sh[l])
+      world_nccl(w, ncclCommDeregister(w->comm[l], sh[l]), w->comm[l], "ncclCommDeregister");
+    if (rh[l])
+      world_nccl(w, ncclCommDeregister(w->comm[l], rh[l]), w->comm[l], "ncclCommDeregister");
+    if (s.d[l]) world_nccl(w, ncclMemFree(s.d[l]), NULL, "ncclMemFree");
+    if (r.d[l]) world_nccl(w, ncclMemFree(r.d[l]), NULL, "ncclMemFree");
+  }
+  world_case_end(w);
+}
+
 /* BRAID_CHECK=1: AllReduce of 1024 elements on even ranks, 2048 on odd ones. */
 static void api_check(struct gpu_world* w) {
   const char* env = getenv("BRAID_CHECK");
@@ -1624,6 +1704,7 @@ void suite_api(struct gpu_world* w) {
   api_graph_mixing(w);
   api_simulate(w);
   api_register(w);
+  api_register_busy(w);
   api_check(w);
   api_teardown_groups(w);
 }

@@ -100,8 +100,7 @@ static int run_alloc_rank(struct gpu_world* w, struct gpu_run* run, int l) {
     b->recv_alloc_bytes = base + elems * size + GPU_GUARD;
     b->used_begin = base;
     b->used_end = base + elems * size;
-    if (world_cuda(w, cudaMalloc((void**)&b->recv_alloc, b->recv_alloc_bytes), "cudaMalloc") != 0)
-      return -1;
+    if (gpu_buf_alloc(w, &b->recv_alloc, b->recv_alloc_bytes) != 0) return -1;
     b->send = b->recv_alloc + base + soff * size;
     b->recv = b->recv_alloc + base + roff * size;
   } else {
@@ -110,8 +109,8 @@ static int run_alloc_rank(struct gpu_world* w, struct gpu_run* run, int l) {
     b->recv_alloc_bytes = roff + run->recv_elems * size + GPU_GUARD;
     b->used_begin = roff;
     b->used_end = roff + run->recv_elems * size;
-    if (world_cuda(w, cudaMalloc((void**)&b->send_alloc, b->send_alloc_bytes), "cudaMalloc") != 0 ||
-        world_cuda(w, cudaMalloc((void**)&b->recv_alloc, b->recv_alloc_bytes), "cudaMalloc") != 0 ||
+    if (gpu_buf_alloc(w, &b->send_alloc, b->send_alloc_bytes) != 0 ||
+        gpu_buf_alloc(w, &b->recv_alloc, b->recv_alloc_bytes) != 0 ||
         world_cuda(w, cudaMemset(b->send_alloc, GPU_POISON, b->send_alloc_bytes), "cudaMemset") !=
             0)
       return -1;
@@ -168,6 +167,12 @@ int run_bind(struct gpu_world* w, struct gpu_run* run, int l, ncclComm_t comm) {
   struct gpu_rank_bufs* b = &run->b[l];
   unsigned char host_scalar[8];
   ncclResult_t res;
+  if (gpu_register_on() && b->reg_comm == NULL) {
+    b->reg_comm = comm;
+    if (gpu_buf_register(w, comm, b->send_alloc, b->send_alloc_bytes, &b->send_reg) != 0 ||
+        gpu_buf_register(w, comm, b->recv_alloc, b->recv_alloc_bytes, &b->recv_reg) != 0)
+      return -1;
+  }
   if (!ref_op_is_premul(c->op)) {
     b->op = builtin[c->op];
     return 0;
@@ -332,9 +337,11 @@ void run_release(struct gpu_world* w, struct gpu_run* run) {
     struct gpu_rank_bufs* b = &run->b[l];
     if (b->op_comm)
       world_nccl(w, ncclRedOpDestroy(b->op, b->op_comm), b->op_comm, "ncclRedOpDestroy");
+    gpu_buf_deregister(w, b->reg_comm, &b->send_reg);
+    gpu_buf_deregister(w, b->reg_comm, &b->recv_reg);
     if (cudaSetDevice(w->dev[l]) == cudaSuccess) {
-      cudaFree(b->send_alloc);
-      cudaFree(b->recv_alloc);
+      gpu_buf_free(b->send_alloc);
+      gpu_buf_free(b->recv_alloc);
       cudaFree(b->dev_scalar);
     }
     memset(b, 0, sizeof *b);

@@ -49,6 +49,10 @@ struct p2p_run {
   void* in[P2P_MAX_XFERS];         /* what each transfer carries, on the host */
   char* send_alloc[P2P_MAX_XFERS]; /* on the source, when it is local */
   char* recv_alloc[P2P_MAX_XFERS]; /* on the destination, when it is local */
+  size_t send_bytes[P2P_MAX_XFERS], recv_bytes[P2P_MAX_XFERS]; /* their sizes */
+  void* send_reg[P2P_MAX_XFERS];   /* GPU_REGISTER=1: their registrations */
+  void* recv_reg[P2P_MAX_XFERS];
+  ncclComm_t send_comm[P2P_MAX_XFERS], recv_comm[P2P_MAX_XFERS];
   int issued[GPU_MAX_RANKS];
 };
 
@@ -79,8 +83,9 @@ static int p2p_alloc_xfer(struct gpu_world* w, struct p2p_run* p, int k) {
   int ls = p2p_local(w, x->src), ld = p2p_local(w, x->dst);
   if (ls >= 0) {
     size_t alloc = xfer_send_off(x) + bytes + GPU_GUARD;
+    p->send_bytes[k] = alloc;
     if (world_cuda(w, cudaSetDevice(w->dev[ls]), "cudaSetDevice") != 0 ||
-        world_cuda(w, cudaMalloc((void**)&p->send_alloc[k], alloc), "cudaMalloc") != 0 ||
+        gpu_buf_alloc(w, &p->send_alloc[k], alloc) != 0 ||
         world_cuda(w, cudaMemset(p->send_alloc[k], GPU_POISON, alloc), "cudaMemset") != 0 ||
         world_cuda(w,
                    cudaMemcpy(p->send_alloc[k] + xfer_send_off(x), p->in[k], bytes,
@@ -90,8 +95,9 @@ static int p2p_alloc_xfer(struct gpu_world* w, struct p2p_run* p, int k) {
   }
   if (ld >= 0) {
     size_t alloc = xfer_recv_off(x) + bytes + GPU_GUARD;
+    p->recv_bytes[k] = alloc;
     if (world_cuda(w, cudaSetDevice(w->dev[ld]), "cudaSetDevice") != 0 ||
-        world_cuda(w, cudaMalloc((void**)&p->recv_alloc[k], alloc), "cudaMalloc") != 0 ||
+        gpu_buf_alloc(w, &p->recv_alloc[k], alloc) != 0 ||
         world_cuda(w, cudaMemset(p->recv_alloc[k], GPU_POISON, alloc), "cudaMemset") != 0)
       return -1;
   }
@@ -123,6 +129,16 @@ int p2p_issue(struct gpu_world* w, struct p2p_run* p, int l, ncclComm_t comm, cu
   char what[96];
   for (int k = 0; k < p->nx; k++) {
     const struct p2p_xfer* x = &p->x[k];
+    if (x->src == rank && p->send_reg[k] == NULL && gpu_register_on()) {
+      p->send_comm[k] = comm;
+      if (gpu_buf_register(w, comm, p->send_alloc[k], p->send_bytes[k], &p->send_reg[k]) != 0)
+        return -1;
+    }
+    if (x->dst == rank && p->recv_reg[k] == NULL && gpu_register_on()) {
+      p->recv_comm[k] = comm;
+      if (gpu_buf_register(w, comm, p->recv_alloc[k], p->recv_bytes[k], &p->recv_reg[k]) != 0)
+        return -1;
+    }
     if (x->src == rank) {
       snprintf(what, sizeof what, "ncclSend %d->%d (transfer %d)", x->src, x->dst, k);
       if (world_nccl(w,
@@ -206,14 +222,23 @@ int p2p_check(struct gpu_world* w, struct p2p_run* p) {
   return rc;
 }
 
+/* GPU_REGISTER=1: the transfers' registrations, dropped (p2p_release does it too). */
+static void p2p_deregister(struct gpu_world* w, struct p2p_run* p) {
+  for (int k = 0; p && k < p->nx; k++) {
+    gpu_buf_deregister(w, p->send_comm[k], &p->send_reg[k]);
+    gpu_buf_deregister(w, p->recv_comm[k], &p->recv_reg[k]);
+  }
+}
+
 void p2p_release(struct gpu_world* w, struct p2p_run* p) {
   if (p == NULL) return;
+  p2p_deregister(w, p);
   for (int k = 0; k < p->nx; k++) {
     int ls = p2p_local(w, p->x[k].src), ld = p2p_local(w, p->x[k].dst);
     if (ls >= 0 && p->send_alloc[k] && cudaSetDevice(w->dev[ls]) == cudaSuccess)
-      cudaFree(p->send_alloc[k]);
+      gpu_buf_free(p->send_alloc[k]);
     if (ld >= 0 && p->recv_alloc[k] && cudaSetDevice(w->dev[ld]) == cudaSuccess)
-      cudaFree(p->recv_alloc[k]);
+      gpu_buf_free(p->recv_alloc[k]);
     free(p->in[k]);
   }
   free(p);
@@ -421,6 +446,7 @@ out:
   for (int l = 0; l < w->nlocal; l++)
     if (held[l] && cudaSetDevice(w->dev[l]) == cudaSuccess)
       world_cuda(w, cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize (legacy)");
+  p2p_deregister(w, p); /* before the communicators that hold the registrations go */
   for (int l = 0; l < w->nlocal; l++)
     if (dup[l]) world_nccl(w, ncclCommDestroy(dup[l]), NULL, "ncclCommDestroy");
   p2p_release(w, p);

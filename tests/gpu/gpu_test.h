@@ -194,6 +194,16 @@ int world_comm2(struct gpu_world* w);
 /* A seed for the inputs of (suite, case, rank), derived from the run's seed. */
 uint64_t world_seed(const struct gpu_world* w, unsigned suite, size_t index, int rank);
 
+/* ---- test buffers, registered with GPU_REGISTER=1 (gpu_regbuf.c) ---------------------------- */
+
+int gpu_register_on(void);
+/* cudaMalloc, or ncclMemAlloc with GPU_REGISTER=1; gpu_buf_free frees either. */
+int gpu_buf_alloc(struct gpu_world* w, char** p, size_t bytes);
+void gpu_buf_free(void* p);
+/* With GPU_REGISTER=1: ncclCommRegister(comm, p, bytes) into *handle; else *handle = NULL. */
+int gpu_buf_register(struct gpu_world* w, ncclComm_t comm, void* p, size_t bytes, void** handle);
+void gpu_buf_deregister(struct gpu_world* w, ncclComm_t comm, void** handle);
+
 /* ---- one collective call (gpu_case.c) ------------------------------------------------------- */
 
 typedef enum {
@@ -229,6 +239,9 @@ struct gpu_rank_bufs {
   void* dev_scalar;            /* GPU_OP_PREMUL_DEV */
   ncclRedOp_t op;
   ncclComm_t op_comm; /* where `op` was created, when it was */
+  ncclComm_t reg_comm; /* GPU_REGISTER=1: where the allocations are registered */
+  void* send_reg;
+  void* recv_reg;
   int issued;
 };
 
