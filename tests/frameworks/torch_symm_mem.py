@@ -371,7 +371,17 @@ def main_run(args):
     group = dist.group.WORLD
     group_name = getattr(group, "group_name", None) or dist.distributed_c10d._get_default_group().group_name
     ready = symm is not None
-    if ready and hasattr(symm, "set_backend"):
+    current = None
+    if ready and hasattr(symm, "get_backend"):
+        try:
+            current = symm.get_backend(dev)
+        except Exception:  # noqa: BLE001 (no backend yet: set_backend decides)
+            current = None
+    if ready and current == args.backend:
+        # torch registers its default backend (CUDA unless TORCH_SYMMMEM says otherwise) as the
+        # allocator itself, not as a name set_backend can look up: asking for it again fails.
+        R.feature("set_backend", "%s already (torch's default)" % args.backend)
+    elif ready and hasattr(symm, "set_backend"):
         ready, _ = R.attempt("set_backend(%s)" % args.backend, symm.set_backend, args.backend)
     elif ready:
         R.feature("set_backend", "not in this torch")
