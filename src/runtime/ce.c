@@ -505,7 +505,8 @@ ncclResult_t ce_exchange(struct ncclComm* comm, const struct braid_ce_op* op, cu
   /* Both ends of a direction chunk it alike: from its size (1 MB multiples hold any type). */
   const size_t send_chunk =
       ce_chunk_bytes(ce, send_bytes, op->peer_out != NULL && !op->reduce) / esize * esize;
-  const size_t recv_chunk = ce_chunk_bytes(ce, recv_bytes, op->landed && !op->reduce) / esize * esize;
+  const size_t recv_chunk =
+      ce_chunk_bytes(ce, recv_bytes, op->landed && !op->reduce) / esize * esize;
   const uint64_t nrecv = recv_bytes == 0 ? 0 : (recv_bytes + recv_chunk - 1) / recv_chunk;
   const uint64_t nsend = send_bytes == 0 ? 0 : (send_bytes + send_chunk - 1) / send_chunk;
   struct braid_ce_args a;

@@ -228,7 +228,7 @@ static int enq_ce_op(const struct ncclComm* comm, const struct braid_op* op, int
     ce->out = (char*)op->recvbuff + peer * bytes;
     char* mine = (char*)op->recvbuff + me * bytes;
     ce->own_out = mine == op->sendbuff ? NULL : mine; /* in place: already there */
-  } else { /* broadcast: the root sends, the other receives (never in place: enq_reg_needs) */
+  } else { /* broadcast: the root sends, the other receives */
     ce->dtype = ncclUint8;
     ce->count = ce->send_count = bytes;
     if (op->root == me) {
@@ -453,9 +453,11 @@ static void enq_reg_needs(struct ncclComm* comm) {
       w.land = (char*)op->recvbuff + peer * bytes;
       w.own_bytes = 0; /* its own part goes to its own place, away from the peer's */
     }
+    /* NCCL's rule: both of this rank's buffers registered, whole. */
     const size_t in_bytes = op->coll == BRAID_COLL_REDUCESCATTER ? 2 * bytes : bytes;
+    const size_t out_bytes = op->coll == BRAID_COLL_ALLGATHER ? 2 * bytes : bytes;
     if (!register_covers(comm, op->sendbuff, in_bytes) ||
-        !register_covers(comm, op->recvbuff, enq_op_bytes(op) * (op->coll == BRAID_COLL_ALLGATHER ? 2 : 1)))
+        !register_covers(comm, op->recvbuff, out_bytes))
       continue;
     nwant += register_want(comm, &w);
   }
@@ -729,8 +731,9 @@ static ncclResult_t enq_p2p_ce(struct ncclComm* comm, struct launch_plan* plan, 
       taken[2 * i + 1] = 1;
     }
     if (plan->args.nwork > 0) BRAID_TRY(enq_launch(comm, plan, stream, capture));
-    INFO(BRAID_LOG_TUNING, "SendRecv %zu bytes out, %zu in on 2 ranks%s: through the copy engines%s",
-         out_bytes, in_bytes, ce.own ? " with the self copy" : "",
+    INFO(BRAID_LOG_TUNING,
+         "SendRecv %zu bytes out, %zu in on 2 ranks%s: through the copy engines%s", out_bytes,
+         in_bytes, ce.own ? " with the self copy" : "",
          direct ? ", straight into the registered buffers" : "");
     BRAID_TRY(enq_ce_run(comm, plan, &ce, stream, 0));
     taken[2 * i] = 1;
@@ -820,9 +823,10 @@ static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
     if (op->coll == BRAID_COLL_SENDRECV) {
       has_p2p |= op->count > 0;
       /* A pair goes through the copy engines when its larger message would alone. */
+      const size_t bytes = enq_op_bytes(op);
       ce_group |= op->peer != comm->rank &&
                   (op->reg_direct ? ce_on(comm, capturing)
-                                  : ce_ready(comm, BRAID_COLL_SENDRECV, enq_op_bytes(op), capturing));
+                                  : ce_ready(comm, BRAID_COLL_SENDRECV, bytes, capturing));
     } else if (op->count > 0) {
       struct braid_work sym;
       ce_last = !enq_sym_work(comm, op, &sym, 0) && enq_ce_op(comm, op, capturing, &ce) ? i : -1;
