@@ -132,6 +132,53 @@ static void report_rings_trees(FILE* out, const struct braid_topo* topo) {
   }
 }
 
+/* "8 B", "64 KiB", "2 MiB": a power of two as a size. */
+static void report_size(char* buf, size_t len, size_t bytes) {
+  static const char* const units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (u < 3 && bytes >= 1024 && bytes % 1024 == 0) {
+    bytes /= 1024;
+    u++;
+  }
+  snprintf(buf, len, "%zu %s", bytes, units[u]);
+}
+
+/*
+ * Where the model's choice changes, at every power of two from 8 B to 2 GiB: one line per
+ * collective, each algorithm/protocol with the sizes it takes, e.g.
+ * "Ring/LL 8 B - 2 MiB, Ring/Simple 4 MiB - 2 GiB".
+ */
+static void report_switch_points(FILE* out, const struct braid_topo* topo, const int* colls,
+                                 size_t ncolls) {
+  fprintf(out, "Choices by size (powers of two, 8 B - 2 GiB):\n");
+  for (size_t c = 0; c < ncolls; c++) {
+    char line[512], lo[32], hi[32];
+    int len = snprintf(line, sizeof line, "  %-13s", braid_coll_name(colls[c]));
+    struct braid_tune_choice run = {0}, now;
+    size_t first = 0, last = 0;
+    for (size_t bytes = 8;; bytes *= 2) {
+      int end = bytes > ((size_t)2 << 30);
+      if (!end && tune_choose_topo(topo, colls[c], bytes, ~0u, ~0u, &now) != ncclSuccess) return;
+      if (first != 0 && (end || now.algo != run.algo || now.proto != run.proto)) {
+        report_size(lo, sizeof lo, first);
+        report_size(hi, sizeof hi, last);
+        if (len > 0 && (size_t)len < sizeof line)
+          len += snprintf(line + len, sizeof line - (size_t)len, "%s %s/%s %s - %s",
+                          first == 8 ? "" : ",", braid_algo_name(run.algo),
+                          braid_proto_name(run.proto), lo, hi);
+        first = 0;
+      }
+      if (end) break;
+      if (first == 0) {
+        run = now;
+        first = bytes;
+      }
+      last = bytes;
+    }
+    fprintf(out, "%s\n", line);
+  }
+}
+
 static void report_tuning(FILE* out, const struct braid_topo* topo) {
   static const size_t sizes[] = {8, 65536, 1 << 20, 16 << 20, 256 << 20, 1u << 30};
   static const int colls[] = {BRAID_COLL_ALLREDUCE, BRAID_COLL_ALLGATHER, BRAID_COLL_REDUCESCATTER,
@@ -150,6 +197,7 @@ static void report_tuning(FILE* out, const struct braid_topo* topo) {
               simple.time_us);
     }
   }
+  report_switch_points(out, topo, colls, BRAID_ARRAY_LEN(colls));
 }
 
 /* Graphviz: one box per device, one edge per pair of linked devices. */
