@@ -74,6 +74,23 @@ const struct tune_table tune_table = {
     { 18.0f,   5.0f,  7.0f },  /* network */
   },
   /*
+   * A ring of 3 or more ranks forwards: a Simple step of a middle rank starts only once the
+   * chunk it passes on has fully arrived, where two ranks (the pair exchange) send and
+   * receive at once. Fitted on 4x H200 (NV18 through NVSwitch, 32 channels), Simple against
+   * LL forced from 1 to 8 MB: the crossovers fell between 2 and 4 MB for all-reduce (2 MB:
+   * LL 24.1 us, Simple 32.2; 4 MB: 43.0 and 41.3), reduce-scatter and all-gather (2 MB: LL
+   * 15.7, Simple 17.8-18.6; 4 MB: 25.8-26.3 and 22.8-22.9), where the two-rank constants
+   * alone put them at 1 MB; 3.4 us a step puts them at about 3 MB (docs/tuning.md, Tuning
+   * model constants). LL forwards line by line and LL128 is not chosen: 0. PCIe: not
+   * measured, 0. Rings across hosts do not take it (tune.c): not measured there.
+   */
+  .ring_fwd_lat = {
+    /* Simple  LL    LL128 */
+    {  3.4f,   0.0f, 0.0f },  /* NVLink */
+    {  0.0f,   0.0f, 0.0f },  /* PCIe / host */
+    {  0.0f,   0.0f, 0.0f },  /* network (unused) */
+  },
+  /*
    * Achieved / modelled bandwidth. NVLink, measured at 1 GB on the H200 pair
    * with each protocol forced (NCCL 2.28.3): Simple 327-339, LL128 308,
    * LL 122 GB/s against 18 links x 22 GB/s = 396 modelled. PCIe and network:

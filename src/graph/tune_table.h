@@ -27,6 +27,8 @@ struct tune_table {
   float search_min_gain;     /* total a slower ring speed must beat a faster one by */
   float base_lat[BRAID_ALGO_COUNT][BRAID_PROTO_COUNT];   /* µs per call */
   float hop_lat[TUNE_LINK_CLASSES][BRAID_PROTO_COUNT];   /* µs per pipeline step over a hop */
+  /* µs more per step of a ring of 3 or more ranks, where a rank forwards what it received */
+  float ring_fwd_lat[TUNE_LINK_CLASSES][BRAID_PROTO_COUNT];
   float proto_eff[TUNE_LINK_CLASSES][BRAID_PROTO_COUNT]; /* achieved / modelled link bw */
   float tree_eff;                                        /* tree all-reduce vs its bw */
   float direct_peer_lat; /* µs each peer past the first adds to a direct all-reduce */
