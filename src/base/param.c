@@ -275,8 +275,10 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "many 8-byte lines a channel: fewer warps to start and to hold at each barrier. Rounded "
       "up to a multiple of 64; 0, or at least the CTA's threads: every launch takes the full "
       "CTA."),
-  ROW(BUFFSIZE, "NCCL_BUFFSIZE", INT, "4194304",
-      "Bytes of receive buffer per connection for collectives (split into 8 steps)."),
+  ROW(BUFFSIZE, "NCCL_BUFFSIZE", INT, "0",
+      "Bytes of receive buffer per ring connection for collectives (split into 8 steps, a "
+      "step being the ring's chunk); 0 = automatic: 8 MiB on comms of 3 or more ranks whose "
+      "rings run over NVLink, 4 MiB otherwise."),
   ROW(P2P_BUFFSIZE, NULL, INT, "1048576",
       "Bytes of receive buffer per connection for send/recv (split into 8 steps)."),
   ROW(LL128_BUFFSIZE, "NCCL_LL128_BUFFSIZE", INT, "524288",

@@ -154,6 +154,26 @@ fail:
   return res;
 }
 
+/*
+ * Bytes of each ring FIFO: BRAID_BUFFSIZE when set; otherwise 8 MiB on a comm of 3 or more
+ * ranks whose every ring hop is NVLink, 4 MiB elsewhere. A ring step's chunk is an eighth of
+ * it, and on four GPUs 1 MiB chunks run the large rings 3-9% faster than 512 KiB ones
+ * (docs/tuning.md, BRAID_BUFFSIZE). Every rank reads the same rings and paths, so all agree.
+ */
+static size_t channels_ring_buff_bytes(const struct ncclComm* comm,
+                                       const struct braid_rings* rings) {
+  if (braid_param_int(BRAID_P_BUFFSIZE) > 0) return transport_buff_bytes(BRAID_P_BUFFSIZE);
+  int nvlink = comm->nranks >= 3 && rings->nranks == comm->nranks;
+  for (int c = 0; nvlink && c < rings->nchannels; c++) {
+    const int* order = rings->order + (size_t)c * (size_t)rings->nranks;
+    for (int i = 0; nvlink && i < rings->nranks; i++) {
+      braid_path_type_t t = topo_path(comm->topo, order[i], order[(i + 1) % rings->nranks], NULL);
+      nvlink = t == BRAID_PATH_NVL || t == BRAID_PATH_NVB;
+    }
+  }
+  return (size_t)(nvlink ? 8 : 4) << 20;
+}
+
 ncclResult_t channels_rings_connect(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   const struct braid_rings* rings = topo_rings(comm->topo);
@@ -161,7 +181,7 @@ ncclResult_t channels_rings_connect(struct ncclComm* comm) {
   struct braid_channels* ch = comm->channels;
   int n = comm->nranks;
   if (n == 1) return ncclSuccess;
-  size_t bytes = transport_buff_bytes(BRAID_P_BUFFSIZE);
+  size_t bytes = channels_ring_buff_bytes(comm, rings);
   int nborrowed = 0;
   for (int c = 0; c < ch->nchannels; c++) {
     int next = ch->ring_ranks_host[c * n + 1], prev = ch->ring_ranks_host[c * n + n - 1];
