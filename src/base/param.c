@@ -183,12 +183,12 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "hold (more than 4 KB an output block, or than 32 blocks or the comm's channels) read "
       "every rank's window between meetings instead; 0 (default): they take Braid's ordinary "
       "paths, which measured faster (docs/tuning.md). The same on every rank."),
-  ROW(ONESHOT_MAX_BYTES, NULL, INT, "0",
+  ROW(ONESHOT_MAX_BYTES, NULL, INT, "262144",
       "All-reduce and reduce-scatter of buffers in no window, on communicators of 3 or more "
       "ranks that are one LSA team (one host, P2P between every pair, cuMem): largest input "
       "in bytes run one-shot, each rank pushing its input into every peer's sync window as LL "
-      "lines (the symmetric LL variant; the window is made at init, 2 MB a rank at 4 ranks); "
-      "0 (default): never, until measured against NCCL at 4 and 8 ranks (docs/tuning.md). "
+      "lines (the symmetric LL variant; the window is made at init, 2 MB a rank at 4 ranks; "
+      "an all-reduce also needs its output to fit the variant's blocks, 128 KiB). 0: never. "
       "The same on every rank."),
   ROW(LL128_PAIR_MAX, NULL, INT, "2097152",
       "All-reduce of two ranks with LL128: largest size in bytes sent as the one-hop exchange "
