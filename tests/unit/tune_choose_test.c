@@ -130,6 +130,40 @@ static void test_sizes(void) {
   topo_free(topo);
 }
 
+/*
+ * The LL/Simple switch within one host, as measured (docs/tuning.md, Tuning model constants):
+ * two ranks take Simple from 1 MB (all-reduce, broadcast) and 2 MB (all-gather, reduce-scatter);
+ * four ranks, where a ring forwards, keep LL up to 2 MB for all-reduce, all-gather and
+ * reduce-scatter and take Simple at 4 MB; broadcast does not pay the forwarding cost.
+ */
+static void test_ll_switch(void) {
+  struct braid_topo* topo = build("h200x2_nvswitch.xml", 1, 2);
+  if (topo == NULL) return;
+  expect(topo, BRAID_COLL_ALLREDUCE, 512 << 10, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING,
+         BRAID_PROTO_LL, "2 GPUs");
+  expect(topo, BRAID_COLL_ALLREDUCE, 1 << 20, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING,
+         BRAID_PROTO_SIMPLE, "2 GPUs");
+  expect(topo, BRAID_COLL_ALLGATHER, 1 << 20, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING,
+         BRAID_PROTO_LL, "2 GPUs");
+  expect(topo, BRAID_COLL_REDUCESCATTER, 2 << 20, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING,
+         BRAID_PROTO_SIMPLE, "2 GPUs");
+  expect(topo, BRAID_COLL_BROADCAST, 1 << 20, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING,
+         BRAID_PROTO_SIMPLE, "2 GPUs");
+  topo_free(topo);
+  topo = build("h200x4_nvswitch.xml", 1, 4);
+  if (topo == NULL) return;
+  const braid_coll_t fwd[] = {BRAID_COLL_ALLREDUCE, BRAID_COLL_ALLGATHER, BRAID_COLL_REDUCESCATTER};
+  for (size_t i = 0; i < sizeof fwd / sizeof fwd[0]; i++) {
+    expect(topo, fwd[i], 2 << 20, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING, BRAID_PROTO_LL,
+           "4 GPUs");
+    expect(topo, fwd[i], 4 << 20, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING, BRAID_PROTO_SIMPLE,
+           "4 GPUs");
+  }
+  expect(topo, BRAID_COLL_BROADCAST, 2 << 20, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING,
+         BRAID_PROTO_SIMPLE, "4 GPUs");
+  topo_free(topo);
+}
+
 /* Across hosts: trees win small all-reduces, rings large ones. */
 static void test_multi_host(void) {
   int hosts[] = {2, 4, 8};
@@ -404,6 +438,7 @@ int main(void) {
   braid_param_reload();
   test_ring_simple_only();
   test_sizes();
+  test_ll_switch();
   test_multi_host();
   test_direct();
   test_sixteen_hosts();
