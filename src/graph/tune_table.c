@@ -79,10 +79,11 @@ const struct tune_table tune_table = {
    * receive at once. Fitted on 4x H200 (NV18 through NVSwitch, 32 channels), Simple against
    * LL forced from 1 to 8 MB: the crossovers fell between 2 and 4 MB for all-reduce (2 MB:
    * LL 24.1 us, Simple 32.2; 4 MB: 43.0 and 41.3), reduce-scatter and all-gather (2 MB: LL
-   * 15.7, Simple 17.8-18.6; 4 MB: 25.8-26.3 and 22.8-22.9), where the two-rank constants
-   * alone put them at 1 MB; 3.4 us a step puts them at about 3 MB (docs/tuning.md, Tuning
-   * model constants). LL forwards line by line and LL128 is not chosen: 0. PCIe: not
-   * measured, 0. Rings across hosts do not take it (tune.c): not measured there.
+   * 15.7, Simple 17.8-18.6; 4 MB: 25.8-26.3 and 22.8-23.4), where the two-rank constants
+   * alone put them between 1 and 2 MB; 3.4 us a step puts them at about 3 MB
+   * (docs/tuning.md, Tuning model constants). LL forwards line by line and LL128 is not
+   * chosen: 0. PCIe: not measured, 0. Rings across hosts do not take it (tune.c): not
+   * measured there.
    */
   .ring_fwd_lat = {
     /* Simple  LL    LL128 */

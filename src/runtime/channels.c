@@ -157,7 +157,7 @@ fail:
 /*
  * Bytes of each ring FIFO: BRAID_BUFFSIZE when set; otherwise 8 MiB on a comm of 3 or more
  * ranks whose every ring hop is NVLink, 4 MiB elsewhere. A ring step's chunk is an eighth of
- * it, and on four GPUs 1 MiB chunks run the large rings 3-9% faster than 512 KiB ones
+ * it, and on four GPUs 1 MiB chunks run the large rings 1-9% faster than 512 KiB ones
  * (docs/tuning.md, BRAID_BUFFSIZE). Every rank reads the same rings and paths, so all agree.
  */
 static size_t channels_ring_buff_bytes(const struct ncclComm* comm,

@@ -154,8 +154,7 @@ static void test_ll_switch(void) {
   if (topo == NULL) return;
   const braid_coll_t fwd[] = {BRAID_COLL_ALLREDUCE, BRAID_COLL_ALLGATHER, BRAID_COLL_REDUCESCATTER};
   for (size_t i = 0; i < sizeof fwd / sizeof fwd[0]; i++) {
-    expect(topo, fwd[i], 2 << 20, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING, BRAID_PROTO_LL,
-           "4 GPUs");
+    expect(topo, fwd[i], 2 << 20, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING, BRAID_PROTO_LL, "4 GPUs");
     expect(topo, fwd[i], 4 << 20, ALL_ALGOS, ALL_PROTOS, BRAID_ALGO_RING, BRAID_PROTO_SIMPLE,
            "4 GPUs");
   }
