@@ -15,6 +15,7 @@
 #include "base/debug.h"
 #include "runtime/enqueue.h"
 #include "runtime/group.h"
+#include "runtime/p2p_work.h"
 #include "runtime/redop.h"
 #include "base/utils.h"
 
@@ -481,12 +482,16 @@ static ncclResult_t api_p2p_side(const struct api_call* c, api_peers_t peers, in
 
 /*
  * In-place all-to-all: block j of the buffer is sent to rank j while rank
- * j's data arrives into the same block, so the sends read from a copy taken
- * first, in stream order. The copy is a stream-ordered allocation released
- * right behind the kernel (enqueue frees `scratch` after the launch). A
- * rank's own block is where it belongs already: it is not copied (where that
- * takes no second copy, or the block is large: API_STAGE_SPLIT_MIN) and its
- * self send/receive is left out (api_p2p_collective).
+ * j's data arrives into the same block. On an even number of ranks, four or
+ * more, the send to j and the receive from j run in one work that orders
+ * them (enqueue.c's pairwise rounds): nothing to do here. Otherwise (two
+ * ranks, where the copy engines may take the exchange; odd counts) the sends
+ * read from a copy taken first, in stream order. The copy is a stream-ordered
+ * allocation released right behind the kernel (enqueue frees `scratch` after
+ * the launch). A rank's own block is where it belongs already: it is not
+ * copied (where that takes no second copy, or the block is large:
+ * API_STAGE_SPLIT_MIN), and in place its self send/receive is left out
+ * (api_p2p_collective).
  */
 #define API_STAGE_SPLIT_MIN ((size_t)4 << 20)
 static ncclResult_t api_p2p_stage_in_place(const struct api_call* c, api_peers_t sends,
@@ -498,7 +503,7 @@ static ncclResult_t api_p2p_stage_in_place(const struct api_call* c, api_peers_t
   int saved_dev = -1;
   staged->stage_copy = NULL;
   if (sends != PEERS_ALL || recvs != PEERS_ALL || c->comm->nranks == 1 || bytes == 0 ||
-      c->sendbuff != c->recvbuff)
+      c->sendbuff != c->recvbuff || p2p_alltoall_pairwise(c->comm->nranks))
     return ncclSuccess;
   /* The caller's current device may be another GPU (one thread driving several). */
   BRAID_CUDA_TRY(cudaGetDevice(&saved_dev));
@@ -551,8 +556,8 @@ static ncclResult_t api_p2p_collective(const struct api_call* c, api_peers_t sen
   res = api_p2p_stage_in_place(c, sends, recvs, bytes, &staged);
   /* AlltoAll: every rank sends every rank the same bytes (p2p_work.c places them so). */
   const int uniform = sends == PEERS_ALL && recvs == PEERS_ALL;
-  /* Staged in place: a rank's own block stays where it is, with no self send/receive. */
-  const int skip_self = staged.stage_copy != NULL;
+  /* In place: a rank's own block stays where it is, with no self send/receive. */
+  const int skip_self = uniform && c->sendbuff == c->recvbuff;
   if (res == ncclSuccess) res = api_p2p_side(&staged, sends, 1, bytes, uniform, skip_self);
   if (res == ncclSuccess) res = api_p2p_side(c, recvs, 0, bytes, uniform, skip_self);
   if (res != ncclSuccess) group_fail(res);

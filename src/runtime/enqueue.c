@@ -5,7 +5,9 @@
  * model picks. Send/recv operations are scheduled in rounds: in round d this
  * rank sends to rank+d and receives from rank-d, pairing the two in one work
  * so they progress together; every rank walks the rounds in the same order,
- * so matching sends and receives always meet.
+ * so matching sends and receives always meet. The messages of all-to-alls on
+ * an even number of ranks (4 or more) go in pairwise rounds instead, where a
+ * work sends to and receives from one partner (enq_p2p_alltoall_rounds).
  *
  * Works are packed into launches in order. A launch runs one kernel; the
  * byte-moving works (AllGather, Broadcast, send/recv) fit any kernel, so a
@@ -677,15 +679,29 @@ fail:
   return res;
 }
 
-/* The i-th pending send to `peer` (is_send) or receive from it, or NULL. */
-static const struct braid_op* enq_p2p_find(const struct braid_group_comm* g, int peer, int is_send,
-                                           int index) {
+/* Which of the group's sends and receives enq_p2p_find_of looks at. */
+enum enq_p2p_kind {
+  ENQ_P2P_ANY,
+  ENQ_P2P_PLAIN,   /* not of an ncclAlltoAll */
+  ENQ_P2P_ALLTOALL /* of an ncclAlltoAll (op->uniform) */
+};
+
+/* The i-th pending send to `peer` (is_send) or receive from it of that kind, or NULL. */
+static const struct braid_op* enq_p2p_find_of(const struct braid_group_comm* g, int peer,
+                                              int is_send, int index, enum enq_p2p_kind kind) {
   for (int i = 0; i < g->nops; i++) {
     const struct braid_op* op = &g->ops[i];
-    if (op->coll == BRAID_COLL_SENDRECV && op->peer == peer && op->is_send == is_send && index-- == 0)
-      return op;
+    if (op->coll != BRAID_COLL_SENDRECV || op->peer != peer || op->is_send != is_send) continue;
+    if ((kind == ENQ_P2P_PLAIN && op->uniform) || (kind == ENQ_P2P_ALLTOALL && !op->uniform))
+      continue;
+    if (index-- == 0) return op;
   }
   return NULL;
+}
+
+static const struct braid_op* enq_p2p_find(const struct braid_group_comm* g, int peer, int is_send,
+                                           int index) {
+  return enq_p2p_find_of(g, peer, is_send, index, ENQ_P2P_ANY);
 }
 
 /*
@@ -743,21 +759,66 @@ fail:
   return res;
 }
 
+/*
+ * The messages of the group's all-to-alls to and from other ranks, in pairwise rounds
+ * (p2p_alltoall_partner): in round k this rank sends to its partner and receives from it in
+ * one work, whose channels follow k as a shift round's follow d (p2p_work_pair). In place, the
+ * send and the receive share a block of the buffer; the work's two halves split the block's
+ * bytes alike (same size, same channels: one connection type joins two ranks both ways), and
+ * the receive half waits for the send half's progress there (sendrecv.h).
+ */
+static ncclResult_t enq_p2p_alltoall_rounds(struct ncclComm* comm, struct launch_plan* plan,
+                                            cudaStream_t stream,
+                                            enum cudaStreamCaptureStatus capture) {
+  ncclResult_t res = ncclSuccess;
+  const struct braid_group_comm* g = comm->group;
+  for (int k = 1; k < comm->nranks; k++) {
+    const int peer = p2p_alltoall_partner(comm->rank, comm->nranks, k);
+    for (int i = 0;; i++) {
+      const struct braid_op* s = enq_p2p_find_of(g, peer, 1, i, ENQ_P2P_ALLTOALL);
+      const struct braid_op* r = enq_p2p_find_of(g, peer, 0, i, ENQ_P2P_ALLTOALL);
+      if (s == NULL && r == NULL) break;
+      struct braid_work w[2];
+      int nw = 0;
+      BRAID_TRY(p2p_work_pair(comm, s, r, k, w, &nw));
+      BRAID_CHECK(!(s && r && s->sendbuff == r->recvbuff) ||
+                      (nw == 1 && w[0].nch_send == w[0].nch_recv &&
+                       w[0].count == w[0].recv_count),
+                  ncclInternalError,
+                  "in-place all-to-all: the send to rank %d and the receive from it do not split "
+                  "alike (%d works, %d and %d channels)",
+                  peer, nw, w[0].nch_send, w[0].nch_recv);
+      for (int j = 0; j < nw; j++) {
+        if (w[j].nchannels == 0) continue; /* only empty messages: nothing moves */
+        BRAID_TRY(enq_add_work(comm, plan, &w[j], stream, capture));
+      }
+    }
+  }
+  return ncclSuccess;
+fail:
+  return res;
+}
+
 static ncclResult_t enq_p2p_works(struct ncclComm* comm, struct launch_plan* plan,
                                   cudaStream_t stream, enum cudaStreamCaptureStatus capture) {
   ncclResult_t res = ncclSuccess;
   const struct braid_group_comm* g = comm->group;
   int n = comm->nranks;
   unsigned char* taken = NULL; /* enq_p2p_ce's pairs */
+  /* All-to-all messages go in pairwise rounds where the ranks pair off (api.c, in place). */
+  const int pairwise = p2p_alltoall_pairwise(n);
   if (n == 2 && comm->ce_wanted) {
     BRAID_TRY(BRAID_CALLOC(&taken, 2 * (size_t)g->nops + 2, "copy-engine pairs"));
     BRAID_TRY(enq_p2p_ce(comm, plan, stream, capture, taken));
   }
   for (int d = 0; d < n; d++) {
     int to = (comm->rank + d) % n, from = (comm->rank - d + n) % n;
+    /* Every rank walks the same order: self, the all-to-alls' rounds, the shift rounds. */
+    if (d == 1 && pairwise) BRAID_TRY(enq_p2p_alltoall_rounds(comm, plan, stream, capture));
+    const enum enq_p2p_kind kind = pairwise && d > 0 ? ENQ_P2P_PLAIN : ENQ_P2P_ANY;
     for (int i = 0;; i++) {
-      const struct braid_op* s = enq_p2p_find(g, to, 1, i);
-      const struct braid_op* r = enq_p2p_find(g, from, 0, i);
+      const struct braid_op* s = enq_p2p_find_of(g, to, 1, i, kind);
+      const struct braid_op* r = enq_p2p_find_of(g, from, 0, i, kind);
       if (s == NULL && r == NULL) break;
       if (d == 0) {
         BRAID_CHECK(s && r && s->count * redop_type_size(s->dtype) == r->count * redop_type_size(r->dtype),

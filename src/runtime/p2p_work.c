@@ -201,3 +201,11 @@ ncclResult_t p2p_work_pair(struct ncclComm* comm, const struct braid_op* s,
 fail:
   return res;
 }
+
+/* The circle method: rank nranks - 1 stays put, the others turn around it. */
+int p2p_alltoall_partner(int rank, int nranks, int k) {
+  const int m = nranks - 1, r = k - 1;
+  if (rank == m) return r;
+  if (rank == r) return m;
+  return ((2 * r - rank) % m + m) % m;
+}

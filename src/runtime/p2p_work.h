@@ -20,4 +20,16 @@ struct ncclComm;
 ncclResult_t p2p_work_pair(struct ncclComm* comm, const struct braid_op* s,
                            const struct braid_op* r, int d, struct braid_work w[2], int* nw);
 
+/*
+ * The all-to-all's pairwise rounds (nranks even, at least 4): the rank that `rank` exchanges
+ * with in round k, 1 <= k < nranks. Every round pairs all ranks off (the partner's partner is
+ * `rank`), and over the rounds every rank meets every other once. In a round both ranks of a
+ * pair send to each other, so the message to a peer and the one coming back from it, which in
+ * place share a block of the buffer, run in one work (sendrecv.h orders them there).
+ */
+int p2p_alltoall_partner(int rank, int nranks, int k);
+
+/* Whether a communicator of nranks runs its all-to-alls in those rounds (nranks even, >= 4). */
+static inline int p2p_alltoall_pairwise(int nranks) { return nranks >= 4 && nranks % 2 == 0; }
+
 #endif

@@ -94,7 +94,7 @@ static void unaligned_run(struct gpu_world* w, const struct gpu_case* list, size
  * costs here (about 2^28 element checks per case and rank), so this size runs
  * a restricted set only: every collective with float sum (float data for the
  * ones that do not reduce), plus bfloat16 sum and int8 max for AllReduce; out
- * of place, and in place for AllReduce float only; root nranks - 1 (root 0 is
+ * of place, and in place for AllReduce and AlltoAll float only; root nranks - 1 (root 0 is
  * the easy one and is covered by the smaller sizes).
  */
 static void large_run(struct gpu_world* w, const struct gpu_case* list, size_t n, unsigned suite,
@@ -151,6 +151,7 @@ void suite_p2pcoll(struct gpu_world* w) {
   };
   static const struct gpu_case large[] = {
       {.coll = COLL_ALLTOALL, .type = ncclFloat32},
+      {.coll = COLL_ALLTOALL, .type = ncclFloat32, .inplace = 1},
       {.coll = COLL_GATHER, .type = ncclFloat32},
       {.coll = COLL_SCATTER, .type = ncclFloat32},
   };
