@@ -482,11 +482,10 @@ static ncclResult_t api_p2p_side(const struct api_call* c, api_peers_t peers, in
 
 /*
  * In-place all-to-all: block j of the buffer is sent to rank j while rank
- * j's data arrives into the same block. On an even number of ranks, four or
- * more, the send to j and the receive from j run in one work that orders
- * them (enqueue.c's pairwise rounds): nothing to do here. Otherwise (two
- * ranks, where the copy engines may take the exchange; odd counts) the sends
- * read from a copy taken first, in stream order. The copy is a stream-ordered
+ * j's data arrives into the same block. Where the send to j and the receive
+ * from j run in one work, the kernel orders them (sendrecv.h) and nothing is
+ * needed here (api_alltoall_kernel_orders). Otherwise (odd counts of ranks)
+ * the sends read from a copy taken first, in stream order. The copy is a stream-ordered
  * allocation released right behind the kernel (enqueue frees `scratch` after
  * the launch). A rank's own block is where it belongs already: it is not
  * copied (where that takes no second copy, or the block is large:
@@ -494,6 +493,27 @@ static ncclResult_t api_p2p_side(const struct api_call* c, api_peers_t peers, in
  * (api_p2p_collective).
  */
 #define API_STAGE_SPLIT_MIN ((size_t)4 << 20)
+
+/*
+ * Whether an in-place all-to-all needs no staging copy: its send to and receive from each
+ * peer then run in one work that orders them. So in the pairwise rounds of an even count of
+ * four or more (enqueue.c); on two ranks in the one round, which pairs the i-th send to the
+ * peer with the i-th receive, unless the group already holds more sends to the peer than
+ * receives from it, or fewer (this call's two would not be the same i-th). Two ranks' copy-
+ * engine exchange orders a pair in place itself (ce.c).
+ */
+static int api_alltoall_kernel_orders(const struct ncclComm* comm) {
+  if (p2p_alltoall_pairwise(comm->nranks)) return 1;
+  if (comm->nranks != 2) return 0;
+  int balance = 0;
+  const struct braid_group_comm* g = comm->group;
+  for (int i = 0; g && i < g->nops; i++) {
+    const struct braid_op* op = &g->ops[i];
+    if (op->coll == BRAID_COLL_SENDRECV && op->peer != comm->rank) balance += op->is_send ? 1 : -1;
+  }
+  return balance == 0;
+}
+
 static ncclResult_t api_p2p_stage_in_place(const struct api_call* c, api_peers_t sends,
                                            api_peers_t recvs, size_t bytes,
                                            struct api_call* staged) {
@@ -503,7 +523,7 @@ static ncclResult_t api_p2p_stage_in_place(const struct api_call* c, api_peers_t
   int saved_dev = -1;
   staged->stage_copy = NULL;
   if (sends != PEERS_ALL || recvs != PEERS_ALL || c->comm->nranks == 1 || bytes == 0 ||
-      c->sendbuff != c->recvbuff || p2p_alltoall_pairwise(c->comm->nranks))
+      c->sendbuff != c->recvbuff || api_alltoall_kernel_orders(c->comm))
     return ncclSuccess;
   /* The caller's current device may be another GPU (one thread driving several). */
   BRAID_CUDA_TRY(cudaGetDevice(&saved_dev));

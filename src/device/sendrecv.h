@@ -20,15 +20,18 @@ namespace braid {
 /*
  * One half's share [r.begin, r.begin + r.count) of the bytes, in steps of `chunk`.
  * In place (`sent` not null: the send and the receive of one peer over the same bytes, as an
- * in-place all-to-all's pairwise round has them), the send half publishes in *sent how many
- * bytes of its share it has read, once every thread of the half is past them, and the receive
- * half writes no byte before it has been read. The send half never waits on the receive half
- * of its own block, only on the peer's, whose wait points at an earlier step of this rank's
- * send, so the two ranks of a pair cannot wait on each other in a circle.
+ * in-place all-to-all has them), the send half publishes in *sent how many bytes of its share
+ * it has read, once every thread of the half is past them, and the receive half writes no byte
+ * before it has been read: its thread 0 waits, and the others wait for thread 0 (Simple: at
+ * the step's opening barrier; LL, whose threads read their lines on their own: at one more,
+ * `ll`). The send half never waits on the receive half of its own block, only on the peer's,
+ * whose wait points at an earlier step of this rank's send, so the two ranks of a pair cannot
+ * wait on each other in a circle. The wait ends early when the send half gave up (abort); the
+ * receive then fails on the communicator's abort flag as well.
  */
 template <typename P>
 __device__ __forceinline__ void sendrecv_half(P& p, const struct braid_work& w, bool sender,
-                                              elem_range r, int64_t chunk,
+                                              elem_range r, int64_t chunk, bool ll,
                                               volatile long long* sent, volatile int* aborted) {
   for (int64_t off = 0; off < r.count; off += chunk) {
     int64_t len = r.count - off < chunk ? r.count - off : chunk;
@@ -36,14 +39,14 @@ __device__ __forceinline__ void sendrecv_half(P& p, const struct braid_work& w, 
       if (p.tid == 0)
         while (*sent < off + len && !aborted[0]) {
         }
-      p.barrier();
-      if (aborted[0]) return;
+      if (ll) p.barrier();
     }
     bool ok = sender ? p.send_from((const uint8_t*)w.sendbuff + r.begin + off, len)
                      : p.recv_to((uint8_t*)w.recvbuff + r.begin + off, len);
     if (!ok) return;
     if (sent && sender) {
-      p.barrier(); /* LL's steps end without one */
+      /* Simple's step ends at a barrier of the half; LL's does not. */
+      if (ll) p.barrier();
       if (p.tid == 0) *sent = off + len;
     }
   }
@@ -88,10 +91,11 @@ static __device__ __noinline__ void sendrecv_run(const struct braid_work& w, str
   struct braid_dev_conn* sc = sender ? conn : nullptr;
   if (w.flags & (sender ? BRAID_WORK_SEND_LL : BRAID_WORK_RECV_LL)) {
     prims_ll<T, Op> p(tid, half, barrier, Op(), rc, sc, comm->abort_flag, my_abort);
-    sendrecv_half(p, w, sender, r, conn->ll_slot_bytes / 2, in_place ? &sent : nullptr, aborted);
+    sendrecv_half(p, w, sender, r, conn->ll_slot_bytes / 2, true, in_place ? &sent : nullptr,
+                  aborted);
   } else {
     prims_simple<T, Op> p(tid, half, barrier, Op(), rc, sc, comm->abort_flag, my_abort);
-    sendrecv_half(p, w, sender, r, conn->slot_bytes, in_place ? &sent : nullptr, aborted);
+    sendrecv_half(p, w, sender, r, conn->slot_bytes, false, in_place ? &sent : nullptr, aborted);
   }
 }
 

@@ -760,12 +760,39 @@ fail:
 }
 
 /*
+ * The works of the send s and the receive r of round d (p2p_work_pair) into the plan. Where
+ * they are one peer's messages over one block of an in-place all-to-all (api.c), the work's two
+ * halves must split the bytes alike (same size, same channels: one connection type joins two
+ * ranks both ways), as the receive half then waits for the send half's progress (sendrecv.h).
+ */
+static ncclResult_t enq_p2p_add_pair(struct ncclComm* comm, struct launch_plan* plan,
+                                     const struct braid_op* s, const struct braid_op* r, int d,
+                                     cudaStream_t stream, enum cudaStreamCaptureStatus capture) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_work w[2];
+  int nw = 0;
+  BRAID_TRY(p2p_work_pair(comm, s, r, d, w, &nw));
+  BRAID_CHECK(!(s && r && s->uniform && r->uniform && s->peer == r->peer &&
+                s->sendbuff == r->recvbuff) ||
+                  (nw == 1 && w[0].nch_send == w[0].nch_recv && w[0].count == w[0].recv_count),
+              ncclInternalError,
+              "in place, the send to rank %d and the receive from it do not split alike (%d works, "
+              "%d and %d channels)",
+              s ? s->peer : -1, nw, w[0].nch_send, w[0].nch_recv);
+  for (int j = 0; j < nw; j++) {
+    if (w[j].nchannels == 0) continue; /* only empty messages: nothing moves */
+    BRAID_TRY(enq_add_work(comm, plan, &w[j], stream, capture));
+  }
+  return ncclSuccess;
+fail:
+  return res;
+}
+
+/*
  * The messages of the group's all-to-alls to and from other ranks, in pairwise rounds
  * (p2p_alltoall_partner): in round k this rank sends to its partner and receives from it in
  * one work, whose channels follow k as a shift round's follow d (p2p_work_pair). In place, the
- * send and the receive share a block of the buffer; the work's two halves split the block's
- * bytes alike (same size, same channels: one connection type joins two ranks both ways), and
- * the receive half waits for the send half's progress there (sendrecv.h).
+ * send and the receive share a block of the buffer, which that work orders.
  */
 static ncclResult_t enq_p2p_alltoall_rounds(struct ncclComm* comm, struct launch_plan* plan,
                                             cudaStream_t stream,
@@ -778,20 +805,7 @@ static ncclResult_t enq_p2p_alltoall_rounds(struct ncclComm* comm, struct launch
       const struct braid_op* s = enq_p2p_find_of(g, peer, 1, i, ENQ_P2P_ALLTOALL);
       const struct braid_op* r = enq_p2p_find_of(g, peer, 0, i, ENQ_P2P_ALLTOALL);
       if (s == NULL && r == NULL) break;
-      struct braid_work w[2];
-      int nw = 0;
-      BRAID_TRY(p2p_work_pair(comm, s, r, k, w, &nw));
-      BRAID_CHECK(!(s && r && s->sendbuff == r->recvbuff) ||
-                      (nw == 1 && w[0].nch_send == w[0].nch_recv &&
-                       w[0].count == w[0].recv_count),
-                  ncclInternalError,
-                  "in-place all-to-all: the send to rank %d and the receive from it do not split "
-                  "alike (%d works, %d and %d channels)",
-                  peer, nw, w[0].nch_send, w[0].nch_recv);
-      for (int j = 0; j < nw; j++) {
-        if (w[j].nchannels == 0) continue; /* only empty messages: nothing moves */
-        BRAID_TRY(enq_add_work(comm, plan, &w[j], stream, capture));
-      }
+      BRAID_TRY(enq_p2p_add_pair(comm, plan, s, r, k, stream, capture));
     }
   }
   return ncclSuccess;
@@ -828,13 +842,7 @@ static ncclResult_t enq_p2p_works(struct ncclComm* comm, struct launch_plan* pla
                     comm->rank);
       }
       if (taken && taken[2 * i + (d == 0)]) continue; /* gone through the copy engines */
-      struct braid_work w[2];
-      int nw = 0;
-      BRAID_TRY(p2p_work_pair(comm, s, r, d, w, &nw));
-      for (int k = 0; k < nw; k++) {
-        if (w[k].nchannels == 0) continue; /* only empty messages: nothing moves */
-        BRAID_TRY(enq_add_work(comm, plan, &w[k], stream, capture));
-      }
+      BRAID_TRY(enq_p2p_add_pair(comm, plan, s, r, d, stream, capture));
     }
   }
   free(taken);
