@@ -484,8 +484,9 @@ static ncclResult_t api_p2p_side(const struct api_call* c, api_peers_t peers, in
  * In-place all-to-all: block j of the buffer is sent to rank j while rank
  * j's data arrives into the same block. Where the send to j and the receive
  * from j run in one work, the kernel orders them (sendrecv.h) and nothing is
- * needed here (api_alltoall_kernel_orders). Otherwise (odd counts of ranks)
- * the sends read from a copy taken first, in stream order. The copy is a stream-ordered
+ * needed here (api_alltoall_kernel_orders). Otherwise (odd counts of ranks;
+ * two ranks whose group is unbalanced before the call) the sends read from a
+ * copy taken first, in stream order. The copy is a stream-ordered
  * allocation released right behind the kernel (enqueue frees `scratch` after
  * the launch). A rank's own block is where it belongs already: it is not
  * copied (where that takes no second copy, or the block is large:

@@ -2,7 +2,9 @@
  * Send/receive. A work pairs at most one send and one receive; the block
  * splits in two halves that run them at the same time (each half with its
  * own named barrier), so a rank that sends to X while receiving from Y never
- * waits on itself. Data is split across the work's channels the same way on
+ * waits on itself; only in place (one peer's send and receive over the same
+ * bytes) does the receive half wait for the send half, never the other way
+ * (sendrecv_half). Data is split across the work's channels the same way on
  * both sides: by the byte count, which matching calls agree on.
  */
 #ifndef BRAID_DEVICE_SENDRECV_H
