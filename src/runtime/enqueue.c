@@ -7,7 +7,7 @@
  * so they progress together; every rank walks the rounds in the same order,
  * so matching sends and receives always meet. The messages of all-to-alls on
  * an even number of ranks (4 or more) go in pairwise rounds instead, where a
- * work sends to and receives from one partner (enq_p2p_alltoall_rounds).
+ * work sends to and receives from one partner (p2p_work.c, p2p_schedule).
  *
  * Works are packed into launches in order. A launch runs one kernel; the
  * byte-moving works (AllGather, Broadcast, send/recv) fit any kernel, so a
@@ -42,7 +42,6 @@
 #include "runtime/topo_comm.h"
 #include "graph/tune_table.h"
 #include "runtime/channels.h"
-
 
 struct launch_plan {
   struct braid_kernel_args args;
@@ -415,9 +414,6 @@ static int enq_sym_work(struct ncclComm* comm, const struct braid_op* op, struct
   return 1;
 }
 
-static const struct braid_op* enq_p2p_find(const struct braid_group_comm* g, int peer, int is_send,
-                                           int index);
-
 /*
  * The group's operations that may move through the copy engines straight into the peer's
  * registered buffers (register.h): two ranks joined by P2P, at least BRAID_CE_REG_MIN_BYTES,
@@ -464,8 +460,8 @@ static void enq_reg_needs(struct ncclComm* comm) {
     nwant += register_want(comm, &w);
   }
   for (int i = 0;; i++) {
-    struct braid_op* s = (struct braid_op*)enq_p2p_find(g, peer, 1, i);
-    struct braid_op* r = (struct braid_op*)enq_p2p_find(g, peer, 0, i);
+    struct braid_op* s = (struct braid_op*)p2p_find(g, peer, 1, i);
+    struct braid_op* r = (struct braid_op*)p2p_find(g, peer, 0, i);
     if (s == NULL && r == NULL) break;
     const size_t out_bytes = enq_op_bytes(s), in_bytes = enq_op_bytes(r);
     if (BRAID_MAX(out_bytes, in_bytes) < (size_t)min ||
@@ -591,7 +587,6 @@ fail:
   return res;
 }
 
-
 /*
  * Runs a copy-engine exchange in this comm's order of launches (as enq_launch; never
  * captured), or with `ce` NULL only its ledger report.
@@ -679,31 +674,6 @@ fail:
   return res;
 }
 
-/* Which of the group's sends and receives enq_p2p_find_of looks at. */
-enum enq_p2p_kind {
-  ENQ_P2P_ANY,
-  ENQ_P2P_PLAIN,   /* not of an ncclAlltoAll */
-  ENQ_P2P_ALLTOALL /* of an ncclAlltoAll (op->uniform) */
-};
-
-/* The i-th pending send to `peer` (is_send) or receive from it of that kind, or NULL. */
-static const struct braid_op* enq_p2p_find_of(const struct braid_group_comm* g, int peer,
-                                              int is_send, int index, enum enq_p2p_kind kind) {
-  for (int i = 0; i < g->nops; i++) {
-    const struct braid_op* op = &g->ops[i];
-    if (op->coll != BRAID_COLL_SENDRECV || op->peer != peer || op->is_send != is_send) continue;
-    if ((kind == ENQ_P2P_PLAIN && op->uniform) || (kind == ENQ_P2P_ALLTOALL && !op->uniform))
-      continue;
-    if (index-- == 0) return op;
-  }
-  return NULL;
-}
-
-static const struct braid_op* enq_p2p_find(const struct braid_group_comm* g, int peer, int is_send,
-                                           int index) {
-  return enq_p2p_find_of(g, peer, is_send, index, ENQ_P2P_ANY);
-}
-
 /*
  * Two ranks joined by P2P: the i-th send to the peer and the i-th receive
  * from it (either may be missing) go as a copy-engine exchange (core/ce.c)
@@ -719,8 +689,8 @@ static ncclResult_t enq_p2p_ce(struct ncclComm* comm, struct launch_plan* plan, 
   const struct braid_group_comm* g = comm->group;
   const int me = comm->rank, peer = 1 - comm->rank;
   for (int i = 0;; i++) {
-    const struct braid_op* s = enq_p2p_find(g, peer, 1, i);
-    const struct braid_op* r = enq_p2p_find(g, peer, 0, i);
+    const struct braid_op* s = p2p_find(g, peer, 1, i);
+    const struct braid_op* r = p2p_find(g, peer, 0, i);
     if (s == NULL && r == NULL) break;
     /* The peer sees the same two sizes, swapped: the larger decides on both ranks. */
     const size_t out_bytes = enq_op_bytes(s), in_bytes = enq_op_bytes(r);
@@ -738,8 +708,8 @@ static ncclResult_t enq_p2p_ce(struct ncclComm* comm, struct launch_plan* plan, 
     ce.dtype = ncclUint8;
     ce.peer_out = s ? s->reg_peer_out : NULL;
     ce.landed = r ? r->reg_direct : 0;
-    const struct braid_op* s0 = enq_p2p_find(g, me, 1, i);
-    const struct braid_op* r0 = enq_p2p_find(g, me, 0, i);
+    const struct braid_op* s0 = p2p_find(g, me, 1, i);
+    const struct braid_op* r0 = p2p_find(g, me, 0, i);
     if (in_bytes > 0 && s0 && r0 && enq_op_bytes(s0) == in_bytes && enq_op_bytes(r0) == in_bytes &&
         !braid_ranges_overlap(r0->recvbuff, in_bytes, ce.send, out_bytes)) {
       ce.own = s0->sendbuff;
@@ -788,63 +758,33 @@ fail:
   return res;
 }
 
-/*
- * The messages of the group's all-to-alls to and from other ranks, in pairwise rounds
- * (p2p_alltoall_partner): in round k this rank sends to its partner and receives from it in
- * one work, whose channels follow k as a shift round's follow d (p2p_work_pair). In place, the
- * send and the receive share a block of the buffer, which that work orders.
- */
-static ncclResult_t enq_p2p_alltoall_rounds(struct ncclComm* comm, struct launch_plan* plan,
-                                            cudaStream_t stream,
-                                            enum cudaStreamCaptureStatus capture) {
-  ncclResult_t res = ncclSuccess;
-  const struct braid_group_comm* g = comm->group;
-  for (int k = 1; k < comm->nranks; k++) {
-    const int peer = p2p_alltoall_partner(comm->rank, comm->nranks, k);
-    for (int i = 0;; i++) {
-      const struct braid_op* s = enq_p2p_find_of(g, peer, 1, i, ENQ_P2P_ALLTOALL);
-      const struct braid_op* r = enq_p2p_find_of(g, peer, 0, i, ENQ_P2P_ALLTOALL);
-      if (s == NULL && r == NULL) break;
-      BRAID_TRY(enq_p2p_add_pair(comm, plan, s, r, k, stream, capture));
-    }
-  }
-  return ncclSuccess;
-fail:
-  return res;
+/* What p2p_schedule's pairs go into: the plan, and the pairs the copy engines took. */
+struct enq_p2p_ctx {
+  struct ncclComm* comm;
+  struct launch_plan* plan;
+  cudaStream_t stream;
+  enum cudaStreamCaptureStatus capture;
+  const unsigned char* taken; /* enq_p2p_ce's, or NULL */
+};
+
+static ncclResult_t enq_p2p_pair(void* arg, const struct braid_op* s, const struct braid_op* r,
+                                 int d, int index) {
+  const struct enq_p2p_ctx* c = arg;
+  if (c->taken && c->taken[2 * index + (d == 0)]) return ncclSuccess; /* copy engines' */
+  return enq_p2p_add_pair(c->comm, c->plan, s, r, d, c->stream, c->capture);
 }
 
 static ncclResult_t enq_p2p_works(struct ncclComm* comm, struct launch_plan* plan,
                                   cudaStream_t stream, enum cudaStreamCaptureStatus capture) {
   ncclResult_t res = ncclSuccess;
   const struct braid_group_comm* g = comm->group;
-  int n = comm->nranks;
-  unsigned char* taken = NULL; /* enq_p2p_ce's pairs */
-  /* All-to-all messages go in pairwise rounds where the ranks pair off (api.c, in place). */
-  const int pairwise = p2p_alltoall_pairwise(n);
-  if (n == 2 && comm->ce_wanted) {
+  unsigned char* taken = NULL; /* enq_p2p_ce's pairs (two ranks: no pairwise rounds) */
+  if (comm->nranks == 2 && comm->ce_wanted) {
     BRAID_TRY(BRAID_CALLOC(&taken, 2 * (size_t)g->nops + 2, "copy-engine pairs"));
     BRAID_TRY(enq_p2p_ce(comm, plan, stream, capture, taken));
   }
-  for (int d = 0; d < n; d++) {
-    int to = (comm->rank + d) % n, from = (comm->rank - d + n) % n;
-    /* Every rank walks the same order: self, the all-to-alls' rounds, the shift rounds. */
-    if (d == 1 && pairwise) BRAID_TRY(enq_p2p_alltoall_rounds(comm, plan, stream, capture));
-    const enum enq_p2p_kind kind = pairwise && d > 0 ? ENQ_P2P_PLAIN : ENQ_P2P_ANY;
-    for (int i = 0;; i++) {
-      const struct braid_op* s = enq_p2p_find_of(g, to, 1, i, kind);
-      const struct braid_op* r = enq_p2p_find_of(g, from, 0, i, kind);
-      if (s == NULL && r == NULL) break;
-      if (d == 0) {
-        BRAID_CHECK(s && r && s->count * redop_type_size(s->dtype) == r->count * redop_type_size(r->dtype),
-                    ncclInvalidUsage,
-                    "rank %d sends to itself without a matching receive of the same size in the "
-                    "same group (every self-send needs a self-recv)",
-                    comm->rank);
-      }
-      if (taken && taken[2 * i + (d == 0)]) continue; /* gone through the copy engines */
-      BRAID_TRY(enq_p2p_add_pair(comm, plan, s, r, d, stream, capture));
-    }
-  }
+  struct enq_p2p_ctx ctx = {comm, plan, stream, capture, taken};
+  BRAID_TRY(p2p_schedule(g, comm->rank, comm->nranks, enq_p2p_pair, &ctx));
   free(taken);
   return ncclSuccess;
 fail:

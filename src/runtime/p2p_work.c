@@ -1,6 +1,6 @@
 /*
- * Send/recv works (p2p_work.h). enqueue.c walks the rounds d and packs what this file makes
- * into launches.
+ * Send/recv works (p2p_work.h). enqueue.c walks the schedule (p2p_schedule) and packs the
+ * works this file makes into launches.
  */
 #include "runtime/p2p_work.h"
 
@@ -208,4 +208,60 @@ int p2p_alltoall_partner(int rank, int nranks, int k) {
   if (rank == m) return r;
   if (rank == r) return m;
   return ((2 * r - rank) % m + m) % m;
+}
+
+/* Which of the group's sends and receives p2p_find_of looks at. */
+enum p2p_kind {
+  P2P_ANY,
+  P2P_PLAIN,   /* not of an ncclAlltoAll */
+  P2P_ALLTOALL /* of an ncclAlltoAll (op->uniform) */
+};
+
+/* The i-th pending send to `peer` (is_send) or receive from it of that kind, or NULL. */
+static const struct braid_op* p2p_find_of(const struct braid_group_comm* g, int peer, int is_send,
+                                          int index, enum p2p_kind kind) {
+  for (int i = 0; i < g->nops; i++) {
+    const struct braid_op* op = &g->ops[i];
+    if (op->coll != BRAID_COLL_SENDRECV || op->peer != peer || op->is_send != is_send) continue;
+    if ((kind == P2P_PLAIN && op->uniform) || (kind == P2P_ALLTOALL && !op->uniform)) continue;
+    if (index-- == 0) return op;
+  }
+  return NULL;
+}
+
+const struct braid_op* p2p_find(const struct braid_group_comm* g, int peer, int is_send,
+                                int index) {
+  return p2p_find_of(g, peer, is_send, index, P2P_ANY);
+}
+
+/* The pairs of one round: the i-th send to `to` with the i-th receive from `from`. */
+static ncclResult_t p2p_round(const struct braid_group_comm* g, int to, int from, int d,
+                              enum p2p_kind kind, p2p_pair_fn fn, void* ctx) {
+  for (int i = 0;; i++) {
+    const struct braid_op* s = p2p_find_of(g, to, 1, i, kind);
+    const struct braid_op* r = p2p_find_of(g, from, 0, i, kind);
+    if (s == NULL && r == NULL) return ncclSuccess;
+    if (d == 0 && !(s && r && s->count * redop_type_size(s->dtype) ==
+                                  r->count * redop_type_size(r->dtype)))
+      return braid_err(ncclInvalidUsage,
+                       "rank %d sends to itself without a matching receive of the same size in "
+                       "the same group (every self-send needs a self-recv)",
+                       to);
+    ncclResult_t res = fn(ctx, s, r, d, i);
+    if (res != ncclSuccess) return res;
+  }
+}
+
+ncclResult_t p2p_schedule(const struct braid_group_comm* g, int rank, int nranks, p2p_pair_fn fn,
+                          void* ctx) {
+  const int pairwise = p2p_alltoall_pairwise(nranks);
+  ncclResult_t res = p2p_round(g, rank, rank, 0, P2P_ANY, fn, ctx);
+  for (int k = 1; pairwise && k < nranks && res == ncclSuccess; k++) {
+    const int peer = p2p_alltoall_partner(rank, nranks, k);
+    res = p2p_round(g, peer, peer, k, P2P_ALLTOALL, fn, ctx);
+  }
+  for (int d = 1; d < nranks && res == ncclSuccess; d++)
+    res = p2p_round(g, (rank + d) % nranks, (rank - d + nranks) % nranks, d,
+                    pairwise ? P2P_PLAIN : P2P_ANY, fn, ctx);
+  return res;
 }
