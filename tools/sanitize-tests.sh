@@ -4,7 +4,8 @@
 #   bash tools/sanitize-tests.sh [asan] [tsan]      (default: both; CI runs both)
 #   asan: AddressSanitizer + UndefinedBehaviorSanitizer, every unit and mp test
 #   tsan: ThreadSanitizer, the bootstrap, proxy and network tests (Braid's threaded code), the
-#         watchdog's server thread (watchdog_server_test) and the group calls that run without
+#         watchdog's server thread (watchdog_server_test), the launch helpers (launch_pool_test)
+#         and the group calls that run without
 #         a GPU (api_errors_test, comm_live_test; the watchdog's monitor, enqueue and launch
 #         need a communicator on a GPU, so no host test reaches them)
 # Fails on a failed test or on any sanitizer report in any process's output: the mp tests'
@@ -47,7 +48,7 @@ for kind in ${*:-asan tsan}; do
             run asan "-DBRAID_ASAN=ON -DBRAID_UBSAN=ON" -L "unit|mp" ;;
     tsan) TSAN_OPTIONS="halt_on_error=0 second_deadlock_stack=1" \
             run tsan "-DBRAID_TSAN=ON" -L "unit|mp" \
-              -R '^(bootstrap\.|proxy\.|net\.|watchdog_server_test$|api_errors_test$|comm_live_test$)' ;;
+              -R '^(bootstrap\.|proxy\.|net\.|watchdog_server_test$|api_errors_test$|comm_live_test$|launch_pool_test$)' ;;
     *) echo "unknown kind $kind (asan, tsan)"; status=2 ;;
   esac
 done

@@ -297,8 +297,16 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "1: bitwise-identical reductions for a given input whatever protocol, channel count or "
       "chunk size (3+ ranks: all-reduce runs as reduce + broadcast, on one ring)."),
   ROW(LAUNCH_MODE, "NCCL_LAUNCH_MODE", STRING, "PARALLEL",
-      "Accepted so job scripts keep working; changes nothing: the communicators of a group are "
-      "always launched one after another, each on its own stream (NCCL's PARALLEL)."),
+      "Accepted so job scripts keep working; changes nothing: each communicator of a group "
+      "launches on its own stream (NCCL's PARALLEL); BRAID_LAUNCH_THREADS says from which "
+      "thread."),
+  ROW(LAUNCH_THREADS, NULL, INT, "1",
+      "1 (default): a group whose communicators are on several GPUs of this process (one "
+      "thread driving them, as nccl-tests' -g or torch.nn.DataParallel) launches each GPU's "
+      "kernels from a helper thread of that GPU, all at once, where one after another they "
+      "cost a launch each (docs/tuning.md). Not for groups on a default stream or capturing "
+      "a graph. A helper spins 0.2 ms after each launch, then sleeps. 0: one "
+      "after another on the calling thread."),
   ROW(GRAPH_MIXING_SUPPORT, "NCCL_GRAPH_MIXING_SUPPORT", INT, "1",
       "1: a communicator's CUDA-graph replays are ordered with its eager calls and with its "
       "other graphs' replays, in the order the host launched them (an event wait before a "

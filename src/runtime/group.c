@@ -7,7 +7,8 @@
  *      all, then receive and connect for all; the copy-engine exchange adds
  *      a third, in which each rank learns whether its peer's setup worked),
  *      so one thread driving several GPUs never waits on itself;
- *   3. the launches, communicator by communicator.
+ *   3. the launches, communicator by communicator, or side by side on helper threads when
+ *      the communicators are on several GPUs (launch_pool.h).
  * The caller's current device is restored at the end.
  */
 #include "runtime/group.h"
@@ -26,6 +27,9 @@
 #include "runtime/comm.h"
 #include "base/debug.h"
 #include "runtime/enqueue.h"
+#include "runtime/launch_pool.h"
+#include "runtime/dev_state.h"
+#include "base/param.h"
 #include "base/utils.h"
 #include "runtime/channels.h"
 
@@ -469,19 +473,77 @@ static void group_note_dropped(struct ncclComm* failed) {
                     d->rank, d->cuda_dev, failed->rank, failed->cuda_dev, braid_err_last());
 }
 
-/* On failure *failed is the comm whose launch failed (NULL when none got that far). */
-static ncclResult_t group_launch_all(struct ncclComm* comms, struct ncclComm** failed) {
-  ncclResult_t res = ncclSuccess;
-  *failed = NULL;
+/* One comm's launch, on whichever thread runs it (group_launch_all, launch_pool.h). */
+static ncclResult_t group_launch_one(struct ncclComm* c) {
+  braid_log_context_set(c->rank, c->cuda_dev);
+  cudaError_t cerr = group_use_device(c);
+  ncclResult_t res = cerr == cudaSuccess
+                         ? enqueue_launch(c)
+                         : braid_err(ncclUnhandledCudaError, "rank %d: cannot make device %d current: %s",
+                                     c->rank, c->cuda_dev, cudaGetErrorString(cerr));
+  if (res != ncclSuccess) comm_error_record(c, res);
+  return res;
+}
+
+/* A stream a helper thread may launch to as the caller would: a stream of its own handle. */
+static int group_stream_handed(cudaStream_t s) {
+  return s != NULL && s != cudaStreamLegacy && s != cudaStreamPerThread;
+}
+
+/*
+ * The group's launches may go out side by side (launch_pool.h): BRAID_LAUNCH_THREADS, 2 to
+ * LAUNCH_POOL_MAX_JOBS comms on distinct devices, each op on a stream of its own handle (the
+ * per-thread default stream is the caller's alone), none capturing (a capture's order is the
+ * capturing thread's). Returns the number of comms, else 0.
+ */
+static int group_parallel_count(struct ncclComm* comms) {
+  if (comms == NULL || comms->group->next == NULL || braid_param_int(BRAID_P_LAUNCH_THREADS) == 0)
+    return 0;
+  int n = 0, devs[LAUNCH_POOL_MAX_JOBS];
   for (struct ncclComm* c = comms; c; c = c->group->next) {
-    braid_log_context_set(c->rank, c->cuda_dev);
-    cudaError_t cerr = group_use_device(c);
-    res = cerr == cudaSuccess
-              ? enqueue_launch(c)
-              : braid_err(ncclUnhandledCudaError, "rank %d: cannot make device %d current: %s",
-                          c->rank, c->cuda_dev, cudaGetErrorString(cerr));
+    if (n == LAUNCH_POOL_MAX_JOBS) return 0;
+    for (int j = 0; j < n; j++)
+      if (devs[j] == c->cuda_dev) return 0;
+    devs[n++] = c->cuda_dev;
+    for (int i = 0; i < c->group->nops; i++) {
+      enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+      cudaStream_t s = c->group->ops[i].stream;
+      if (!group_stream_handed(s) || dev_state_stream_capturing(s, &cs) != ncclSuccess ||
+          cs != cudaStreamCaptureStatusNone) {
+        (void)cudaGetLastError();
+        return 0;
+      }
+    }
+  }
+  return n;
+}
+
+/*
+ * Every comm launched, each on its device's helper (the first on this thread). A failure
+ * leaves the others launched (they went out at once): each failed comm keeps its message,
+ * and the first one's is this thread's.
+ */
+static ncclResult_t group_launch_parallel(struct ncclComm* comms, int n) {
+  struct launch_job jobs[LAUNCH_POOL_MAX_JOBS];
+  int i = 0;
+  for (struct ncclComm* c = comms; c; c = c->group->next) jobs[i++].comm = c;
+  launch_pool_run(jobs, n, group_launch_one);
+  for (i = 0; i < n; i++) {
+    if (jobs[i].res == ncclSuccess) continue;
+    braid_err_restore(jobs[i].msg);
+    return jobs[i].res;
+  }
+  return ncclSuccess;
+}
+
+/* On failure *failed is the comm whose launch failed, when the comms after it launched nothing. */
+static ncclResult_t group_launch_all(struct ncclComm* comms, struct ncclComm** failed) {
+  *failed = NULL;
+  const int n = group_parallel_count(comms);
+  if (n > 1) return group_launch_parallel(comms, n);
+  for (struct ncclComm* c = comms; c; c = c->group->next) {
+    ncclResult_t res = group_launch_one(c);
     if (res != ncclSuccess) {
-      comm_error_record(c, res);
       *failed = c;
       return res;
     }
