@@ -301,12 +301,13 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "launches on its own stream (NCCL's PARALLEL); BRAID_LAUNCH_THREADS says from which "
       "thread."),
   ROW(LAUNCH_THREADS, NULL, INT, "1",
-      "1 (default): a group whose communicators are on several GPUs of this process (one "
-      "thread driving them, as nccl-tests' -g or torch.nn.DataParallel) launches each GPU's "
-      "kernels from a helper thread of that GPU, all at once, where one after another they "
-      "cost a launch each (docs/tuning.md). Not for groups on a default stream or capturing "
-      "a graph. A helper spins 0.2 ms after each launch, then sleeps. 0: one "
-      "after another on the calling thread."),
+      "1 (default; any value but 0): a group whose communicators are on several GPUs of this "
+      "process (one thread driving them, as nccl-tests' -g or torch.nn.DataParallel) hands "
+      "each GPU's launch but the first to a helper thread of that GPU, all at once, where one "
+      "after another they cost a launch each (docs/tuning.md). Not for groups capturing a "
+      "graph, on a default stream, with two communicators on one GPU, of more than 16 "
+      "communicators, or with fewer CPUs allowed than communicators plus one. A helper spins "
+      "0.2 ms after each launch, then sleeps. 0: every launch on the calling thread."),
   ROW(GRAPH_MIXING_SUPPORT, "NCCL_GRAPH_MIXING_SUPPORT", INT, "1",
       "1: a communicator's CUDA-graph replays are ordered with its eager calls and with its "
       "other graphs' replays, in the order the host launched them (an event wait before a "

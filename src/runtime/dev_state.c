@@ -106,6 +106,19 @@ ncclResult_t dev_state_stream_capturing(cudaStream_t stream, enum cudaStreamCapt
   return res;
 }
 
+int dev_state_stream_eager(cudaStream_t stream) {
+  pthread_once(&dev_drv.once, dev_drv_load);
+  if (dev_drv.stream_capturing == NULL) {
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &st) == cudaSuccess) return st == cudaStreamCaptureStatusNone;
+    (void)cudaGetLastError();
+    return 0;
+  }
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  return dev_drv.stream_capturing((CUstream)stream, &st) == CUDA_SUCCESS &&
+         st == CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 /*
  * Loads every kernel of this comm's device now, and keeps each one's driver
  * handle. With CUDA's lazy loading a kernel's module is loaded at its first

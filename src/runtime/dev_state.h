@@ -85,6 +85,8 @@ ncclResult_t dev_state_record(cudaEvent_t event, cudaStream_t stream);
 ncclResult_t dev_state_stream_id(cudaStream_t stream, unsigned long long* id);
 /* cudaStreamIsCapturing, straight to the driver (the current context must be the comm's). */
 ncclResult_t dev_state_stream_capturing(cudaStream_t stream, enum cudaStreamCaptureStatus* status);
+/* 1 when `stream` is known not to be capturing; 0 when it is or the query fails (said nowhere). */
+int dev_state_stream_eager(cudaStream_t stream);
 /*
  * Launches family/dtype/devop's kernel, or with dtype DEV_COPY_KERNEL the
  * family's copy kernel (byte-moving works only), on `grid` blocks with the

@@ -485,6 +485,13 @@ static ncclResult_t group_launch_one(struct ncclComm* c) {
   return res;
 }
 
+/* The same on a helper: first the caller's stream capture mode (`ctx`), as its thread has it. */
+static ncclResult_t group_launch_job(struct ncclComm* c, const void* ctx) {
+  enum cudaStreamCaptureMode mode = *(const enum cudaStreamCaptureMode*)ctx;
+  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) (void)cudaGetLastError();
+  return group_launch_one(c);
+}
+
 /* A stream a helper thread may launch to as the caller would: a stream of its own handle. */
 static int group_stream_handed(cudaStream_t s) {
   return s != NULL && s != cudaStreamLegacy && s != cudaStreamPerThread;
@@ -492,9 +499,10 @@ static int group_stream_handed(cudaStream_t s) {
 
 /*
  * The group's launches may go out side by side (launch_pool.h): BRAID_LAUNCH_THREADS, 2 to
- * LAUNCH_POOL_MAX_JOBS comms on distinct devices, each op on a stream of its own handle (the
- * per-thread default stream is the caller's alone), none capturing (a capture's order is the
- * capturing thread's). Returns the number of comms, else 0.
+ * LAUNCH_POOL_MAX_JOBS comms on distinct devices, a CPU for each besides the caller's (they
+ * spin while the call is out), each op on a stream of its own handle (the per-thread default
+ * stream is the caller's alone), none capturing (a capture's order is the capturing thread's).
+ * Returns the number of comms, else 0.
  */
 static int group_parallel_count(struct ncclComm* comms) {
   if (comms == NULL || comms->group->next == NULL || braid_param_int(BRAID_P_LAUNCH_THREADS) == 0)
@@ -506,34 +514,50 @@ static int group_parallel_count(struct ncclComm* comms) {
       if (devs[j] == c->cuda_dev) return 0;
     devs[n++] = c->cuda_dev;
     for (int i = 0; i < c->group->nops; i++) {
-      enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
       cudaStream_t s = c->group->ops[i].stream;
-      if (!group_stream_handed(s) || dev_state_stream_capturing(s, &cs) != ncclSuccess ||
-          cs != cudaStreamCaptureStatusNone) {
-        (void)cudaGetLastError();
-        return 0;
-      }
+      if (!group_stream_handed(s) || !dev_state_stream_eager(s)) return 0;
     }
   }
-  return n;
+  return n < launch_pool_cpus() ? n : 0;
 }
 
 /*
  * Every comm launched, each on its device's helper (the first on this thread). A failure
- * leaves the others launched (they went out at once): each failed comm keeps its message,
- * and the first one's is this thread's.
+ * leaves the others launched (they went out at once): each failed comm keeps its message, the
+ * first one's is this thread's, and each comm that did launch is told which failed (its
+ * kernels may wait for that rank's).
  */
 static ncclResult_t group_launch_parallel(struct ncclComm* comms, int n) {
   struct launch_job jobs[LAUNCH_POOL_MAX_JOBS];
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   int i = 0;
   for (struct ncclComm* c = comms; c; c = c->group->next) jobs[i++].comm = c;
-  launch_pool_run(jobs, n, group_launch_one);
-  for (i = 0; i < n; i++) {
-    if (jobs[i].res == ncclSuccess) continue;
-    braid_err_restore(jobs[i].msg);
-    return jobs[i].res;
+  /* Read by swapping in any mode and back: the helpers take the caller's. */
+  enum cudaStreamCaptureMode back;
+  if (cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess) {
+    back = mode;
+    (void)cudaThreadExchangeStreamCaptureMode(&back);
+  } else {
+    (void)cudaGetLastError();
+    mode = cudaStreamCaptureModeGlobal; /* CUDA's default for every thread */
   }
-  return ncclSuccess;
+  launch_pool_run(jobs, n, group_launch_job, &mode);
+  int first = -1;
+  for (i = 0; i < n && first < 0; i++)
+    if (jobs[i].res != ncclSuccess) first = i;
+  if (first < 0) return ncclSuccess;
+  const struct ncclComm* f = jobs[first].comm;
+  for (i = 0; i < n; i++)
+    if (jobs[i].res == ncclSuccess)
+      comm_error_note(jobs[i].comm,
+                      "rank %d (device %d): this group's operations on the communicator were "
+                      "launched, but the launch on rank %d's communicator (device %d) of the same "
+                      "group failed; kernels that wait for that rank will not finish (abort the "
+                      "communicators): %s",
+                      jobs[i].comm->rank, jobs[i].comm->cuda_dev, f->rank, f->cuda_dev,
+                      jobs[first].msg);
+  braid_err_restore(jobs[first].msg);
+  return jobs[first].res;
 }
 
 /* On failure *failed is the comm whose launch failed, when the comms after it launched nothing. */

@@ -10,6 +10,7 @@
 #include "runtime/launch_pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,6 +27,8 @@
  * the next one within tens of microseconds; waking a sleeper costs a futex call on each side.
  */
 #define LAUNCH_POOL_SPIN_NS 200000ll
+/* Spins between two sched_yield() calls: a thread that shares its CPU lets the other run. */
+#define LAUNCH_POOL_YIELD_SPINS 256
 
 struct pool_helper {
   int dev;
@@ -36,6 +39,7 @@ struct pool_helper {
   pthread_cond_t wake;
   struct launch_job* job;
   launch_pool_fn fn;
+  const void* ctx;
 };
 
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -43,7 +47,12 @@ static struct pool_helper* pool[LAUNCH_POOL_DEVS];
 static int pool_start_failed[LAUNCH_POOL_DEVS]; /* said once; such a device's launches stay here */
 static pthread_once_t pool_fork_once = PTHREAD_ONCE_INIT;
 
-static inline void pool_relax(void) {
+/* One spin of a wait; the i-th of it yields the CPU every LAUNCH_POOL_YIELD_SPINS. */
+static inline void pool_relax(unsigned i) {
+  if (i % LAUNCH_POOL_YIELD_SPINS == LAUNCH_POOL_YIELD_SPINS - 1) {
+    sched_yield();
+    return;
+  }
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #elif defined(__aarch64__)
@@ -61,7 +70,7 @@ static int64_t pool_now_ns(void) {
 static void pool_helper_serve(struct pool_helper* h, uint64_t seq) {
   struct launch_job* job = h->job;
   braid_err_clear();
-  job->res = h->fn(job->comm);
+  job->res = h->fn(job->comm, h->ctx);
   if (job->res != ncclSuccess) snprintf(job->msg, sizeof job->msg, "%s", braid_err_last());
   __atomic_store_n(&h->finished, seq, __ATOMIC_RELEASE);
 }
@@ -69,10 +78,10 @@ static void pool_helper_serve(struct pool_helper* h, uint64_t seq) {
 /* Waits for a job after `seen`: spins, then sleeps. Returns its count. */
 static uint64_t pool_helper_wait(struct pool_helper* h, uint64_t seen) {
   int64_t since = pool_now_ns();
-  for (int i = 1;; i++) {
+  for (unsigned i = 1;; i++) {
     uint64_t p = __atomic_load_n(&h->posted, __ATOMIC_ACQUIRE);
     if (p != seen) return p;
-    pool_relax();
+    pool_relax(i);
     if ((i & 63) == 0 && pool_now_ns() - since > LAUNCH_POOL_SPIN_NS) break;
   }
   pthread_mutex_lock(&h->lock);
@@ -97,14 +106,22 @@ static void* pool_helper_main(void* arg) {
   return NULL;
 }
 
-/* In a forked child the helpers are gone (threads do not survive fork): start afresh. */
+/*
+ * Around fork: pool_lock is held across it (no other thread is starting a helper then), and
+ * in the child, where the helpers are gone (threads do not survive fork), the table starts
+ * afresh; the parent's helpers stay allocated, the parent owns them.
+ */
+static void pool_fork_prepare(void) { pthread_mutex_lock(&pool_lock); }
+static void pool_fork_parent(void) { pthread_mutex_unlock(&pool_lock); }
 static void pool_fork_child(void) {
-  pthread_mutex_init(&pool_lock, NULL);
-  memset(pool, 0, sizeof pool); /* the parent's helpers stay allocated: it owns them */
+  memset(pool, 0, sizeof pool);
   memset(pool_start_failed, 0, sizeof pool_start_failed);
+  pthread_mutex_unlock(&pool_lock);
 }
 
-static void pool_fork_register(void) { pthread_atfork(NULL, NULL, pool_fork_child); }
+static void pool_fork_register(void) {
+  pthread_atfork(pool_fork_prepare, pool_fork_parent, pool_fork_child);
+}
 
 static struct pool_helper* pool_helper_start(int dev) {
   struct pool_helper* h = calloc(1, sizeof *h);
@@ -162,9 +179,11 @@ static struct pool_helper* pool_claim(int dev) {
 /* After pool_wait_done: the next claimer sees `finished` as it is now. */
 static void pool_release(struct pool_helper* h) { __atomic_store_n(&h->busy, 0, __ATOMIC_RELEASE); }
 
-static void pool_post(struct pool_helper* h, struct launch_job* job, launch_pool_fn fn) {
+static void pool_post(struct pool_helper* h, struct launch_job* job, launch_pool_fn fn,
+                      const void* ctx) {
   h->job = job;
   h->fn = fn;
+  h->ctx = ctx;
   /* The claimer alone posts, and finished == posted here. */
   uint64_t seq = __atomic_load_n(&h->finished, __ATOMIC_RELAXED) + 1;
   __atomic_store_n(&h->posted, seq, __ATOMIC_SEQ_CST);
@@ -177,31 +196,46 @@ static void pool_post(struct pool_helper* h, struct launch_job* job, launch_pool
 
 static void pool_wait_done(struct pool_helper* h) {
   const uint64_t seq = __atomic_load_n(&h->posted, __ATOMIC_RELAXED);
-  while (__atomic_load_n(&h->finished, __ATOMIC_ACQUIRE) != seq) pool_relax();
+  for (unsigned i = 1; __atomic_load_n(&h->finished, __ATOMIC_ACQUIRE) != seq; i++) pool_relax(i);
 }
 
-static void pool_run_here(struct launch_job* job, launch_pool_fn fn) {
-  job->res = fn(job->comm);
+static void pool_run_here(struct launch_job* job, launch_pool_fn fn, const void* ctx) {
+  braid_err_clear(); /* a failure's message is its own, not an earlier job's */
+  job->res = fn(job->comm, ctx);
   if (job->res != ncclSuccess) snprintf(job->msg, sizeof job->msg, "%s", braid_err_last());
 }
 
-void launch_pool_run(struct launch_job* jobs, int n, launch_pool_fn fn) {
+void launch_pool_run(struct launch_job* jobs, int n, launch_pool_fn fn, const void* ctx) {
   struct pool_helper* helpers[LAUNCH_POOL_MAX_JOBS] = {NULL};
   for (int i = 1; i < n && i < LAUNCH_POOL_MAX_JOBS; i++) {
     jobs[i].msg[0] = '\0';
     helpers[i] = pool_claim(jobs[i].comm->cuda_dev);
-    if (helpers[i] != NULL) pool_post(helpers[i], &jobs[i], fn);
+    if (helpers[i] != NULL) pool_post(helpers[i], &jobs[i], fn, ctx);
   }
   jobs[0].msg[0] = '\0';
-  pool_run_here(&jobs[0], fn);
+  pool_run_here(&jobs[0], fn, ctx);
   for (int i = 1; i < n; i++) {
     struct pool_helper* h = i < LAUNCH_POOL_MAX_JOBS ? helpers[i] : NULL;
     if (h == NULL) {
       jobs[i].msg[0] = '\0';
-      pool_run_here(&jobs[i], fn);
+      pool_run_here(&jobs[i], fn, ctx);
       continue;
     }
     pool_wait_done(h);
     pool_release(h);
   }
+}
+
+static pthread_once_t cpus_once = PTHREAD_ONCE_INIT;
+static int cpus_allowed;
+
+static void pool_cpus_read(void) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  cpus_allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
+int launch_pool_cpus(void) {
+  pthread_once(&cpus_once, pool_cpus_read);
+  return cpus_allowed;
 }

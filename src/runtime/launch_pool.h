@@ -9,8 +9,9 @@
  * the group end returns when every launch is out.
  *
  * A helper spins a short while after each launch (the next group comes soon in a loop of
- * calls), then sleeps until handed work. A helper that another thread's group is using is
- * not waited for: that launch runs on the calling thread.
+ * calls), yielding its CPU now and then, then sleeps until handed work. A helper that another
+ * thread's group is using is not waited for: that launch runs on the calling thread. Helpers
+ * live as long as the process (the library is not meant to be unloaded while they do).
  */
 #ifndef BRAID_RUNTIME_LAUNCH_POOL_H
 #define BRAID_RUNTIME_LAUNCH_POOL_H
@@ -27,7 +28,8 @@ struct launch_job {
   char msg[BRAID_ERROR_MAX];
 };
 
-typedef ncclResult_t (*launch_pool_fn)(struct ncclComm* comm);
+/* One launch; `ctx` is what the caller passed to launch_pool_run, the same for every job. */
+typedef ncclResult_t (*launch_pool_fn)(struct ncclComm* comm, const void* ctx);
 
 /* The most jobs of one call (a group on more GPUs launches one after another). */
 #define LAUNCH_POOL_MAX_JOBS 16
@@ -38,6 +40,12 @@ typedef ncclResult_t (*launch_pool_fn)(struct ncclComm* comm);
  * is busy or cannot start. Returns when all are done; every job's res and, for a failure,
  * msg are set. The comms must be on distinct devices.
  */
-void launch_pool_run(struct launch_job* jobs, int n, launch_pool_fn fn);
+void launch_pool_run(struct launch_job* jobs, int n, launch_pool_fn fn, const void* ctx);
+
+/*
+ * The CPUs this process may run on (its affinity mask when it was first asked): the helpers
+ * and the caller spin while a call is out, so a group uses them only with a CPU to spare.
+ */
+int launch_pool_cpus(void);
 
 #endif
