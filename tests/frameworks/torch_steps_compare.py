@@ -5,7 +5,8 @@ calls it).
 
 OUT_DIR holds braid_r1, nccl_r1, braid_r2, ... (one folder per run, a rankN.json per rank). A
 run's time for a part is its slowest rank's (a step, or a collective, ends when every rank's
-does); a library's time is its best run's. Ratio = NCCL time / Braid time (above 1: Braid is
+does); a library's time is its best run's, and the table also gives each library's range over
+its runs. Ratio = NCCL time / Braid time (above 1: Braid is
 faster). Times are reported, never judged here.
 
 Fails (exit 1) when: a run's calls did not go to the library it was meant for; a collective's
@@ -57,10 +58,21 @@ def check_run(label, ranks, want_braid, libdir, bad):
                     label, r["rank"], part, r[part]["losses"][0], r[part]["losses"][-1]))
 
 
+def run_times(runs, key):
+    """Each run's time for `key` (a function of a rank's result): its slowest rank's."""
+    return [max(key(r) for r in ranks) for _, ranks in runs]
+
+
 def best(runs, key):
-    """The best run's time for `key` (a function of a rank's result), each run its slowest rank."""
-    times = [max(key(r) for r in ranks) for _, ranks in runs]
+    """The best run's time for `key`."""
+    times = run_times(runs, key)
     return min(times) if times else None
+
+
+def spread(runs, key, fmt):
+    """The runs' times for `key` as "lowest-highest" (one run: its time)."""
+    t = run_times(runs, key)
+    return fmt % min(t) if len(t) < 2 else (fmt + "-" + fmt) % (min(t), max(t))
 
 
 def main():
@@ -92,17 +104,20 @@ def main():
     lines = ["PyTorch %s, %d ranks; Braid %s, NCCL %s; best of %d and %d runs" % (
         r0["torch"], r0["world"], r0.get("braid_banner"), first_n[0].get("nccl_version"),
         len(runs["braid"]), len(runs["nccl"])), "",
-        "| what | Braid | NCCL | NCCL / Braid |", "|---|---|---|---|"]
+        "| what | Braid | NCCL | NCCL / Braid | Braid runs | NCCL runs |",
+        "|---|---|---|---|---|---|"]
     for part, what in (("ddp", "DDP step, ms"), ("fsdp2", "FSDP2 step, ms")):
         if part in r0:
-            b = best(runs["braid"], lambda r, p=part: r[p]["step_ms"])
-            n = best(runs["nccl"], lambda r, p=part: r[p]["step_ms"])
-            lines.append("| %s (%d M parameters, %s; worst loss difference %.2g) | %.2f | %.2f | %.3f |" % (
-                what, r0[part]["params"] // 1000000, r0[part]["dtype"], worst.get(part, 0.0), b, n, n / b))
+            key = lambda r, p=part: r[p]["step_ms"]  # noqa: E731
+            b, n = best(runs["braid"], key), best(runs["nccl"], key)
+            lines.append("| %s (%d M parameters, %s; worst loss difference %.2g) | %.2f | %.2f | %.3f | %s | %s |" % (
+                what, r0[part]["params"] // 1000000, r0[part]["dtype"], worst.get(part, 0.0), b, n, n / b,
+                spread(runs["braid"], key, "%.2f"), spread(runs["nccl"], key, "%.2f")))
     for name in r0.get("colls", {}):
-        b = best(runs["braid"], lambda r, k=name: r["colls"][k]["us"])
-        n = best(runs["nccl"], lambda r, k=name: r["colls"][k]["us"])
-        lines.append("| %s, us | %.1f | %.1f | %.3f |" % (name, b, n, n / b))
+        key = lambda r, k=name: r["colls"][k]["us"]  # noqa: E731
+        b, n = best(runs["braid"], key), best(runs["nccl"], key)
+        lines.append("| %s, us | %.1f | %.1f | %.3f | %s | %s |" % (
+            name, b, n, n / b, spread(runs["braid"], key, "%.1f"), spread(runs["nccl"], key, "%.1f")))
     text = "\n".join(lines)
     print(text)
     if md:
