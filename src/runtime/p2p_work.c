@@ -4,6 +4,7 @@
  */
 #include "runtime/p2p_work.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/comm.h"
@@ -210,36 +211,96 @@ int p2p_alltoall_partner(int rank, int nranks, int k) {
   return ((2 * r - rank) % m + m) % m;
 }
 
-/* Which of the group's sends and receives p2p_find_of looks at. */
+/* Which of the group's sends and receives a walk looks at. */
 enum p2p_kind {
   P2P_ANY,
   P2P_PLAIN,   /* not of an ncclAlltoAll */
   P2P_ALLTOALL /* of an ncclAlltoAll (op->uniform) */
 };
 
-/* The i-th pending send to `peer` (is_send) or receive from it of that kind, or NULL. */
-static const struct braid_op* p2p_find_of(const struct braid_group_comm* g, int peer, int is_send,
-                                          int index, enum p2p_kind kind) {
-  for (int i = 0; i < g->nops; i++) {
-    const struct braid_op* op = &g->ops[i];
-    if (op->coll != BRAID_COLL_SENDRECV || op->peer != peer || op->is_send != is_send) continue;
-    if ((kind == P2P_PLAIN && op->uniform) || (kind == P2P_ALLTOALL && !op->uniform)) continue;
-    if (index-- == 0) return op;
-  }
-  return NULL;
+static int p2p_is(const struct braid_op* op, int peer, int is_send, enum p2p_kind kind) {
+  if (op->coll != BRAID_COLL_SENDRECV || op->peer != peer || op->is_send != is_send) return 0;
+  return !((kind == P2P_PLAIN && op->uniform) || (kind == P2P_ALLTOALL && !op->uniform));
 }
 
 const struct braid_op* p2p_find(const struct braid_group_comm* g, int peer, int is_send,
                                 int index) {
-  return p2p_find_of(g, peer, is_send, index, P2P_ANY);
+  for (int i = 0; i < g->nops; i++)
+    if (p2p_is(&g->ops[i], peer, is_send, P2P_ANY) && index-- == 0) return &g->ops[i];
+  return NULL;
+}
+
+/*
+ * The group's sends and receives by (peer, direction), each list in the group's order: a
+ * round then reads only its two peers' lists, where a walk of the whole group for every round
+ * would cost rounds x operations (an all-to-all of N ranks: ~2N rounds of ~2N operations).
+ * Made for groups of more than P2P_INDEX_MIN_OPS operations; smaller ones are walked whole.
+ */
+#define P2P_INDEX_MIN_OPS 32
+struct p2p_index {
+  int* start; /* [2 * nranks + 1]: list (peer, is_send) is at[start[2 * peer + is_send]..] */
+  int* at;    /* [nops]: indices into g->ops */
+};
+
+static int p2p_index_make(const struct braid_group_comm* g, int nranks, struct p2p_index* x) {
+  const int nlists = 2 * nranks;
+  /* start[nlists + 1], then where each list is filled up to [nlists], then at[nops]. */
+  x->start = calloc((size_t)nlists * 2 + 1 + (size_t)g->nops, sizeof(int));
+  if (x->start == NULL) return 0; /* the whole-group walk does the same, slower */
+  int* fill = x->start + nlists + 1;
+  x->at = fill + nlists;
+  for (int i = 0; i < g->nops; i++) {
+    const struct braid_op* op = &g->ops[i];
+    if (op->coll == BRAID_COLL_SENDRECV && op->peer >= 0 && op->peer < nranks)
+      x->start[2 * op->peer + (op->is_send != 0) + 1]++;
+  }
+  for (int l = 0; l < nlists; l++) x->start[l + 1] += x->start[l];
+  for (int i = 0; i < g->nops; i++) {
+    const struct braid_op* op = &g->ops[i];
+    if (op->coll != BRAID_COLL_SENDRECV || op->peer < 0 || op->peer >= nranks) continue;
+    const int l = 2 * op->peer + (op->is_send != 0);
+    x->at[x->start[l] + fill[l]++] = i;
+  }
+  return 1;
+}
+
+/* Walks the sends to (or receives from) one peer of one kind, in the group's order. */
+struct p2p_cursor {
+  const struct braid_group_comm* g;
+  const int* at; /* the peer's list, or NULL: the whole group */
+  int pos, end, peer, is_send;
+  enum p2p_kind kind;
+};
+
+static void p2p_cursor_init(struct p2p_cursor* c, const struct braid_group_comm* g,
+                            const struct p2p_index* x, int peer, int is_send, enum p2p_kind kind) {
+  c->g = g;
+  c->peer = peer;
+  c->is_send = is_send;
+  c->kind = kind;
+  c->at = x->start ? x->at : NULL;
+  c->pos = x->start ? x->start[2 * peer + is_send] : 0;
+  c->end = x->start ? x->start[2 * peer + is_send + 1] : g->nops;
+}
+
+static const struct braid_op* p2p_cursor_next(struct p2p_cursor* c) {
+  while (c->pos < c->end) {
+    const struct braid_op* op = &c->g->ops[c->at ? c->at[c->pos] : c->pos];
+    c->pos++;
+    if (p2p_is(op, c->peer, c->is_send, c->kind)) return op;
+  }
+  return NULL;
 }
 
 /* The pairs of one round: the i-th send to `to` with the i-th receive from `from`. */
-static ncclResult_t p2p_round(const struct braid_group_comm* g, int to, int from, int d,
-                              enum p2p_kind kind, p2p_pair_fn fn, void* ctx) {
+static ncclResult_t p2p_round(const struct braid_group_comm* g, const struct p2p_index* x, int to,
+                              int from, int d, enum p2p_kind kind, p2p_pair_fn fn, void* ctx) {
+  struct p2p_cursor sends, recvs;
+  p2p_cursor_init(&sends, g, x, to, 1, kind);
+  p2p_cursor_init(&recvs, g, x, from, 0, kind);
   for (int i = 0;; i++) {
-    const struct braid_op* s = p2p_find_of(g, to, 1, i, kind);
-    const struct braid_op* r = p2p_find_of(g, from, 0, i, kind);
+    const struct braid_op* s = p2p_cursor_next(&sends);
+    const struct braid_op* r = p2p_cursor_next(&recvs);
     if (s == NULL && r == NULL) return ncclSuccess;
     if (d == 0 && !(s && r && s->count * redop_type_size(s->dtype) ==
                                   r->count * redop_type_size(r->dtype)))
@@ -255,13 +316,16 @@ static ncclResult_t p2p_round(const struct braid_group_comm* g, int to, int from
 ncclResult_t p2p_schedule(const struct braid_group_comm* g, int rank, int nranks, p2p_pair_fn fn,
                           void* ctx) {
   const int pairwise = p2p_alltoall_pairwise(nranks);
-  ncclResult_t res = p2p_round(g, rank, rank, 0, P2P_ANY, fn, ctx);
+  struct p2p_index x = {NULL, NULL};
+  if (g->nops > P2P_INDEX_MIN_OPS) (void)p2p_index_make(g, nranks, &x);
+  ncclResult_t res = p2p_round(g, &x, rank, rank, 0, P2P_ANY, fn, ctx);
   for (int k = 1; pairwise && k < nranks && res == ncclSuccess; k++) {
     const int peer = p2p_alltoall_partner(rank, nranks, k);
-    res = p2p_round(g, peer, peer, k, P2P_ALLTOALL, fn, ctx);
+    res = p2p_round(g, &x, peer, peer, k, P2P_ALLTOALL, fn, ctx);
   }
   for (int d = 1; d < nranks && res == ncclSuccess; d++)
-    res = p2p_round(g, (rank + d) % nranks, (rank - d + nranks) % nranks, d,
+    res = p2p_round(g, &x, (rank + d) % nranks, (rank - d + nranks) % nranks, d,
                     pairwise ? P2P_PLAIN : P2P_ANY, fn, ctx);
+  free(x.start);
   return res;
 }

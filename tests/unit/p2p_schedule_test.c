@@ -11,7 +11,9 @@
  * message is walked once on each end, and the send and its receive are met in the same round
  * (phase and d: the channel key both ends give p2p_work_pair) at the same index: what keeps two
  * ranks from waiting on each other, and sender and receiver on the same channels. A self-send
- * without its receive is refused.
+ * without its receive is refused. Every rank's walk is also the very walk of the schedule as
+ * first written (each pair found by a walk of the whole group), on those groups and on groups
+ * of 31, 32 and 64 ranks, where p2p_schedule reads lists by peer instead.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -50,8 +52,8 @@ static void test_partner(void) {
 
 /* ---- the schedule ------------------------------------------------------------------------- */
 
-#define MAX_RANKS 16
-#define MAX_OPS 512
+#define MAX_RANKS 64
+#define MAX_OPS 1024
 
 static uint64_t rng = 0x243f6a8885a308d3ULL;
 static unsigned rnd(unsigned n) {
@@ -125,14 +127,92 @@ static void add_op(struct braid_op* ops, int* nops, int is_send, int peer, int i
     op->recvbuff = id_ptr(id);
 }
 
-static void test_schedule_once(int n) {
-  static struct braid_op ops[MAX_RANKS][MAX_OPS];
-  static struct walk walks[MAX_RANKS];
-  static struct msg msgs[MAX_OPS * MAX_RANKS];
-  int nops[MAX_RANKS] = {0}, nmsg = 0;
-  /* The calls, in one order: all-to-alls (all ranks), user messages (their two ends). */
+/*
+ * The schedule as first written, the reference: the i-th send of a kind to `to` and the i-th
+ * receive from `from`, each found by walking the whole group, for every i of every round.
+ * p2p_schedule (lists by peer for large groups) must walk the very same pairs in the same order.
+ */
+enum ref_kind { REF_ANY, REF_PLAIN, REF_ALLTOALL };
+
+static const struct braid_op* ref_find(const struct braid_group_comm* g, int peer, int is_send,
+                                       int index, enum ref_kind kind) {
+  for (int i = 0; i < g->nops; i++) {
+    const struct braid_op* op = &g->ops[i];
+    if (op->coll != BRAID_COLL_SENDRECV || op->peer != peer || op->is_send != is_send) continue;
+    if ((kind == REF_PLAIN && op->uniform) || (kind == REF_ALLTOALL && !op->uniform)) continue;
+    if (index-- == 0) return op;
+  }
+  return NULL;
+}
+
+static void ref_round(const struct braid_group_comm* g, int to, int from, int d,
+                      enum ref_kind kind, p2p_pair_fn fn, void* ctx) {
+  for (int i = 0;; i++) {
+    const struct braid_op* s = ref_find(g, to, 1, i, kind);
+    const struct braid_op* r = ref_find(g, from, 0, i, kind);
+    if (s == NULL && r == NULL) return;
+    fn(ctx, s, r, d, i);
+  }
+}
+
+static void ref_schedule(const struct braid_group_comm* g, int rank, int nranks, p2p_pair_fn fn,
+                         void* ctx) {
+  const int pairwise = p2p_alltoall_pairwise(nranks);
+  ref_round(g, rank, rank, 0, REF_ANY, fn, ctx);
+  for (int k = 1; pairwise && k < nranks; k++) {
+    const int peer = p2p_alltoall_partner(rank, nranks, k);
+    ref_round(g, peer, peer, k, REF_ALLTOALL, fn, ctx);
+  }
+  for (int d = 1; d < nranks; d++)
+    ref_round(g, (rank + d) % nranks, (rank - d + nranks) % nranks, d,
+              pairwise ? REF_PLAIN : REF_ANY, fn, ctx);
+}
+
+/* The pairs a walk met, in order. */
+struct trace {
+  int n;
+  struct {
+    const struct braid_op *s, *r;
+    int d, index;
+  } at[4 * MAX_OPS];
+};
+
+static ncclResult_t trace_pair(void* ctx, const struct braid_op* s, const struct braid_op* r, int d,
+                               int index) {
+  struct trace* t = ctx;
+  if (t->n < 4 * MAX_OPS) {
+    t->at[t->n].s = s;
+    t->at[t->n].r = r;
+    t->at[t->n].d = d;
+    t->at[t->n].index = index;
+  }
+  t->n++;
+  return ncclSuccess;
+}
+
+/* p2p_schedule walks rank r's group exactly as the reference does. */
+static void check_as_reference(const struct braid_group_comm* g, int r, int n) {
+  static struct trace got, want;
+  got.n = want.n = 0;
+  TEST_EXPECT_RES(p2p_schedule(g, r, n, trace_pair, &got), ncclSuccess);
+  ref_schedule(g, r, n, trace_pair, &want);
+  int same = got.n == want.n && got.n <= 4 * MAX_OPS;
+  for (int i = 0; same && i < got.n; i++)
+    same = got.at[i].s == want.at[i].s && got.at[i].r == want.at[i].r &&
+           got.at[i].d == want.at[i].d && got.at[i].index == want.at[i].index;
+  TEST_CHECK(same, "%d ranks, rank %d, %d ops: %d pairs walked, the reference walks %d (or "
+             "another pair, round or order)", n, r, g->nops, got.n, want.n);
+}
+
+/*
+ * One random group on each of n ranks (ops[r][0..nops[r])), the same calls on every rank:
+ * all-to-alls (all ranks), user messages (their two ends); msgs[id] says each message's ends.
+ */
+static void make_group(int n, struct braid_op ops[][MAX_OPS], int* nops, struct msg* msgs) {
+  int nmsg = 0;
   const int ncalls = 1 + (int)rnd(6);
   int call_a2a[8], call_first[8], call_last[8];
+  for (int r = 0; r < n; r++) nops[r] = 0;
   for (int c = 0; c < ncalls; c++) {
     call_a2a[c] = rnd(2);
     call_first[c] = nmsg;
@@ -161,6 +241,16 @@ static void test_schedule_once(int n) {
       }
     }
   }
+}
+
+static struct braid_op group_ops[MAX_RANKS][MAX_OPS];
+static struct msg group_msgs[MAX_OPS * MAX_RANKS];
+
+static void test_schedule_once(int n) {
+  static struct walk walks[MAX_RANKS];
+  struct braid_op(*ops)[MAX_OPS] = group_ops;
+  int nops[MAX_RANKS];
+  make_group(n, ops, nops, group_msgs);
   for (int r = 0; r < n; r++) {
     struct braid_group_comm g = {.ops = ops[r], .nops = nops[r]};
     struct walk* w = &walks[r];
@@ -170,6 +260,7 @@ static void test_schedule_once(int n) {
     w->pairwise = p2p_alltoall_pairwise(n);
     w->last_key = -1;
     TEST_EXPECT_RES(p2p_schedule(&g, r, n, walk_pair, w), ncclSuccess);
+    check_as_reference(&g, r, n);
     for (int i = 0; i < nops[r]; i++)
       TEST_CHECK(w->seen[i].times == 1, "%d ranks: rank %d's op %d (%s peer %d) walked %d times",
                  n, r, i, ops[r][i].is_send ? "send to" : "recv from", ops[r][i].peer,
@@ -198,6 +289,17 @@ static void test_schedule(void) {
   const int counts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16};
   for (size_t c = 0; c < sizeof counts / sizeof counts[0] && !test_failures; c++)
     for (int t = 0; t < 200 && !test_failures; t++) test_schedule_once(counts[c]);
+  /* Larger groups (lists by peer): every rank walks as the reference does. */
+  const int large[] = {31, 32, 64};
+  for (size_t c = 0; c < sizeof large / sizeof large[0] && !test_failures; c++)
+    for (int t = 0; t < 10 && !test_failures; t++) {
+      int nops[MAX_RANKS];
+      make_group(large[c], group_ops, nops, group_msgs);
+      for (int r = 0; r < large[c]; r++) {
+        struct braid_group_comm g = {.ops = group_ops[r], .nops = nops[r]};
+        check_as_reference(&g, r, large[c]);
+      }
+    }
   /* A self-send without a self-receive of its size. */
   struct braid_op ops[2];
   int n = 0;
