@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/debug.h"
 #include "runtime/comm.h"
@@ -232,7 +233,12 @@ static int cpus_allowed;
 static void pool_cpus_read(void) {
   cpu_set_t set;
   CPU_ZERO(&set);
-  cpus_allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    cpus_allowed = CPU_COUNT(&set);
+    return;
+  }
+  long online = sysconf(_SC_NPROCESSORS_ONLN); /* more CPUs than a cpu_set_t holds */
+  cpus_allowed = online > 0 ? (int)online : 1;
 }
 
 int launch_pool_cpus(void) {
