@@ -14,7 +14,6 @@
 //   gpu-host-pingpong [iters]
 #include <cuda_runtime.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
