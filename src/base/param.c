@@ -99,6 +99,16 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "come from cuMem, exported as file descriptors passed over a Unix socket, so P2P works when "
       "each process sees only its own GPU. 0: cudaMalloc and legacy CUDA IPC (needs every GPU "
       "visible in every process)."),
+  ROW(IPC_FD_PASSING, NULL, STRING, "auto",
+      "How a process gets the file descriptor of a peer process's cuMem memory: auto (from the "
+      "peer's descriptor service over a Unix socket; where that socket cannot be reached, as from "
+      "another network namespace, with pidfd_getfd when the kernel allows it), socket (the service "
+      "only) or pidfd (pidfd_getfd only). Pairs that can use neither go through fabric handles, "
+      "legacy CUDA IPC or host memory."),
+  ROW(IPC_FABRIC, NULL, INT, "0",
+      "cuMem fabric handles (where the driver offers them: an IMEX channel), which need no "
+      "descriptor passing. 0: only for pairs of processes that cannot pass descriptors (different "
+      "users or namespaces); 1: for every pair of processes where both ends can; -1: never."),
   ROW(SHM_DISABLE, "NCCL_SHM_DISABLE", INT, "0",
       "1: never use host shared memory between GPUs of one host."),
   ROW(NET, "NCCL_NET", STRING, NULL,

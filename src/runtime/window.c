@@ -97,7 +97,7 @@ static void lsa_compute(const struct ncclComm* comm, int* size, int* rank) {
   for (int first = 0; first < comm->nranks; first += g) {
     for (int a = first; a < first + g; a++) {
       for (int b = a + 1; b < first + g; b++) {
-        ipc_kind_t kind = ipc_choose(&comm->peers[a], &comm->peers[b], why, sizeof why);
+        ipc_kind_t kind = ipc_choose_fd(&comm->peers[a], &comm->peers[b], why, sizeof why);
         if (!p2p_pair_close(&comm->xport, a, b) || (kind != IPC_LOCAL && kind != IPC_CUMEM)) {
           INFO(BRAID_LOG_INIT | BRAID_LOG_REG, "every LSA team is one rank: ranks %d and %d "
                "cannot load and store each other's memory (%s)", a, b,

@@ -1,8 +1,8 @@
 /*
  * Device memory shared between the processes of one host (see ipc.h): cuMem
  * allocations exported as file descriptors and handed over a Unix socket (by
- * the descriptor service, ipc_fd.c), legacy CUDA IPC handles, or plain
- * pointers inside one process.
+ * the descriptor service, ipc_fd.c) or taken with pidfd_getfd, cuMem fabric
+ * handles, legacy CUDA IPC handles, or plain pointers inside one process.
  */
 #include "transport/ipc.h"
 
@@ -27,6 +27,7 @@ const char* ipc_kind_name(ipc_kind_t kind) {
   switch (kind) {
     case IPC_LOCAL: return "same process";
     case IPC_CUMEM: return "cuMem handles";
+    case IPC_FABRIC: return "cuMem fabric handles";
     case IPC_LEGACY: return "CUDA IPC";
     default: return "none";
   }
@@ -125,6 +126,68 @@ static int cumem_usable(int cuda_dev, char* why, size_t why_size) {
   return 1;
 }
 
+/*
+ * Whether `cuda_dev` makes cuMem allocations with fabric handles: the GPU says it can, and one
+ * granule made and exported that way works (it needs an IMEX channel the user may open). Asked
+ * once per device and remembered.
+ */
+#define IPC_FABRIC_DEVS 64
+static pthread_mutex_t fabric_lock = PTHREAD_MUTEX_INITIALIZER;
+static signed char fabric_known[IPC_FABRIC_DEVS]; /* 0: not asked, 1: yes, -1: no */
+static char fabric_why[IPC_FABRIC_DEVS][120];
+
+static int fabric_probe(int cuda_dev, char* why, size_t why_size) {
+  CUdevice dev;
+  int attr = 0;
+  CUresult r;
+  if (drv.dev_get(&dev, cuda_dev) != CUDA_SUCCESS ||
+      drv.dev_attr(&attr, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, dev) != CUDA_SUCCESS ||
+      !attr) {
+    snprintf(why, why_size, "GPU %d does not offer them", cuda_dev);
+    return 0;
+  }
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof prop);
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
+  size_t gran = 0;
+  CUmemGenericAllocationHandle h;
+  CUmemFabricHandle fh;
+  if ((r = drv.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM)) != CUDA_SUCCESS ||
+      (r = drv.create(&h, gran ? gran : 2 << 20, &prop, 0)) != CUDA_SUCCESS) {
+    snprintf(why, why_size, "cuMemCreate with a fabric handle failed: %s (no IMEX channel?)",
+             drv_err(r));
+    return 0;
+  }
+  r = drv.export_(&fh, h, CU_MEM_HANDLE_TYPE_FABRIC, 0);
+  (void)drv.release(h);
+  if (r != CUDA_SUCCESS) {
+    snprintf(why, why_size, "exporting a fabric handle failed: %s", drv_err(r));
+    return 0;
+  }
+  return 1;
+}
+
+static int fabric_usable(int cuda_dev, char* why, size_t why_size) {
+  if (cuda_dev < 0 || cuda_dev >= IPC_FABRIC_DEVS) {
+    snprintf(why, why_size, "device %d is beyond the %d asked about", cuda_dev, IPC_FABRIC_DEVS);
+    return 0;
+  }
+  pthread_mutex_lock(&fabric_lock);
+  if (fabric_known[cuda_dev] == 0) {
+    char w[120] = "";
+    fabric_known[cuda_dev] = fabric_probe(cuda_dev, w, sizeof w) ? 1 : -1;
+    (void)cudaGetLastError();
+    snprintf(fabric_why[cuda_dev], sizeof fabric_why[cuda_dev], "%s", w);
+  }
+  const int ok = fabric_known[cuda_dev] > 0;
+  if (!ok) snprintf(why, why_size, "%s", fabric_why[cuda_dev]);
+  pthread_mutex_unlock(&fabric_lock);
+  return ok;
+}
+
 int ipc_sees_gpu(const struct braid_peer_info* p, int64_t bus) {
   for (int i = 0; i < p->nvisible && i < BRAID_MAX_VISIBLE_GPUS; i++)
     if (p->visible_bus[i] == bus) return 1;
@@ -132,7 +195,7 @@ int ipc_sees_gpu(const struct braid_peer_info* p, int64_t bus) {
 }
 
 void ipc_acquire(int cuda_dev, struct braid_peer_info* me) {
-  char why[160] = "";
+  char why[512] = "";
   struct stat st;
   me->uid = (uint32_t)getuid();
   me->net_ns = stat("/proc/self/ns/net", &st) == 0 ? (uint64_t)st.st_ino : 0;
@@ -152,24 +215,71 @@ void ipc_acquire(int cuda_dev, struct braid_peer_info* me) {
   }
   int want = braid_param_int(BRAID_P_CUMEM_ENABLE) != 0;
   int usable = want && cumem_usable(cuda_dev, why, sizeof why);
-  char off[160] = "";
+  char off[160] = "", pwhy[160] = "", fwhy[160] = "";
   me->ipc_service = ipc_service_hold(off, sizeof off);
   if (usable && me->ipc_service == 0) {
     snprintf(why, sizeof why, "its descriptor service is off: %s", off);
     usable = 0;
   }
+  const int mode = ipc_fd_passing();
+  me->ipc_pidfd = usable && ipc_pidfd_usable(pwhy, sizeof pwhy);
+  char swhy[200] = "";
+  if (usable && mode != IPC_PASS_PIDFD && !ipc_fd_socket_works(swhy, sizeof swhy)) {
+    /* Peers then take the descriptors with pidfd_getfd, or go another way (ipc_choose). */
+    static int warned;
+    if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+      WARN("rank %d: memory descriptors do not pass over a Unix socket in this process (%s); a "
+           "seccomp profile or security module may forbid it. Peers %s",
+           me->rank, swhy,
+           me->ipc_pidfd ? "take them with pidfd_getfd instead"
+                         : "use fabric handles, legacy CUDA IPC (every GPU visible) or host memory "
+                           "(several times slower over NVLink) instead");
+    me->ipc_service = 0;
+    if (!me->ipc_pidfd) {
+      snprintf(why, sizeof why, "descriptors pass neither over a Unix socket (%s) nor by "
+               "pidfd_getfd (%s)", swhy, pwhy);
+      usable = 0;
+    }
+  }
+  if (usable && mode == IPC_PASS_PIDFD) {
+    me->ipc_service = 0; /* pidfd_getfd only: no peer asks the service */
+    if (!me->ipc_pidfd) {
+      snprintf(why, sizeof why, "BRAID_IPC_FD_PASSING=pidfd, but %s", pwhy);
+      usable = 0;
+    }
+  }
   me->ipc_cumem = usable;
+  const int64_t fabric = braid_param_int(BRAID_P_IPC_FABRIC);
+  me->ipc_fabric = 0;
+  if (want && fabric >= 0 && drv.ok && fabric_usable(cuda_dev, fwhy, sizeof fwhy))
+    me->ipc_fabric = fabric == 1 ? 2 : 1;
   if (!want)
     INFO(BRAID_LOG_INIT | BRAID_LOG_ENV, "cuMem memory sharing off (NCCL_CUMEM_ENABLE=0)");
   else if (!usable)
     INFO(BRAID_LOG_INIT, "cuMem memory sharing unavailable on GPU %d: %s", cuda_dev, why);
+  else
+    INFO(BRAID_LOG_INIT, "cuMem memory sharing on GPU %d: descriptors %s%s%s%s; %s%s", cuda_dev,
+         me->ipc_service ? "from the descriptor service" : "by pidfd_getfd only",
+         me->ipc_service && me->ipc_pidfd ? ", or by pidfd_getfd across network namespaces" : "",
+         me->ipc_service && !me->ipc_pidfd ? ", not by pidfd_getfd: " : "",
+         me->ipc_service && !me->ipc_pidfd ? pwhy : "",
+         me->ipc_fabric ? "fabric handles work" : "no fabric handles: ",
+         me->ipc_fabric ? (me->ipc_fabric == 2 ? ", used for every pair (BRAID_IPC_FABRIC=1)" : "")
+                        : (fabric < 0 ? "BRAID_IPC_FABRIC=-1" : fwhy));
 }
 
-ipc_kind_t ipc_choose(const struct braid_peer_info* me, const struct braid_peer_info* owner,
-                      char* why, size_t why_size) {
+static ipc_kind_t choose(const struct braid_peer_info* me, const struct braid_peer_info* owner,
+                         int allow_fabric, char* why, size_t why_size) {
   if (me->pid_hash == owner->pid_hash) return IPC_LOCAL;
-  if (me->ipc_cumem && owner->ipc_cumem && me->uid == owner->uid && me->net_ns == owner->net_ns)
+  const int fabric = allow_fabric && me->ipc_fabric && owner->ipc_fabric;
+  if (fabric && me->ipc_fabric == 2 && owner->ipc_fabric == 2) return IPC_FABRIC;
+  const int cumem = me->ipc_cumem && owner->ipc_cumem && me->uid == owner->uid;
+  /* The descriptor service's socket where both share a network namespace; else pidfd_getfd,
+   * where pids compare. */
+  if (cumem && me->ipc_service && owner->ipc_service && me->net_ns == owner->net_ns)
     return IPC_CUMEM;
+  if (cumem && me->ipc_pidfd && owner->ipc_pidfd && me->pid_ns == owner->pid_ns) return IPC_CUMEM;
+  if (fabric) return IPC_FABRIC;
   if (ipc_sees_gpu(me, owner->dev_bus_id) && ipc_sees_gpu(owner, me->dev_bus_id)) return IPC_LEGACY;
   /* Why cuMem sharing is out, for the message. */
   if (!me->ipc_cumem || !owner->ipc_cumem)
@@ -180,16 +290,36 @@ ipc_kind_t ipc_choose(const struct braid_peer_info* me, const struct braid_peer_
   else if (me->uid != owner->uid)
     snprintf(why, why_size, "ranks %d and %d run as different users (uid %u and %u)", me->rank,
              owner->rank, me->uid, owner->uid);
+  else if (me->net_ns == owner->net_ns)
+    snprintf(why, why_size,
+             "rank %d cannot pass memory descriptors over a Unix socket (its WARN says why, or "
+             "BRAID_IPC_FD_PASSING=pidfd) and pidfd_getfd is not allowed on both",
+             !me->ipc_service ? me->rank : owner->rank);
   else
     snprintf(why, why_size,
              "ranks %d and %d are in different network namespaces, so their Unix sockets cannot "
-             "meet to pass memory handles",
-             me->rank, owner->rank);
+             "meet to pass memory handles, and %s",
+             me->rank, owner->rank,
+             me->pid_ns != owner->pid_ns ? "in different pid namespaces, where pidfd_getfd cannot "
+                                           "name the other"
+                                         : "pidfd_getfd is not allowed (the INFO log of the rank "
+                                           "says why)");
   size_t used = strlen(why);
   if (used < why_size)
     snprintf(why + used, why_size - used,
-             ", and legacy CUDA IPC needs both GPUs visible in both processes (CUDA_VISIBLE_DEVICES)");
+             "; no cuMem fabric handles on both (an IMEX channel), and legacy CUDA IPC needs both "
+             "GPUs visible in both processes (CUDA_VISIBLE_DEVICES)");
   return IPC_NONE;
+}
+
+ipc_kind_t ipc_choose(const struct braid_peer_info* me, const struct braid_peer_info* owner,
+                      char* why, size_t why_size) {
+  return choose(me, owner, 1, why, why_size);
+}
+
+ipc_kind_t ipc_choose_fd(const struct braid_peer_info* me, const struct braid_peer_info* owner,
+                         char* why, size_t why_size) {
+  return choose(me, owner, 0, why, why_size);
 }
 
 /* ---- Allocation and export. ---- */
@@ -203,16 +333,20 @@ struct cumem_block {
 
 /*
  * Allocates at least `bytes` on the current device with cuMem, mapped there readable and
- * writable, with a file-descriptor handle; `fd` non-NULL: exported too (close-on-exec, the
- * caller's). On failure nothing is left.
+ * writable, with a file-descriptor handle (IPC_FABRIC: a fabric handle); `exported` non-NULL:
+ * exported too, into an int (a descriptor, close-on-exec, the caller's) or a CUmemFabricHandle.
+ * On failure nothing is left.
  */
-static ncclResult_t cumem_create(size_t bytes, int* fd, struct cumem_block* b) {
+static ncclResult_t cumem_create(size_t bytes, ipc_kind_t kind, void* exported,
+                                 struct cumem_block* b) {
   ncclResult_t res = ncclSuccess;
   int dev = -1;
   CUmemGenericAllocationHandle h = 0;
   int have_handle = 0, reserved = 0, mapped = 0;
   CUmemAllocationProp prop;
   CUmemAccessDesc access;
+  const int fabric = kind == IPC_FABRIC;
+  int* fd = fabric ? NULL : exported;
   memset(b, 0, sizeof *b);
   if (fd) *fd = -1;
   BRAID_CUDA_TRY(cudaGetDevice(&dev));
@@ -222,7 +356,8 @@ static ncclResult_t cumem_create(size_t bytes, int* fd, struct cumem_block* b) {
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = dev;
-  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  prop.requestedHandleTypes =
+      fabric ? CU_MEM_HANDLE_TYPE_FABRIC : CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   DRV_TRY(drv.granularity(&b->gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
           "cuMemGetAllocationGranularity");
   if (b->gran == 0) b->gran = 2 << 20;
@@ -238,7 +373,10 @@ static ncclResult_t cumem_create(size_t bytes, int* fd, struct cumem_block* b) {
   access.location.id = dev;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   DRV_TRY(drv.set_access(b->va, b->size, &access, 1), "cuMemSetAccess");
-  if (fd) {
+  if (fabric && exported) {
+    DRV_TRY(drv.export_(exported, h, CU_MEM_HANDLE_TYPE_FABRIC, 0),
+            "cuMemExportToShareableHandle (fabric)");
+  } else if (fd) {
     DRV_TRY(drv.export_(fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
             "cuMemExportToShareableHandle");
     (void)fcntl(*fd, F_SETFD, FD_CLOEXEC); /* not inherited by programs this process starts */
@@ -247,6 +385,8 @@ static ncclResult_t cumem_create(size_t bytes, int* fd, struct cumem_block* b) {
   (void)drv.release(h);
   return ncclSuccess;
 fail:
+  if (fd && *fd >= 0) close(*fd);
+  if (fd) *fd = -1;
   if (mapped) (void)drv.unmap(b->va, b->size);
   if (reserved) (void)drv.addr_free(b->va, b->size);
   if (have_handle) (void)drv.release(h);
@@ -265,7 +405,7 @@ static ncclResult_t cumem_alloc(size_t bytes, struct ipc_mem* mem, struct ipc_de
   int fd = -1;
   struct cumem_block b;
   struct ipc_export* e = NULL;
-  BRAID_TRY(cumem_create(bytes, &fd, &b));
+  BRAID_TRY(cumem_create(bytes, IPC_CUMEM, &fd, &b));
   /* Zero before the descriptor goes out: a peer may write its first steps as soon as it maps. */
   BRAID_TRY(braid_cuda_zero((void*)(uintptr_t)b.va, b.size));
   BRAID_TRY(ipc_fd_offer(fd, desc, &e));
@@ -284,6 +424,24 @@ fail:
   return res;
 }
 
+static ncclResult_t fabric_alloc(size_t bytes, struct ipc_mem* mem, struct ipc_desc* desc) {
+  ncclResult_t res = ncclSuccess;
+  struct cumem_block b;
+  _Static_assert(sizeof(CUmemFabricHandle) == sizeof desc->u.fabric, "a fabric handle's size");
+  BRAID_TRY(cumem_create(bytes, IPC_FABRIC, desc->u.fabric, &b));
+  BRAID_TRY(braid_cuda_zero((void*)(uintptr_t)b.va, b.size)); /* before the handle goes out */
+  desc->align = b.gran;
+  desc->bytes = b.size;
+  mem->kind = IPC_FABRIC;
+  mem->ptr = (void*)(uintptr_t)b.va;
+  mem->bytes = b.size;
+  return ncclSuccess;
+fail:
+  if (b.va) (void)cumem_destroy(b.va, b.size);
+  (void)cudaGetLastError();
+  return res;
+}
+
 ncclResult_t ipc_mem_alloc(ipc_kind_t kind, int owner_rank, size_t bytes, struct ipc_mem* mem,
                            struct ipc_desc* desc) {
   ncclResult_t res = ncclSuccess;
@@ -296,6 +454,7 @@ ncclResult_t ipc_mem_alloc(ipc_kind_t kind, int owner_rank, size_t bytes, struct
   BRAID_CUDA_TRY(cudaGetDevice(&dev));
   desc->owner_dev = dev;
   if (kind == IPC_CUMEM) return cumem_alloc(bytes, mem, desc);
+  if (kind == IPC_FABRIC) return fabric_alloc(bytes, mem, desc);
   BRAID_CHECK(kind == IPC_LOCAL || kind == IPC_LEGACY, ncclInternalError,
               "no way to share memory (kind %d)", (int)kind);
   BRAID_CUDA_TRY(cudaMalloc(&mem->ptr, bytes));
@@ -312,7 +471,7 @@ fail:
 }
 
 void ipc_mem_free(struct ipc_mem* mem) {
-  if (mem->kind == IPC_CUMEM) {
+  if (mem->kind == IPC_CUMEM || mem->kind == IPC_FABRIC) {
     if (mem->export_) ipc_fd_withdraw(mem->export_);
     if (mem->fd >= 0) close(mem->fd);
     if (mem->ptr) {
@@ -378,12 +537,17 @@ static ncclResult_t cumem_map(const struct ipc_desc* desc, int my_rank, volatile
   BRAID_CHECK(desc->align != 0 && size % desc->align == 0, ncclInternalError,
               "rank %u offered %zu bytes of cuMem memory with granularity %llu", desc->owner_rank,
               size, (unsigned long long)desc->align);
-  BRAID_TRY(ipc_fd_fetch(desc, my_rank, abort_flag, &fd));
-  DRV_TRY(drv.import(&h, (void*)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-          "cuMemImportFromShareableHandle");
+  if (desc->kind == IPC_FABRIC) {
+    DRV_TRY(drv.import(&h, (void*)desc->u.fabric, CU_MEM_HANDLE_TYPE_FABRIC),
+            "cuMemImportFromShareableHandle (fabric)");
+  } else {
+    BRAID_TRY(ipc_fd_fetch(desc, my_rank, abort_flag, &fd));
+    DRV_TRY(drv.import(&h, (void*)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+            "cuMemImportFromShareableHandle");
+    close(fd);
+    fd = -1;
+  }
   have_handle = 1;
-  close(fd);
-  fd = -1;
   DRV_TRY(drv.reserve(&va, size, desc->align, 0, 0), "cuMemAddressReserve");
   reserved = 1;
   DRV_TRY(drv.map(va, size, 0, h, 0), "cuMemMap");
@@ -395,7 +559,7 @@ static ncclResult_t cumem_map(const struct ipc_desc* desc, int my_rank, volatile
   access.location.id = dev;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   DRV_TRY(drv.set_access(va, size, &access, 1), "cuMemSetAccess (the GPUs may not reach each other)");
-  map->kind = IPC_CUMEM;
+  map->kind = (ipc_kind_t)desc->kind;
   map->ptr = (void*)(uintptr_t)va;
   map->bytes = size;
   return ncclSuccess;
@@ -436,6 +600,7 @@ ncclResult_t ipc_mem_map(const struct ipc_desc* desc, int my_rank, volatile uint
       return ncclSuccess;
     }
     case IPC_CUMEM:
+    case IPC_FABRIC:
       return cumem_map(desc, my_rank, abort_flag, map);
     default:
       break;
@@ -449,7 +614,7 @@ fail:
 void ipc_mem_unmap(struct ipc_map* map) {
   if (map->kind == IPC_LEGACY && map->ptr && cudaIpcCloseMemHandle(map->ptr) != cudaSuccess) {
     WARN("cudaIpcCloseMemHandle of a peer's buffer failed: %s", cudaGetErrorString(cudaGetLastError()));
-  } else if (map->kind == IPC_CUMEM && map->ptr) {
+  } else if ((map->kind == IPC_CUMEM || map->kind == IPC_FABRIC) && map->ptr) {
     CUresult r = cumem_destroy((CUdeviceptr)(uintptr_t)map->ptr, map->bytes);
     if (r != CUDA_SUCCESS) WARN("unmapping a peer's cuMem memory failed: %s", drv_err(r));
   }
@@ -482,7 +647,7 @@ ncclResult_t ipc_user_alloc(void** out, size_t bytes) {
     }
     return res;
   }
-  BRAID_TRY(cumem_create(bytes, NULL, &blk));
+  BRAID_TRY(cumem_create(bytes, IPC_CUMEM, NULL, &blk));
   /* Fresh physical memory is not promised to be zero; programs (PyTorch's symmetric memory
    * signal pads) count on ncclMemAlloc's buffers starting at zero. */
   BRAID_TRY(braid_cuda_zero((void*)(uintptr_t)blk.va, blk.size));

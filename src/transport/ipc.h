@@ -2,16 +2,23 @@
  * Device memory that another process of this host maps: the FIFOs of the P2P
  * transport and the copy engines' scratch.
  *
- * Three ways, chosen per pair of ranks by ipc_choose from what both told the
+ * Four ways, chosen per pair of ranks by ipc_choose from what both told the
  * other at init (so both ends reach the same verdict):
  *   - LOCAL: the same process; the other GPU's pointer is used as it is
  *     (peer access enabled once per pair of devices);
  *   - CUMEM: the memory comes from cuMemCreate with a POSIX file descriptor as
  *     its shareable handle; the importer receives the descriptor over a Unix
- *     socket (SCM_RIGHTS) from the owner's descriptor service, imports it and
- *     maps it on its own device. Neither process needs to see the other's GPU,
- *     so this works when each rank sees only its own (CUDA_VISIBLE_DEVICES per
- *     rank);
+ *     socket (SCM_RIGHTS) from the owner's descriptor service, or, where that
+ *     socket cannot be reached (another network namespace) and the kernel
+ *     allows it, takes it straight from the owner's process with pidfd_getfd;
+ *     imports it and maps it on its own device. Neither process needs to see
+ *     the other's GPU, so this works when each rank sees only its own
+ *     (CUDA_VISIBLE_DEVICES per rank);
+ *   - FABRIC: cuMemCreate with a fabric handle, 64 bytes that travel in the
+ *     connection info itself: no descriptor to pass, so processes of different
+ *     users or namespaces can share memory, where the driver offers fabric
+ *     handles (an IMEX channel). Chosen when no descriptor can be passed, or
+ *     always with BRAID_IPC_FABRIC=1;
  *   - LEGACY: cudaMalloc + cudaIpcGetMemHandle; needs both GPUs visible in
  *     both processes.
  *
@@ -20,7 +27,10 @@
  * socket whose name holds a random 64-bit id, learnt by the peers through the
  * authenticated bootstrap; it hands a descriptor only to a request carrying
  * that export's 128-bit random token, which travels the same way. A stranger
- * on the host that connects gets nothing. The service and the fetch are
+ * on the host that connects gets nothing. pidfd_getfd is the kernel's to
+ * allow: only a process that may trace the owner (same user, and the ptrace
+ * rules of kernel.yama.ptrace_scope) takes its descriptors. The service and the
+ * fetch are
  * ipc_fd.c's; the memory, its export and its mapping ipc.c's.
  */
 #ifndef BRAID_TRANSPORT_IPC_H
@@ -35,7 +45,7 @@
 
 struct braid_peer_info;
 
-typedef enum { IPC_NONE = 0, IPC_LOCAL = 1, IPC_CUMEM = 2, IPC_LEGACY = 3 } ipc_kind_t;
+typedef enum { IPC_NONE = 0, IPC_LOCAL = 1, IPC_CUMEM = 2, IPC_LEGACY = 3, IPC_FABRIC = 4 } ipc_kind_t;
 const char* ipc_kind_name(ipc_kind_t kind);
 
 /* What an owner sends the process that maps its memory (inside a transport's connection info). */
@@ -50,9 +60,14 @@ struct ipc_desc {
   union {
     cudaIpcMemHandle_t legacy;
     struct {
-      uint64_t service;   /* the owner's descriptor service */
+      uint64_t service;   /* the owner's descriptor service; 0: take the descriptor with pidfd_getfd */
       uint8_t token[16];  /* this export's capability */
+      int32_t pid;        /* the owner's process and the descriptor's number there (pidfd_getfd) */
+      int32_t fd;
+      uint64_t start;     /* when the owner's process started (braid_process_start), 0: unknown */
+      uint64_t net_ns;    /* the owner's network namespace: its socket is reachable from the same */
     } cumem;
+    uint8_t fabric[64];   /* CUmemFabricHandle */
   } u;
 };
 
@@ -65,6 +80,9 @@ struct ipc_mem {
   struct ipc_export* export_; /* CUMEM: its entry in the descriptor service */
 };
 
+_Static_assert(sizeof(((struct ipc_desc*)0)->u) == sizeof(cudaIpcMemHandle_t),
+               "the cuMem and fabric descriptions fit in the legacy handle's room");
+
 /* Another process's memory as mapped here. */
 struct ipc_map {
   ipc_kind_t kind;
@@ -75,7 +93,8 @@ struct ipc_map {
 /*
  * Process-wide state a communicator holds from init to destroy: the descriptor
  * service runs while anyone holds it. Fills the IPC fields of `me`
- * (ipc_service, ipc_cumem, uid, net_ns, the visible GPUs). Never fails: what
+ * (ipc_service, ipc_cumem, ipc_pidfd, ipc_fabric, uid, net_ns, the visible
+ * GPUs). Never fails: what
  * cannot be had is left out and reported by ipc_choose.
  */
 void ipc_acquire(int cuda_dev, struct braid_peer_info* me);
@@ -88,6 +107,13 @@ void ipc_release(void);
  */
 ipc_kind_t ipc_choose(const struct braid_peer_info* me, const struct braid_peer_info* owner,
                       char* why, size_t why_size);
+
+/*
+ * The same for memory the application allocated (ncclMemAlloc: a descriptor handle, no fabric
+ * handle): windows and registered buffers. Never IPC_FABRIC.
+ */
+ipc_kind_t ipc_choose_fd(const struct braid_peer_info* me, const struct braid_peer_info* owner,
+                         char* why, size_t why_size);
 
 /* Whether the process of `p` sees the GPU at PCI bus id `bus` (CUDA_VISIBLE_DEVICES). */
 int ipc_sees_gpu(const struct braid_peer_info* p, int64_t bus);
@@ -124,6 +150,23 @@ ncclResult_t ipc_fd_offer(int fd, struct ipc_desc* desc, struct ipc_export** out
 void ipc_fd_withdraw(struct ipc_export* e);
 ncclResult_t ipc_fd_fetch(const struct ipc_desc* desc, int my_rank, volatile uint32_t* abort_flag,
                           int* out_fd);
+/*
+ * Whether a descriptor offered by this process's service comes back through its socket (a
+ * seccomp profile or security module may forbid passing descriptors); `why` says what failed.
+ * Needs the service held (ipc_service_hold).
+ */
+int ipc_fd_socket_works(char* why, size_t why_size);
+
+/* BRAID_IPC_FD_PASSING: how descriptors are fetched (auto: the socket, then pidfd_getfd). */
+enum { IPC_PASS_AUTO = 0, IPC_PASS_SOCKET = 1, IPC_PASS_PIDFD = 2 };
+int ipc_fd_passing(void);
+/*
+ * Whether this process may take other processes' descriptors with pidfd_getfd and have its own
+ * taken (the kernel has the call, no seccomp filter stops it, kernel.yama.ptrace_scope is 0 or
+ * this process may trace anyway, and it is dumpable), and BRAID_IPC_FD_PASSING allows it.
+ * `why` says what is missing.
+ */
+int ipc_pidfd_usable(char* why, size_t why_size);
 /*
  * The service's part of ipc_acquire (ipc_fd.c): one more holder, the service started by the
  * first. Returns its id, or 0 with `why` saying why there is none. ipc_release lets go.

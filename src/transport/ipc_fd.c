@@ -1,7 +1,8 @@
 /*
  * The descriptor service (see ipc.h): one thread per process, on an abstract Unix socket, that
  * hands each exported cuMem descriptor to a process of the same user presenting its token;
- * the exports it serves; and the fetch, a peer's side of it.
+ * the exports it serves; and the fetch, a peer's side of it, with pidfd_getfd where the
+ * socket cannot be reached.
  */
 #include "transport/ipc.h"
 
@@ -13,7 +14,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -22,6 +27,13 @@
 #include "base/error.h"
 #include "base/param.h"
 #include "base/utils.h"
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434 /* Linux 5.3, the same number on every architecture */
+#endif
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438 /* Linux 5.6 */
+#endif
 
 #define IPC_MAGIC 0x3144464449415242ull /* "BRAIDFD1" */
 #define IPC_REQ_TIMEOUT_MS 1000         /* how long the service waits for one request */
@@ -56,6 +68,8 @@ static struct {
   int nexports;
   char why[160]; /* why there is no service, when there is none */
 } svc = {.lock = PTHREAD_MUTEX_INITIALIZER, .listen_fd = -1, .wake = {-1, -1}};
+
+static uint64_t ipc_net_ns(void);
 
 static void ipc_sock_name(uint64_t id, struct sockaddr_un* addr, socklen_t* len) {
   memset(addr, 0, sizeof *addr);
@@ -263,9 +277,13 @@ ncclResult_t ipc_fd_offer(int fd, struct ipc_desc* desc, struct ipc_export** out
   e->next = svc.exports;
   svc.exports = e;
   svc.nexports++;
-  desc->u.cumem.service = svc.id;
+  desc->u.cumem.service = ipc_fd_passing() == IPC_PASS_PIDFD ? 0 : svc.id;
   pthread_mutex_unlock(&svc.lock);
   memcpy(desc->u.cumem.token, e->token, sizeof e->token);
+  desc->u.cumem.pid = (int32_t)getpid();
+  desc->u.cumem.fd = fd;
+  desc->u.cumem.start = braid_process_start(getpid());
+  desc->u.cumem.net_ns = ipc_net_ns();
   *out = e;
   return ncclSuccess;
 fail:
@@ -320,14 +338,20 @@ static ncclResult_t ipc_fetch_unanswered(int my_rank, unsigned owner, int pid, d
                    my_rank, owner, pid, what, waited);
 }
 
+/* The inode of this process's network namespace, 0 when unknown. */
+static uint64_t ipc_net_ns(void) {
+  struct stat st;
+  return stat("/proc/self/ns/net", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
 /*
  * Asks the owner's descriptor service for the export's descriptor. Waits at
  * most ipc_fetch_timeout() for the service (it answers at once when its
  * process runs), less when the abort flag rises or the owner's process is
  * found gone.
  */
-ncclResult_t ipc_fd_fetch(const struct ipc_desc* desc, int my_rank, volatile uint32_t* abort_flag,
-                          int* out_fd) {
+static ncclResult_t ipc_fd_fetch_socket(const struct ipc_desc* desc, int my_rank,
+                                        volatile uint32_t* abort_flag, int* out_fd) {
   const double timeout_sec = ipc_fetch_timeout();
   double start = braid_time_sec();
   struct sockaddr_un addr;
@@ -404,9 +428,192 @@ ncclResult_t ipc_fd_fetch(const struct ipc_desc* desc, int my_rank, volatile uin
   }
   return braid_err(ncclSystemError,
                    "rank %d cannot reach rank %u's descriptor service to map its GPU memory (%s): "
-                   "the process is gone, or in another network namespace, where handles cannot "
-                   "be passed: set "
+                   "the process is gone, or in another network namespace while "
+                   "BRAID_IPC_FD_PASSING=socket forbids pidfd_getfd: set "
                    "NCCL_CUMEM_ENABLE=0 (legacy CUDA IPC, needs every GPU visible) or "
                    "NCCL_P2P_DISABLE=1 (through host memory, slower)",
                    my_rank, desc->owner_rank, abort_flag && *abort_flag ? "aborted" : strerror(err));
+}
+
+/*
+ * Whether descriptors pass over this process's own service: a pipe offered and fetched back. A
+ * seccomp profile that forbids sendmsg or recvmsg, or a security module that forbids passing
+ * descriptors, fails here rather than at a peer's first mapping. Once a process (again in a
+ * forked child, whose service is its own).
+ */
+int ipc_fd_socket_works(char* why, size_t why_size) {
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  static pid_t asked; /* the process that asked: 0, or a parent's answer in a forked child */
+  static int ok;
+  static char reason[200];
+  pthread_mutex_lock(&lock);
+  if (asked != getpid()) {
+    int p[2] = {-1, -1}, got = -1;
+    struct ipc_desc d;
+    struct ipc_export* e = NULL;
+    struct stat a, b;
+    memset(&d, 0, sizeof d);
+    ok = 0;
+    if (pipe2(p, O_CLOEXEC) != 0) {
+      snprintf(reason, sizeof reason, "pipe2 failed: %s", strerror(errno));
+    } else if (ipc_fd_offer(p[0], &d, &e) != ncclSuccess) {
+      snprintf(reason, sizeof reason, "%s", braid_err_last());
+    } else {
+      pthread_mutex_lock(&svc.lock);
+      d.u.cumem.service = svc.id; /* whatever BRAID_IPC_FD_PASSING says: the socket is tried */
+      pthread_mutex_unlock(&svc.lock);
+      if (ipc_fd_fetch_socket(&d, -1, NULL, &got) != ncclSuccess)
+        snprintf(reason, sizeof reason, "%s", braid_err_last());
+      else if (fstat(got, &a) != 0 || fstat(p[0], &b) != 0 || a.st_ino != b.st_ino)
+        snprintf(reason, sizeof reason, "its service handed over another descriptor");
+      else
+        ok = 1;
+      ipc_fd_withdraw(e);
+    }
+    for (int i = 0; i < 2; i++)
+      if (p[i] >= 0) close(p[i]);
+    if (got >= 0) close(got);
+    asked = getpid();
+  }
+  const int r = ok;
+  if (!r) snprintf(why, why_size, "%s", reason);
+  pthread_mutex_unlock(&lock);
+  return r;
+}
+
+/* ---- pidfd_getfd: the descriptor taken from the owner's process, with the kernel's leave. ---- */
+
+int ipc_fd_passing(void) {
+  const char* v = braid_param_str(BRAID_P_IPC_FD_PASSING);
+  if (v == NULL || v[0] == '\0' || strcasecmp(v, "auto") == 0) return IPC_PASS_AUTO;
+  if (strcasecmp(v, "socket") == 0) return IPC_PASS_SOCKET;
+  if (strcasecmp(v, "pidfd") == 0) return IPC_PASS_PIDFD;
+  static int warned;
+  if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+    WARN("BRAID_IPC_FD_PASSING=%s is not auto, socket or pidfd; using auto", v);
+  return IPC_PASS_AUTO;
+}
+
+/* Whether this process holds CAP_SYS_PTRACE (which passes kernel.yama.ptrace_scope 1 and 2). */
+static int ipc_may_trace_any(void) {
+  FILE* f = fopen("/proc/self/status", "r");
+  char line[256];
+  unsigned long long caps = 0;
+  int found = 0;
+  if (f == NULL) return 0;
+  while (!found && fgets(line, sizeof line, f))
+    found = sscanf(line, "CapEff: %llx", &caps) == 1;
+  fclose(f);
+  return found && (caps >> 19 & 1); /* CAP_SYS_PTRACE */
+}
+
+static struct {
+  pthread_once_t once;
+  int ok;
+  char why[160];
+} pidfd_state = {.once = PTHREAD_ONCE_INIT};
+
+static void ipc_pidfd_probe(void) {
+  /* The calls themselves, on this process: a kernel before 5.6 or a seccomp filter says no. */
+  int pfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+  if (pfd < 0) {
+    snprintf(pidfd_state.why, sizeof pidfd_state.why, "pidfd_open failed: %s", strerror(errno));
+    return;
+  }
+  int dup = (int)syscall(SYS_pidfd_getfd, pfd, pfd, 0);
+  const int err = errno;
+  close(pfd);
+  if (dup < 0) {
+    snprintf(pidfd_state.why, sizeof pidfd_state.why, "pidfd_getfd failed: %s", strerror(err));
+    return;
+  }
+  close(dup);
+  /* A peer of the same user may take descriptors only from a dumpable process, and under Yama
+   * (ptrace_scope 1 and up) only with CAP_SYS_PTRACE, as ranks are not each other's ancestors. */
+  if (prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 1) {
+    snprintf(pidfd_state.why, sizeof pidfd_state.why, "the process is not dumpable");
+    return;
+  }
+  FILE* f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+  int scope = 0;
+  if (f != NULL) {
+    if (fscanf(f, "%d", &scope) != 1) scope = 0;
+    fclose(f);
+  }
+  if (scope > 0 && !ipc_may_trace_any()) {
+    snprintf(pidfd_state.why, sizeof pidfd_state.why,
+             "kernel.yama.ptrace_scope is %d and the process lacks CAP_SYS_PTRACE", scope);
+    return;
+  }
+  pidfd_state.ok = 1;
+}
+
+int ipc_pidfd_usable(char* why, size_t why_size) {
+  if (ipc_fd_passing() == IPC_PASS_SOCKET) {
+    snprintf(why, why_size, "BRAID_IPC_FD_PASSING=socket");
+    return 0;
+  }
+  pthread_once(&pidfd_state.once, ipc_pidfd_probe);
+  if (!pidfd_state.ok) snprintf(why, why_size, "%s", pidfd_state.why);
+  return pidfd_state.ok;
+}
+
+/* Takes the descriptor the owner offered straight from its process. */
+static ncclResult_t ipc_fd_take(const struct ipc_desc* desc, int my_rank, int* out_fd) {
+  const int pid = desc->u.cumem.pid, fd = desc->u.cumem.fd;
+  const unsigned owner = desc->owner_rank;
+  if (pid <= 0 || fd < 0)
+    return braid_err(ncclInternalError, "rank %d: rank %u offered no descriptor to take (pid %d, "
+                     "descriptor %d)", my_rank, owner, pid, fd);
+  int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  if (pfd < 0) {
+    const int err = errno;
+    return braid_err(err == ESRCH ? ncclRemoteError : ncclSystemError,
+                     "rank %d cannot open rank %u's process (pid %d) to take its memory "
+                     "descriptor: pidfd_open: %s%s", my_rank, owner, pid, strerror(err),
+                     err == ESRCH ? " (the process is gone)" : "");
+  }
+  /* The pid may name another process by now: the one opened must have started when the owner's
+   * did. From here the pidfd holds that process, whatever happens to the number. */
+  if (desc->u.cumem.start != 0 && braid_process_start(pid) != desc->u.cumem.start) {
+    close(pfd);
+    return braid_err(ncclRemoteError, "rank %d: rank %u's process (pid %d) is gone: the pid now "
+                     "names another process", my_rank, owner, pid);
+  }
+  int got = (int)syscall(SYS_pidfd_getfd, pfd, fd, 0); /* close-on-exec, as the call makes it */
+  const int err = errno;
+  close(pfd);
+  if (got < 0)
+    return braid_err(err == ESRCH ? ncclRemoteError : ncclSystemError,
+                     "rank %d cannot take rank %u's memory descriptor (pid %d, descriptor %d) with "
+                     "pidfd_getfd: %s%s", my_rank, owner, pid, fd, strerror(err),
+                     err == EPERM ? ". This process may not trace that one (kernel.yama.ptrace_scope "
+                                    "or a security module): set NCCL_P2P_DISABLE=1 (through host "
+                                    "memory, slower)"
+                                  : "");
+  *out_fd = got;
+  return ncclSuccess;
+}
+
+/*
+ * The owner's service where its socket can be reached (the same network namespace); else, or
+ * with BRAID_IPC_FD_PASSING=pidfd, the descriptor taken from its process. A service that does
+ * not answer in the owner's own namespace means the owner is gone: no pidfd_getfd then, which
+ * could take whatever the descriptor's number has come to name.
+ */
+ncclResult_t ipc_fd_fetch(const struct ipc_desc* desc, int my_rank, volatile uint32_t* abort_flag,
+                          int* out_fd) {
+  const int mode = ipc_fd_passing();
+  const uint64_t ns = ipc_net_ns();
+  const int reachable = desc->u.cumem.net_ns == 0 || ns == 0 || desc->u.cumem.net_ns == ns;
+  if (desc->u.cumem.service != 0 && mode != IPC_PASS_PIDFD && (reachable || mode == IPC_PASS_SOCKET)) {
+    return ipc_fd_fetch_socket(desc, my_rank, abort_flag, out_fd);
+  }
+  static int logged; /* once a process: a communicator maps dozens of buffers */
+  if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED))
+    INFO(BRAID_LOG_INIT | BRAID_LOG_P2P,
+         "rank %d takes rank %u's memory descriptor with pidfd_getfd (%s)", my_rank,
+         desc->owner_rank,
+         reachable ? "BRAID_IPC_FD_PASSING=pidfd" : "the owner is in another network namespace");
+  return ipc_fd_take(desc, my_rank, out_fd);
 }

@@ -53,6 +53,8 @@ struct braid_peer_info {
   /* Sharing device memory with other processes of the host (transport/ipc.h). */
   uint64_t ipc_service;  /* id of this process's descriptor service; 0: none */
   int ipc_cumem;         /* 1: cuMem allocations can be exported and imported here */
+  int ipc_pidfd;         /* 1: descriptors can be taken with pidfd_getfd (ipc_pidfd_usable) */
+  int ipc_fabric;        /* 0: no fabric handles; 1: they work here; 2: and BRAID_IPC_FABRIC=1 */
   uint32_t uid;
   uint64_t net_ns;       /* inode of /proc/self/ns/net: equal means Unix sockets meet */
   int nvisible;          /* GPUs this process sees (bus ids of the first BRAID_MAX_VISIBLE_GPUS) */

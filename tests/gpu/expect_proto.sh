@@ -8,11 +8,12 @@
 # EXPECT_EACH: more patterns, separated by '|', each of which must match at least one line.
 # EXPECT_ALL: every line matching this pattern must also match EXPECT_PATTERN (a forced choice
 # that some calls did not take fails).
+# EXPECT_SUBSYS: the log's subsystems (default TUNING), for patterns logged outside it.
 set -u
 proto=$1
 shift
 log=${TMPDIR:-/tmp}/braid-expect-proto.$$.log
-BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=TUNING "$@" > "$log" 2>&1
+BRAID_DEBUG=INFO BRAID_DEBUG_SUBSYS=${EXPECT_SUBSYS:-TUNING} "$@" > "$log" 2>&1
 rc=$?
 grep -v "BRAID INFO" "$log" | tail -20
 # The failed cases by name (the tail above may not reach them).

@@ -5,16 +5,26 @@
  * client that sends garbage, or nothing, does not stop it; a withdrawn
  * descriptor is gone; the service's sockets and thread go with the last
  * holder; an owner that is stopped, or killed, while a request waits ends the
- * wait with ncclRemoteError that says which. And the choice of sharing method for a pair of ranks: both ends
- * reach the same verdict, and a refusal says why.
+ * wait with ncclRemoteError that says which. A descriptor taken with pidfd_getfd instead (across
+ * network namespaces): the offered one, and none from a gone or different process. And the
+ * choice of sharing method for a pair of ranks: both ends reach the same verdict, and a refusal
+ * says why.
  */
 #include <dirent.h>
+#include <errno.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -260,6 +270,141 @@ static void test_stopped_owner(void) {
   braid_param_reload();
 }
 
+/*
+ * pidfd_getfd: a child process holds a pipe's read end; its desc names no service (as under
+ * BRAID_IPC_FD_PASSING=pidfd) or a service in another network namespace; the parent takes the
+ * descriptor and reads what it writes into the pipe. A desc whose process start time does not
+ * match, or whose process is gone, gets nothing and a message saying so.
+ */
+static void test_pidfd(void) {
+  char why[160] = "";
+  if (!ipc_pidfd_usable(why, sizeof why)) {
+    printf("pidfd_getfd checks skipped: %s\n", why);
+    return;
+  }
+  int fds_before = count_fds();
+  int p[2], go[2];
+  TEST_CHECK(pipe(p) == 0 && pipe(go) == 0, "pipes");
+  pid_t pid = fork();
+  if (pid == 0) {
+    char b;
+    close(p[1]);
+    close(go[1]);
+    (void)!read(go[0], &b, 1); /* until the parent is done */
+    _exit(0);
+  }
+  TEST_CHECK(pid > 0, "fork");
+  close(go[0]);
+  struct ipc_desc desc;
+  memset(&desc, 0, sizeof desc);
+  desc.kind = IPC_CUMEM;
+  desc.owner_rank = 3;
+  desc.u.cumem.pid = pid;
+  desc.u.cumem.fd = p[0]; /* the child's copy keeps the number */
+  desc.u.cumem.start = braid_process_start(pid);
+  close(p[0]);
+  int got = -1;
+  TEST_EXPECT_RES(ipc_fd_fetch(&desc, 1, NULL, &got), ncclSuccess);
+  TEST_CHECK(got >= 0 && same_pipe(got, p[1], "by pidfd"), "the child's pipe came (%d)", got);
+  if (got >= 0) close(got);
+
+  /* A service in another network namespace: not asked, the descriptor is taken. */
+  struct stat st;
+  TEST_CHECK(stat("/proc/self/ns/net", &st) == 0, "this network namespace");
+  desc.u.cumem.service = 0x1234567;
+  desc.u.cumem.net_ns = (uint64_t)st.st_ino + 1;
+  got = -1;
+  TEST_EXPECT_RES(ipc_fd_fetch(&desc, 1, NULL, &got), ncclSuccess);
+  TEST_CHECK(got >= 0 && same_pipe(got, p[1], "namespace"), "taken across namespaces (%d)", got);
+  if (got >= 0) close(got);
+  /* The same service in this namespace: it is asked, and its silence means the owner is gone. */
+  desc.u.cumem.net_ns = (uint64_t)st.st_ino;
+  got = -1;
+  TEST_EXPECT_RES(ipc_fd_fetch(&desc, 1, NULL, &got), ncclSystemError);
+  TEST_CHECK(got == -1 && strstr(braid_err_last(), "descriptor service"), "message: %s",
+             braid_err_last());
+  desc.u.cumem.service = 0;
+
+  /* The pid names a process that started at another time: refused. */
+  desc.u.cumem.start = braid_process_start(pid) + 1;
+  got = -1;
+  TEST_EXPECT_RES(ipc_fd_fetch(&desc, 1, NULL, &got), ncclRemoteError);
+  TEST_CHECK(got == -1 && strstr(braid_err_last(), "another process"), "message: %s",
+             braid_err_last());
+  desc.u.cumem.start = braid_process_start(pid);
+
+  /* A descriptor number the child does not have. */
+  desc.u.cumem.fd = 1000;
+  got = -1;
+  TEST_EXPECT_RES(ipc_fd_fetch(&desc, 1, NULL, &got), ncclSystemError);
+  TEST_CHECK(got == -1 && strstr(braid_err_last(), "pidfd_getfd"), "message: %s", braid_err_last());
+
+  /* The child gone (reaped): refused, and said so. */
+  close(go[1]);
+  int wst;
+  TEST_CHECK(waitpid(pid, &wst, 0) == pid, "the child ended");
+  desc.u.cumem.fd = p[0];
+  got = -1;
+  TEST_EXPECT_RES(ipc_fd_fetch(&desc, 1, NULL, &got), ncclRemoteError);
+  TEST_CHECK(got == -1 && strstr(braid_err_last(), "gone"), "message: %s", braid_err_last());
+  close(p[1]);
+  TEST_CHECK(count_fds() == fds_before, "descriptors: %d before, %d after", fds_before, count_fds());
+}
+
+/* A seccomp filter on this thread: recvmsg fails with EPERM, as under a strict profile. */
+static int forbid_recvmsg(void) {
+  struct sock_filter f[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_recvmsg, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {.len = sizeof f / sizeof f[0], .filter = f};
+  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+         prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
+}
+
+/*
+ * The self-check of descriptor passing: it passes here, and in a forked child whose thread may
+ * not call recvmsg (a seccomp profile) it fails with a reason, so that peers are told at init
+ * instead of failing at their first mapping.
+ */
+static void test_socket_selfcheck(void) {
+  char why[200] = "";
+  char svc_why[160];
+  TEST_CHECK(ipc_service_hold(svc_why, sizeof svc_why) != 0, "the service: %s", svc_why);
+  TEST_CHECK(ipc_fd_socket_works(why, sizeof why), "descriptors pass here: %s", why);
+  int rep[2];
+  TEST_CHECK(pipe(rep) == 0, "pipe");
+  pid_t pid = fork();
+  if (pid == 0) {
+    char w[200] = "", sw[160] = "";
+    char verdict = 'x';
+    if (ipc_service_hold(sw, sizeof sw) == 0) verdict = 's';
+    else if (!forbid_recvmsg()) verdict = 'f';
+    else verdict = ipc_fd_socket_works(w, sizeof w) ? 'y' : (strstr(w, "Operation not permitted") ? 'n' : 'w');
+    if (verdict == 'w') fprintf(stderr, "child: reason %s\n", w);
+    (void)!write(rep[1], &verdict, 1);
+    _exit(0);
+  }
+  TEST_CHECK(pid > 0, "fork");
+  close(rep[1]);
+  char v = 0;
+  TEST_CHECK(read(rep[0], &v, 1) == 1, "the child's verdict");
+  close(rep[0]);
+  int st;
+  waitpid(pid, &st, 0);
+#if defined(__x86_64__)
+  TEST_CHECK(v == 'n', "under a filter that forbids recvmsg the self-check fails, naming it (%c)", v);
+#else
+  TEST_CHECK(v == 'y' || v == 'n', "the child answered (%c)", v);
+#endif
+  ipc_release();
+}
+
 static void peer(struct braid_peer_info* p, int rank, uint64_t pid, int cumem, uint32_t uid,
                  uint64_t ns, int64_t bus, const int64_t* visible, int nvisible) {
   memset(p, 0, sizeof *p);
@@ -311,12 +456,71 @@ static void test_choose(void) {
       TEST_CHECK(strstr(why, cases[i].why_has) && strstr(why, "CUDA_VISIBLE_DEVICES"),
                  "%s: why: %s", cases[i].what, why);
   }
+
+  /*
+   * Namespaces, pidfd_getfd and fabric handles; each rank sees only its own GPU. service 0:
+   * BRAID_IPC_FD_PASSING=pidfd on that rank. fabric 2: BRAID_IPC_FABRIC=1 on that rank.
+   */
+  struct {
+    const char* what;
+    int uid_b, net_b, pidns_b, pidfd_a, pidfd_b, service_b, fabric_a, fabric_b;
+    ipc_kind_t want, want_fd;
+    const char* why_has;
+  } more[] = {
+      {"network namespaces differ, pidfd_getfd on both", 1000, 2, 1, 1, 1, 1, 0, 0, IPC_CUMEM,
+       IPC_CUMEM, NULL},
+      {"network namespaces differ, pidfd_getfd on one", 1000, 2, 1, 1, 0, 1, 0, 0, IPC_NONE,
+       IPC_NONE, "pidfd_getfd is not allowed"},
+      {"network and pid namespaces differ", 1000, 2, 2, 1, 1, 1, 0, 0, IPC_NONE, IPC_NONE,
+       "pid namespaces"},
+      {"pidfd_getfd only on one, both can", 1000, 1, 1, 1, 1, 0, 0, 0, IPC_CUMEM, IPC_CUMEM, NULL},
+      {"pidfd_getfd only on one, the other cannot", 1000, 1, 1, 0, 1, 0, 0, 0, IPC_NONE, IPC_NONE,
+       "pidfd_getfd"},
+      {"different users, fabric handles on both", 1001, 1, 1, 1, 1, 1, 1, 1, IPC_FABRIC, IPC_NONE,
+       NULL},
+      {"network namespaces differ, fabric handles on both", 1000, 2, 2, 1, 1, 1, 1, 1, IPC_FABRIC,
+       IPC_NONE, NULL},
+      {"fabric handles on both, the socket works", 1000, 1, 1, 1, 1, 1, 1, 1, IPC_CUMEM, IPC_CUMEM,
+       NULL},
+      {"fabric handles asked for on both", 1000, 1, 1, 1, 1, 1, 2, 2, IPC_FABRIC, IPC_CUMEM, NULL},
+      {"fabric handles asked for on one", 1000, 1, 1, 1, 1, 1, 2, 1, IPC_CUMEM, IPC_CUMEM, NULL},
+      {"different users, fabric handles on one", 1001, 1, 1, 1, 1, 1, 1, 0, IPC_NONE, IPC_NONE,
+       "fabric"},
+      {"descriptors do not pass over one's socket, pidfd_getfd on both", 1000, 1, 1, 1, 1, 0, 0, 0,
+       IPC_CUMEM, IPC_CUMEM, NULL},
+      {"descriptors do not pass over one's socket, no pidfd_getfd", 1000, 1, 1, 0, 0, 0, 0, 0,
+       IPC_NONE, IPC_NONE, "Unix socket"},
+  };
+  for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
+    peer(&a, 0, 11, 1, 1000, 1, 0x1b000, own_a, 1);
+    peer(&b, 1, 22, 1, more[i].uid_b, (uint64_t)more[i].net_b, 0x43000, own_b, 1);
+    a.pid_ns = 1;
+    b.pid_ns = (uint64_t)more[i].pidns_b;
+    a.ipc_pidfd = more[i].pidfd_a;
+    b.ipc_pidfd = more[i].pidfd_b;
+    if (!more[i].service_b) b.ipc_service = 0;
+    a.ipc_fabric = more[i].fabric_a;
+    b.ipc_fabric = more[i].fabric_b;
+    char w1[512] = "", w2[512] = "", w3[512] = "";
+    ipc_kind_t ab = ipc_choose(&a, &b, w1, sizeof w1), ba = ipc_choose(&b, &a, w2, sizeof w2);
+    ipc_kind_t fd = ipc_choose_fd(&a, &b, w3, sizeof w3);
+    TEST_CHECK(ab == more[i].want, "%s: %s, want %s", more[i].what, ipc_kind_name(ab),
+               ipc_kind_name(more[i].want));
+    TEST_CHECK(ab == ba, "%s: the two ends disagree (%s / %s)", more[i].what, ipc_kind_name(ab),
+               ipc_kind_name(ba));
+    TEST_CHECK(fd == more[i].want_fd, "%s: for application memory %s, want %s", more[i].what,
+               ipc_kind_name(fd), ipc_kind_name(more[i].want_fd));
+    if (more[i].why_has)
+      TEST_CHECK(strstr(w1, more[i].why_has) != NULL, "%s: why: %s", more[i].what, w1);
+  }
 }
 
 int main(void) {
   braid_param_reload();
   test_service();
   test_stopped_owner();
+  test_pidfd();
+  test_socket_selfcheck();
   test_choose();
   return test_summary();
 }
