@@ -22,6 +22,12 @@
 ncclResult_t braid_err(ncclResult_t code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The calling thread's last message, or the process's last one, or "". */
 const char* braid_err_last(void);
+/*
+ * 1: this thread is trying something that may fail (a self-check): braid_err keeps the message
+ * for braid_err_last on this thread only, without logging it or making it the process's last
+ * error. 0: back to normal.
+ */
+void braid_err_probing(int on);
 /* Makes `text` the calling thread's last message again, without logging it. */
 void braid_err_restore(const char* text);
 /* Forgets the calling thread's last message (done at the start of every API call). */

@@ -179,7 +179,6 @@ static int fabric_usable(int cuda_dev, char* why, size_t why_size) {
   if (fabric_known[cuda_dev] == 0) {
     char w[120] = "";
     fabric_known[cuda_dev] = fabric_probe(cuda_dev, w, sizeof w) ? 1 : -1;
-    (void)cudaGetLastError();
     snprintf(fabric_why[cuda_dev], sizeof fabric_why[cuda_dev], "%s", w);
   }
   const int ok = fabric_known[cuda_dev] > 0;
@@ -278,7 +277,11 @@ static ipc_kind_t choose(const struct braid_peer_info* me, const struct braid_pe
    * where pids compare. */
   if (cumem && me->ipc_service && owner->ipc_service && me->net_ns == owner->net_ns)
     return IPC_CUMEM;
-  if (cumem && me->ipc_pidfd && owner->ipc_pidfd && me->pid_ns == owner->pid_ns) return IPC_CUMEM;
+  /* pidfd_getfd needs pids that compare (a known, shared pid namespace) and start times that
+   * tell a reused pid. */
+  if (cumem && me->ipc_pidfd && owner->ipc_pidfd && me->pid_ns != 0 && me->pid_ns == owner->pid_ns &&
+      me->start_time != 0 && owner->start_time != 0)
+    return IPC_CUMEM;
   if (fabric) return IPC_FABRIC;
   if (ipc_sees_gpu(me, owner->dev_bus_id) && ipc_sees_gpu(owner, me->dev_bus_id)) return IPC_LEGACY;
   /* Why cuMem sharing is out, for the message. */
@@ -306,9 +309,10 @@ static ipc_kind_t choose(const struct braid_peer_info* me, const struct braid_pe
                                            "says why)");
   size_t used = strlen(why);
   if (used < why_size)
-    snprintf(why + used, why_size - used,
-             "; no cuMem fabric handles on both (an IMEX channel), and legacy CUDA IPC needs both "
-             "GPUs visible in both processes (CUDA_VISIBLE_DEVICES)");
+    snprintf(why + used, why_size - used, "; %s, and legacy CUDA IPC needs both GPUs visible in "
+             "both processes (CUDA_VISIBLE_DEVICES)",
+             allow_fabric ? "no cuMem fabric handles on both (an IMEX channel)"
+                          : "application memory has no fabric handle");
   return IPC_NONE;
 }
 

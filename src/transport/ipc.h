@@ -66,6 +66,8 @@ struct ipc_desc {
       int32_t fd;
       uint64_t start;     /* when the owner's process started (braid_process_start), 0: unknown */
       uint64_t net_ns;    /* the owner's network namespace: its socket is reachable from the same */
+      uint64_t file_dev;  /* the descriptor's file (fstat), which a descriptor taken must match */
+      uint64_t file_ino;
     } cumem;
     uint8_t fabric[64];   /* CUmemFabricHandle */
   } u;
@@ -162,9 +164,10 @@ enum { IPC_PASS_AUTO = 0, IPC_PASS_SOCKET = 1, IPC_PASS_PIDFD = 2 };
 int ipc_fd_passing(void);
 /*
  * Whether this process may take other processes' descriptors with pidfd_getfd and have its own
- * taken (the kernel has the call, no seccomp filter stops it, kernel.yama.ptrace_scope is 0 or
- * this process may trace anyway, and it is dumpable), and BRAID_IPC_FD_PASSING allows it.
- * `why` says what is missing.
+ * taken, as far as it can tell alone: the kernel has the calls and no seccomp filter stops them
+ * (tried on itself), kernel.yama.ptrace_scope is 0 (or 1-2 with CAP_SYS_PTRACE), it is dumpable,
+ * and BRAID_IPC_FD_PASSING allows it. A security module or different groups can still refuse a
+ * take (ipc_fd_fetch then fails, saying so). `why` says what is missing.
  */
 int ipc_pidfd_usable(char* why, size_t why_size);
 /*

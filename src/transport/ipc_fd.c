@@ -70,6 +70,15 @@ static struct {
 } svc = {.lock = PTHREAD_MUTEX_INITIALIZER, .listen_fd = -1, .wake = {-1, -1}};
 
 static uint64_t ipc_net_ns(void);
+/* The self-check's verdict on passing descriptors over this process's socket (ipc_fd_socket_works):
+ * 0 not asked yet, 1 they pass, -1 they do not (peers then take them with pidfd_getfd). Read
+ * and written with atomics; a forked child asks again. */
+static int socket_verdict;
+static pid_t socket_verdict_pid;
+static int ipc_socket_refused(void) {
+  return __atomic_load_n(&socket_verdict_pid, __ATOMIC_ACQUIRE) == getpid() &&
+         __atomic_load_n(&socket_verdict, __ATOMIC_RELAXED) < 0;
+}
 
 static void ipc_sock_name(uint64_t id, struct sockaddr_un* addr, socklen_t* len) {
   memset(addr, 0, sizeof *addr);
@@ -277,13 +286,19 @@ ncclResult_t ipc_fd_offer(int fd, struct ipc_desc* desc, struct ipc_export** out
   e->next = svc.exports;
   svc.exports = e;
   svc.nexports++;
-  desc->u.cumem.service = ipc_fd_passing() == IPC_PASS_PIDFD ? 0 : svc.id;
+  /* No service to ask where this process takes and gives descriptors by pidfd_getfd only. */
+  desc->u.cumem.service = ipc_fd_passing() == IPC_PASS_PIDFD || ipc_socket_refused() ? 0 : svc.id;
   pthread_mutex_unlock(&svc.lock);
   memcpy(desc->u.cumem.token, e->token, sizeof e->token);
   desc->u.cumem.pid = (int32_t)getpid();
   desc->u.cumem.fd = fd;
   desc->u.cumem.start = braid_process_start(getpid());
   desc->u.cumem.net_ns = ipc_net_ns();
+  struct stat st;
+  if (fstat(fd, &st) == 0) {
+    desc->u.cumem.file_dev = (uint64_t)st.st_dev;
+    desc->u.cumem.file_ino = (uint64_t)st.st_ino;
+  }
   *out = e;
   return ncclSuccess;
 fail:
@@ -443,17 +458,17 @@ static ncclResult_t ipc_fd_fetch_socket(const struct ipc_desc* desc, int my_rank
  */
 int ipc_fd_socket_works(char* why, size_t why_size) {
   static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-  static pid_t asked; /* the process that asked: 0, or a parent's answer in a forked child */
-  static int ok;
   static char reason[200];
   pthread_mutex_lock(&lock);
-  if (asked != getpid()) {
-    int p[2] = {-1, -1}, got = -1;
+  if (__atomic_load_n(&socket_verdict_pid, __ATOMIC_ACQUIRE) != getpid()) {
+    int p[2] = {-1, -1}, got = -1, ok = 0;
     struct ipc_desc d;
     struct ipc_export* e = NULL;
     struct stat a, b;
+    char before[BRAID_ERROR_MAX];
+    snprintf(before, sizeof before, "%s", braid_err_last());
     memset(&d, 0, sizeof d);
-    ok = 0;
+    braid_err_probing(1); /* a failure is reported below, once, by the caller */
     if (pipe2(p, O_CLOEXEC) != 0) {
       snprintf(reason, sizeof reason, "pipe2 failed: %s", strerror(errno));
     } else if (ipc_fd_offer(p[0], &d, &e) != ncclSuccess) {
@@ -462,7 +477,7 @@ int ipc_fd_socket_works(char* why, size_t why_size) {
       pthread_mutex_lock(&svc.lock);
       d.u.cumem.service = svc.id; /* whatever BRAID_IPC_FD_PASSING says: the socket is tried */
       pthread_mutex_unlock(&svc.lock);
-      if (ipc_fd_fetch_socket(&d, -1, NULL, &got) != ncclSuccess)
+      if (ipc_fd_fetch_socket(&d, 0, NULL, &got) != ncclSuccess)
         snprintf(reason, sizeof reason, "%s", braid_err_last());
       else if (fstat(got, &a) != 0 || fstat(p[0], &b) != 0 || a.st_ino != b.st_ino)
         snprintf(reason, sizeof reason, "its service handed over another descriptor");
@@ -470,12 +485,15 @@ int ipc_fd_socket_works(char* why, size_t why_size) {
         ok = 1;
       ipc_fd_withdraw(e);
     }
+    braid_err_probing(0);
+    braid_err_restore(before);
     for (int i = 0; i < 2; i++)
       if (p[i] >= 0) close(p[i]);
     if (got >= 0) close(got);
-    asked = getpid();
+    __atomic_store_n(&socket_verdict, ok ? 1 : -1, __ATOMIC_RELAXED);
+    __atomic_store_n(&socket_verdict_pid, getpid(), __ATOMIC_RELEASE);
   }
-  const int r = ok;
+  const int r = __atomic_load_n(&socket_verdict, __ATOMIC_RELAXED) > 0;
   if (!r) snprintf(why, why_size, "%s", reason);
   pthread_mutex_unlock(&lock);
   return r;
@@ -540,9 +558,9 @@ static void ipc_pidfd_probe(void) {
     if (fscanf(f, "%d", &scope) != 1) scope = 0;
     fclose(f);
   }
-  if (scope > 0 && !ipc_may_trace_any()) {
-    snprintf(pidfd_state.why, sizeof pidfd_state.why,
-             "kernel.yama.ptrace_scope is %d and the process lacks CAP_SYS_PTRACE", scope);
+  if (scope >= 3 || (scope > 0 && !ipc_may_trace_any())) {
+    snprintf(pidfd_state.why, sizeof pidfd_state.why, "kernel.yama.ptrace_scope is %d%s", scope,
+             scope >= 3 ? " (no process may attach)" : " and the process lacks CAP_SYS_PTRACE");
     return;
   }
   pidfd_state.ok = 1;
@@ -562,9 +580,10 @@ int ipc_pidfd_usable(char* why, size_t why_size) {
 static ncclResult_t ipc_fd_take(const struct ipc_desc* desc, int my_rank, int* out_fd) {
   const int pid = desc->u.cumem.pid, fd = desc->u.cumem.fd;
   const unsigned owner = desc->owner_rank;
-  if (pid <= 0 || fd < 0)
-    return braid_err(ncclInternalError, "rank %d: rank %u offered no descriptor to take (pid %d, "
-                     "descriptor %d)", my_rank, owner, pid, fd);
+  if (pid <= 0 || fd < 0 || desc->u.cumem.start == 0)
+    return braid_err(ncclInternalError, "rank %d: rank %u offered no descriptor to take with "
+                     "pidfd_getfd (pid %d, descriptor %d%s)", my_rank, owner, pid, fd,
+                     desc->u.cumem.start == 0 ? ", its start time unknown" : "");
   int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
   if (pfd < 0) {
     const int err = errno;
@@ -575,7 +594,7 @@ static ncclResult_t ipc_fd_take(const struct ipc_desc* desc, int my_rank, int* o
   }
   /* The pid may name another process by now: the one opened must have started when the owner's
    * did. From here the pidfd holds that process, whatever happens to the number. */
-  if (desc->u.cumem.start != 0 && braid_process_start(pid) != desc->u.cumem.start) {
+  if (braid_process_start(pid) != desc->u.cumem.start) {
     close(pfd);
     return braid_err(ncclRemoteError, "rank %d: rank %u's process (pid %d) is gone: the pid now "
                      "names another process", my_rank, owner, pid);
@@ -583,37 +602,54 @@ static ncclResult_t ipc_fd_take(const struct ipc_desc* desc, int my_rank, int* o
   int got = (int)syscall(SYS_pidfd_getfd, pfd, fd, 0); /* close-on-exec, as the call makes it */
   const int err = errno;
   close(pfd);
-  if (got < 0)
-    return braid_err(err == ESRCH ? ncclRemoteError : ncclSystemError,
+  if (got < 0) {
+    const int gone = err == ESRCH || braid_process_gone(pid, desc->u.cumem.start);
+    return braid_err(gone ? ncclRemoteError : ncclSystemError,
                      "rank %d cannot take rank %u's memory descriptor (pid %d, descriptor %d) with "
                      "pidfd_getfd: %s%s", my_rank, owner, pid, fd, strerror(err),
-                     err == EPERM ? ". This process may not trace that one (kernel.yama.ptrace_scope "
-                                    "or a security module): set NCCL_P2P_DISABLE=1 (through host "
-                                    "memory, slower)"
-                                  : "");
+                     gone ? " (the process is gone)"
+                     : err == EPERM ? ". This process may not trace that one (kernel.yama.ptrace_scope, "
+                                      "different groups, or a security module): set "
+                                      "NCCL_P2P_DISABLE=1 (through host memory, slower)"
+                                    : "");
+  }
+  /* The number must still name the file offered: a buffer freed meanwhile frees its number. */
+  struct stat st;
+  if (desc->u.cumem.file_ino != 0 &&
+      (fstat(got, &st) != 0 || (uint64_t)st.st_dev != desc->u.cumem.file_dev ||
+       (uint64_t)st.st_ino != desc->u.cumem.file_ino)) {
+    close(got);
+    return braid_err(ncclRemoteError, "rank %d: rank %u's descriptor %d no longer names the memory "
+                     "it offered (freed already?)", my_rank, owner, fd);
+  }
   *out_fd = got;
   return ncclSuccess;
 }
 
 /*
- * The owner's service where its socket can be reached (the same network namespace); else, or
- * with BRAID_IPC_FD_PASSING=pidfd, the descriptor taken from its process. A service that does
- * not answer in the owner's own namespace means the owner is gone: no pidfd_getfd then, which
- * could take whatever the descriptor's number has come to name.
+ * The owner's service where its socket can be reached (the same network namespace, and
+ * descriptors pass over sockets in both processes); else, or with BRAID_IPC_FD_PASSING=pidfd,
+ * the descriptor taken from its process: the same rule as ipc_choose's. A service that does not
+ * answer in the owner's own namespace means the owner is gone: no pidfd_getfd then.
  */
 ncclResult_t ipc_fd_fetch(const struct ipc_desc* desc, int my_rank, volatile uint32_t* abort_flag,
                           int* out_fd) {
   const int mode = ipc_fd_passing();
   const uint64_t ns = ipc_net_ns();
-  const int reachable = desc->u.cumem.net_ns == 0 || ns == 0 || desc->u.cumem.net_ns == ns;
-  if (desc->u.cumem.service != 0 && mode != IPC_PASS_PIDFD && (reachable || mode == IPC_PASS_SOCKET)) {
+  const int same_ns = desc->u.cumem.net_ns == ns;
+  if (desc->u.cumem.service != 0 && mode != IPC_PASS_PIDFD && !ipc_socket_refused() &&
+      (same_ns || mode == IPC_PASS_SOCKET))
     return ipc_fd_fetch_socket(desc, my_rank, abort_flag, out_fd);
-  }
   static int logged; /* once a process: a communicator maps dozens of buffers */
   if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED))
     INFO(BRAID_LOG_INIT | BRAID_LOG_P2P,
          "rank %d takes rank %u's memory descriptor with pidfd_getfd (%s)", my_rank,
          desc->owner_rank,
-         reachable ? "BRAID_IPC_FD_PASSING=pidfd" : "the owner is in another network namespace");
+         !same_ns ? "the owner is in another network namespace"
+         : mode == IPC_PASS_PIDFD || desc->u.cumem.service == 0 ? "BRAID_IPC_FD_PASSING=pidfd, or "
+                                                                  "descriptors do not pass over "
+                                                                  "a socket"
+                                                                : "descriptors do not pass over "
+                                                                  "this process's socket");
   return ipc_fd_take(desc, my_rank, out_fd);
 }

@@ -279,7 +279,7 @@ static void test_stopped_owner(void) {
 static void test_pidfd(void) {
   char why[160] = "";
   if (!ipc_pidfd_usable(why, sizeof why)) {
-    printf("pidfd_getfd checks skipped: %s\n", why);
+    printf("SKIP (part): the pidfd_getfd checks, not allowed here: %s\n", why);
     return;
   }
   int fds_before = count_fds();
@@ -302,6 +302,10 @@ static void test_pidfd(void) {
   desc.u.cumem.pid = pid;
   desc.u.cumem.fd = p[0]; /* the child's copy keeps the number */
   desc.u.cumem.start = braid_process_start(pid);
+  struct stat pst;
+  TEST_CHECK(fstat(p[0], &pst) == 0, "fstat");
+  desc.u.cumem.file_dev = (uint64_t)pst.st_dev;
+  desc.u.cumem.file_ino = (uint64_t)pst.st_ino;
   close(p[0]);
   int got = -1;
   TEST_EXPECT_RES(ipc_fd_fetch(&desc, 1, NULL, &got), ncclSuccess);
@@ -330,6 +334,21 @@ static void test_pidfd(void) {
   got = -1;
   TEST_EXPECT_RES(ipc_fd_fetch(&desc, 1, NULL, &got), ncclRemoteError);
   TEST_CHECK(got == -1 && strstr(braid_err_last(), "another process"), "message: %s",
+             braid_err_last());
+  desc.u.cumem.start = braid_process_start(pid);
+
+  /* The number names another file than the one offered (its buffer freed, the number reused). */
+  desc.u.cumem.file_ino++;
+  got = -1;
+  TEST_EXPECT_RES(ipc_fd_fetch(&desc, 1, NULL, &got), ncclRemoteError);
+  TEST_CHECK(got == -1 && strstr(braid_err_last(), "no longer names"), "message: %s",
+             braid_err_last());
+  desc.u.cumem.file_ino--;
+  /* No start time: the pid could not be told from a reused one, so nothing is taken. */
+  desc.u.cumem.start = 0;
+  got = -1;
+  TEST_EXPECT_RES(ipc_fd_fetch(&desc, 1, NULL, &got), ncclInternalError);
+  TEST_CHECK(got == -1 && strstr(braid_err_last(), "start time unknown"), "message: %s",
              braid_err_last());
   desc.u.cumem.start = braid_process_start(pid);
 
@@ -387,18 +406,42 @@ static void test_socket_selfcheck(void) {
     else if (!forbid_recvmsg()) verdict = 'f';
     else verdict = ipc_fd_socket_works(w, sizeof w) ? 'y' : (strstr(w, "Operation not permitted") ? 'n' : 'w');
     if (verdict == 'w') fprintf(stderr, "child: reason %s\n", w);
-    (void)!write(rep[1], &verdict, 1);
+    /* After the failed check an offer names no service, and a fetch takes the descriptor with
+     * pidfd_getfd (from this very process here) instead of failing on the socket. */
+    char taken = '-';
+    int q[2];
+    struct ipc_desc d;
+    struct ipc_export* e = NULL;
+    char pw[160];
+    if (verdict == 'n' && ipc_pidfd_usable(pw, sizeof pw) && pipe(q) == 0) {
+      memset(&d, 0, sizeof d);
+      taken = 'o';
+      if (ipc_fd_offer(q[0], &d, &e) == ncclSuccess && d.u.cumem.service == 0) {
+        int got = -1;
+        taken = ipc_fd_fetch(&d, 0, NULL, &got) == ncclSuccess && got >= 0 && same_pipe(got, q[1], "x")
+                    ? 't'
+                    : 'f';
+        if (got >= 0) close(got);
+      }
+      if (e) ipc_fd_withdraw(e);
+    }
+    char out[2] = {verdict, taken};
+    (void)!write(rep[1], out, 2);
     _exit(0);
   }
   TEST_CHECK(pid > 0, "fork");
   close(rep[1]);
-  char v = 0;
-  TEST_CHECK(read(rep[0], &v, 1) == 1, "the child's verdict");
+  char vv[2] = {0, 0};
+  TEST_CHECK(read(rep[0], vv, 2) == 2, "the child's verdict");
+  const char v = vv[0];
   close(rep[0]);
   int st;
   waitpid(pid, &st, 0);
 #if defined(__x86_64__)
   TEST_CHECK(v == 'n', "under a filter that forbids recvmsg the self-check fails, naming it (%c)", v);
+  if (ipc_pidfd_usable(why, sizeof why))
+    TEST_CHECK(vv[1] == 't', "then an offer names no service and the fetch takes the descriptor "
+               "with pidfd_getfd (%c)", vv[1]);
 #else
   TEST_CHECK(v == 'y' || v == 'n', "the child answered (%c)", v);
 #endif
@@ -410,6 +453,7 @@ static void peer(struct braid_peer_info* p, int rank, uint64_t pid, int cumem, u
   memset(p, 0, sizeof *p);
   p->rank = rank;
   p->pid_hash = pid;
+  p->start_time = 1000 + pid;
   p->ipc_cumem = cumem;
   p->ipc_service = cumem ? pid * 7 + 1 : 0;
   p->uid = uid;
