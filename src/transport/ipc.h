@@ -66,7 +66,8 @@ struct ipc_desc {
       int32_t fd;
       uint64_t start;     /* when the owner's process started (braid_process_start), 0: unknown */
       uint64_t net_ns;    /* the owner's network namespace: its socket is reachable from the same */
-      uint64_t file_dev;  /* the descriptor's file (fstat), which a descriptor taken must match */
+      uint64_t file_dev;  /* the descriptor's file (fstat), which a descriptor taken must match
+                             (every cuMem export is /dev/nvidiactl to fstat: a weak check) */
       uint64_t file_ino;
     } cumem;
     uint8_t fabric[64];   /* CUmemFabricHandle */

@@ -613,7 +613,9 @@ static ncclResult_t ipc_fd_take(const struct ipc_desc* desc, int my_rank, int* o
                                       "NCCL_P2P_DISABLE=1 (through host memory, slower)"
                                     : "");
   }
-  /* The number must still name the file offered: a buffer freed meanwhile frees its number. */
+  /* The number must still name the file offered. Every cuMem export is the driver's control
+   * file to fstat, so this catches a number reused by any other file, not by another export;
+   * owners keep their exports open until their communicator is destroyed. */
   struct stat st;
   if (desc->u.cumem.file_ino != 0 &&
       (fstat(got, &st) != 0 || (uint64_t)st.st_dev != desc->u.cumem.file_dev ||
@@ -645,11 +647,10 @@ ncclResult_t ipc_fd_fetch(const struct ipc_desc* desc, int my_rank, volatile uin
     INFO(BRAID_LOG_INIT | BRAID_LOG_P2P,
          "rank %d takes rank %u's memory descriptor with pidfd_getfd (%s)", my_rank,
          desc->owner_rank,
-         !same_ns ? "the owner is in another network namespace"
-         : mode == IPC_PASS_PIDFD || desc->u.cumem.service == 0 ? "BRAID_IPC_FD_PASSING=pidfd, or "
-                                                                  "descriptors do not pass over "
-                                                                  "a socket"
-                                                                : "descriptors do not pass over "
-                                                                  "this process's socket");
+         !same_ns                        ? "the owner is in another network namespace"
+         : mode == IPC_PASS_PIDFD        ? "BRAID_IPC_FD_PASSING=pidfd"
+         : desc->u.cumem.service == 0    ? "the owner offers no service: BRAID_IPC_FD_PASSING=pidfd "
+                                           "there, or its socket failed the self-check"
+                                         : "this process's socket failed the self-check");
   return ipc_fd_take(desc, my_rank, out_fd);
 }
