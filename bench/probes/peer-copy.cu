@@ -9,8 +9,6 @@
 //   peer-copy [isolated|visible] [MB]
 // isolated: each rank sees only its own GPU (CUDA_VISIBLE_DEVICES set per rank from the
 // parent's first two GPUs), as schedulers hand GPUs out; visible: both see both.
-#include <cuda.h>
-#include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,25 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define CK(x)                                                                              \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      fprintf(stderr, "rank %d %s:%d %s: %s\n", g_rank, __FILE__, __LINE__, #x,            \
-              cudaGetErrorString(e_));                                                     \
-      exit(1);                                                                             \
-    }                                                                                      \
-  } while (0)
-#define CU(x)                                                                              \
-  do {                                                                                     \
-    CUresult r_ = (x);                                                                     \
-    if (r_ != CUDA_SUCCESS) {                                                              \
-      const char* s_ = "?";                                                                \
-      cuGetErrorString(r_, &s_);                                                           \
-      fprintf(stderr, "rank %d %s:%d %s: %s\n", g_rank, __FILE__, __LINE__, #x, s_);       \
-      exit(1);                                                                             \
-    }                                                                                      \
-  } while (0)
+#include "cuda_check.h"
 
 static int g_rank;
 static int g_sock;
@@ -103,43 +83,46 @@ __global__ void copy_bulk(char* dst, const char* src, size_t bytes, unsigned chu
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
-static void send_fd(int sock, int fd) {
-  char b = 0;
-  struct iovec iov = {&b, 1};
+/* A one-byte message with room for one descriptor (SCM_RIGHTS). */
+struct fd_msg {
+  char byte;
+  struct iovec iov;
   char ctl[CMSG_SPACE(sizeof(int))];
-  memset(ctl, 0, sizeof ctl);
   struct msghdr m;
-  memset(&m, 0, sizeof m);
-  m.msg_iov = &iov;
-  m.msg_iovlen = 1;
-  m.msg_control = ctl;
-  m.msg_controllen = sizeof ctl;
-  struct cmsghdr* c = CMSG_FIRSTHDR(&m);
+};
+
+static void fd_msg_init(struct fd_msg* f) {
+  memset(f, 0, sizeof *f);
+  f->iov.iov_base = &f->byte;
+  f->iov.iov_len = 1;
+  f->m.msg_iov = &f->iov;
+  f->m.msg_iovlen = 1;
+  f->m.msg_control = f->ctl;
+  f->m.msg_controllen = sizeof f->ctl;
+}
+
+static void send_fd(int sock, int fd) {
+  struct fd_msg f;
+  fd_msg_init(&f);
+  struct cmsghdr* c = CMSG_FIRSTHDR(&f.m);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int));
   memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  if (sendmsg(sock, &m, 0) != 1) {
+  if (sendmsg(sock, &f.m, 0) != 1) {
     perror("sendmsg");
     exit(1);
   }
 }
 
 static int recv_fd(int sock) {
-  char b;
-  struct iovec iov = {&b, 1};
-  char ctl[CMSG_SPACE(sizeof(int))];
-  struct msghdr m;
-  memset(&m, 0, sizeof m);
-  m.msg_iov = &iov;
-  m.msg_iovlen = 1;
-  m.msg_control = ctl;
-  m.msg_controllen = sizeof ctl;
-  if (recvmsg(sock, &m, 0) != 1) {
+  struct fd_msg f;
+  fd_msg_init(&f);
+  if (recvmsg(sock, &f.m, 0) != 1) {
     perror("recvmsg");
     exit(1);
   }
-  struct cmsghdr* c = CMSG_FIRSTHDR(&m);
+  struct cmsghdr* c = CMSG_FIRSTHDR(&f.m);
   if (c == NULL || c->cmsg_type != SCM_RIGHTS) {
     fprintf(stderr, "rank %d: no descriptor received\n", g_rank);
     exit(1);
@@ -173,14 +156,14 @@ static cudaStream_t g_st[MAXS];
 // Runs ops on streams 0..n-1 at once, both ranks together; returns the best GB/s of 5 runs.
 static double run(int n, const struct op* ops) {
   cudaEvent_t t0, t1, done[MAXS];
-  CK(cudaEventCreate(&t0));
-  CK(cudaEventCreate(&t1));
-  for (int i = 0; i < n; i++) CK(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming));
+  CHECK(cudaEventCreate(&t0));
+  CHECK(cudaEventCreate(&t1));
+  for (int i = 0; i < n; i++) CHECK(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming));
   double best = 0;
   for (int it = 0; it < 5; it++) {
     barrier();
-    CK(cudaEventRecord(t0, g_st[0]));
-    for (int i = 1; i < n; i++) CK(cudaStreamWaitEvent(g_st[i], t0, 0));
+    CHECK(cudaEventRecord(t0, g_st[0]));
+    for (int i = 1; i < n; i++) CHECK(cudaStreamWaitEvent(g_st[i], t0, 0));
     size_t off = 0;
     for (int i = 0; i < n; i++) {
       size_t b = (size_t)(g_bytes * ops[i].frac) & ~(size_t)65535;
@@ -190,7 +173,7 @@ static double run(int n, const struct op* ops) {
       char* dst = ops[i].push ? g_peer + off : g_local_dst + off;
       char* src = ops[i].push ? g_local_src + off : g_peer + g_bytes + off;
       if (ops[i].kind == 1)
-        CU(cuMemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, b, g_st[i]));
+        CHECK_CU(cuMemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, b, g_st[i]));
       else if (ops[i].kind == 2)
         copy_kernel<<<ops[i].blocks, ops[i].threads ? ops[i].threads : 512, 0, g_st[i]>>>(
             (uint4*)dst, (const uint4*)src, b / 16);
@@ -199,17 +182,17 @@ static double run(int n, const struct op* ops) {
             (uint4*)dst, (const uint4*)src, b / 16);
       else
         copy_bulk<<<ops[i].blocks, 32, 2 * ops[i].threads, g_st[i]>>>(dst, src, b, ops[i].threads);
-      CK(cudaGetLastError());
+      CHECK(cudaGetLastError());
       off += b;
     }
     for (int i = 1; i < n; i++) {
-      CK(cudaEventRecord(done[i], g_st[i]));
-      CK(cudaStreamWaitEvent(g_st[0], done[i], 0));
+      CHECK(cudaEventRecord(done[i], g_st[i]));
+      CHECK(cudaStreamWaitEvent(g_st[0], done[i], 0));
     }
-    CK(cudaEventRecord(t1, g_st[0]));
-    CK(cudaEventSynchronize(t1));
+    CHECK(cudaEventRecord(t1, g_st[0]));
+    CHECK(cudaEventSynchronize(t1));
     float ms;
-    CK(cudaEventElapsedTime(&ms, t0, t1));
+    CHECK(cudaEventElapsedTime(&ms, t0, t1));
     double gbs = g_bytes / (ms * 1e-3) / 1e9;
     if (gbs > best) best = gbs;
   }
@@ -234,11 +217,11 @@ static void rank_main(int rank, int sock, int isolated, size_t mb, const char* d
   g_rank = rank;
   g_sock = sock;
   if (isolated) setenv("CUDA_VISIBLE_DEVICES", devs[rank], 1);
-  CU(cuInit(0));
+  CHECK_CU(cuInit(0));
   CUdevice dev;
-  CU(cuDeviceGet(&dev, isolated ? 0 : rank));
-  CK(cudaSetDevice(isolated ? 0 : rank));
-  CK(cudaFree(0));
+  CHECK_CU(cuDeviceGet(&dev, isolated ? 0 : rank));
+  CHECK(cudaSetDevice(isolated ? 0 : rank));
+  CHECK(cudaFree(0));
   g_bytes = mb << 20;
   CUmemAllocationProp prop;
   memset(&prop, 0, sizeof prop);
@@ -247,21 +230,21 @@ static void rank_main(int rank, int sock, int isolated, size_t mb, const char* d
   prop.location.id = dev;
   prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   size_t gran;
-  CU(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+  CHECK_CU(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
   size_t size = (2 * g_bytes + gran - 1) / gran * gran;
   CUmemGenericAllocationHandle h, ph;
-  CU(cuMemCreate(&h, size, &prop, 0));
+  CHECK_CU(cuMemCreate(&h, size, &prop, 0));
   CUmemAccessDesc acc;
   memset(&acc, 0, sizeof acc);
   acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   acc.location.id = dev;
   acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   CUdeviceptr own, peer;
-  CU(cuMemAddressReserve(&own, size, gran, 0, 0));
-  CU(cuMemMap(own, size, 0, h, 0));
-  CU(cuMemSetAccess(own, size, &acc, 1));
+  CHECK_CU(cuMemAddressReserve(&own, size, gran, 0, 0));
+  CHECK_CU(cuMemMap(own, size, 0, h, 0));
+  CHECK_CU(cuMemSetAccess(own, size, &acc, 1));
   int fd;
-  CU(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+  CHECK_CU(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
   int peer_fd;
   if (rank == 0) {
     send_fd(sock, fd);
@@ -270,24 +253,24 @@ static void rank_main(int rank, int sock, int isolated, size_t mb, const char* d
     peer_fd = recv_fd(sock);
     send_fd(sock, fd);
   }
-  CU(cuMemImportFromShareableHandle(&ph, (void*)(uintptr_t)peer_fd,
+  CHECK_CU(cuMemImportFromShareableHandle(&ph, (void*)(uintptr_t)peer_fd,
                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
-  CU(cuMemAddressReserve(&peer, size, gran, 0, 0));
-  CU(cuMemMap(peer, size, 0, ph, 0));
-  CU(cuMemSetAccess(peer, size, &acc, 1));
+  CHECK_CU(cuMemAddressReserve(&peer, size, gran, 0, 0));
+  CHECK_CU(cuMemMap(peer, size, 0, ph, 0));
+  CHECK_CU(cuMemSetAccess(peer, size, &acc, 1));
   g_own = (char*)own;
   g_peer = (char*)peer;
-  CK(cudaMalloc(&g_local_src, g_bytes));
-  CK(cudaMalloc(&g_local_dst, g_bytes));
-  CK(cudaMemset(g_local_src, rank + 1, g_bytes));
-  CK(cudaMemset(g_own, 0, 2 * g_bytes));
+  CHECK(cudaMalloc(&g_local_src, g_bytes));
+  CHECK(cudaMalloc(&g_local_dst, g_bytes));
+  CHECK(cudaMemset(g_local_src, rank + 1, g_bytes));
+  CHECK(cudaMemset(g_own, 0, 2 * g_bytes));
   int lo, hi;
-  CK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+  CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
   for (int i = 0; i < MAXS; i++)
-    CK(cudaStreamCreateWithPriority(&g_st[i], cudaStreamNonBlocking, i == 1 ? hi : lo));
-  CK(cudaDeviceSynchronize());
+    CHECK(cudaStreamCreateWithPriority(&g_st[i], cudaStreamNonBlocking, i == 1 ? hi : lo));
+  CHECK(cudaDeviceSynchronize());
   int sms;
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, isolated ? 0 : rank));
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, isolated ? 0 : rank));
   if (rank == 0)
     printf("%s, %zu MB each way, rank 0 / rank 1 (best of 5)\n",
            isolated ? "isolated" : "all visible", mb);
@@ -345,15 +328,15 @@ static void rank_main(int rank, int sock, int isolated, size_t mb, const char* d
       report(name, 1, &w);
     }
   // The bulk copy's bytes land: the inbox zeroed, written by the peer, then sampled.
-  CK(cudaMemset(g_own, 0, g_bytes));
-  CK(cudaDeviceSynchronize());
+  CHECK(cudaMemset(g_own, 0, g_bytes));
+  CHECK(cudaDeviceSynchronize());
   struct op bw = {4, 1, 1.0, 2 * sms, 16384};
   run(1, &bw);
-  CK(cudaDeviceSynchronize());
+  CHECK(cudaDeviceSynchronize());
   barrier();
   for (size_t at = 0; at < g_bytes; at += g_bytes / 64 + 4096) {
     unsigned char v;
-    CK(cudaMemcpy(&v, g_own + at, 1, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(&v, g_own + at, 1, cudaMemcpyDeviceToHost));
     if (v != 2 - rank) {
       fprintf(stderr, "rank %d: byte %zu of the inbox is %d, not %d\n", rank, at, v, 2 - rank);
       exit(1);

@@ -126,6 +126,15 @@ static int cumem_usable(int cuda_dev, char* why, size_t why_size) {
   return 1;
 }
 
+/* A pinned allocation on device `dev` whose handle can be exported as `type`. */
+static void cumem_prop(CUmemAllocationProp* prop, int dev, CUmemAllocationHandleType type) {
+  memset(prop, 0, sizeof *prop);
+  prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop->location.id = dev;
+  prop->requestedHandleTypes = type;
+}
+
 /*
  * Whether `cuda_dev` makes cuMem allocations with fabric handles: the GPU says it can, and one
  * granule made and exported that way works (it needs an IMEX channel the user may open). Asked
@@ -147,11 +156,7 @@ static int fabric_probe(int cuda_dev, char* why, size_t why_size) {
     return 0;
   }
   CUmemAllocationProp prop;
-  memset(&prop, 0, sizeof prop);
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = dev;
-  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
+  cumem_prop(&prop, dev, CU_MEM_HANDLE_TYPE_FABRIC);
   size_t gran = 0;
   CUmemGenericAllocationHandle h;
   CUmemFabricHandle fh;
@@ -279,8 +284,8 @@ static ipc_kind_t choose(const struct braid_peer_info* me, const struct braid_pe
     return IPC_CUMEM;
   /* pidfd_getfd needs pids that compare (a known, shared pid namespace) and start times that
    * tell a reused pid. */
-  if (cumem && me->ipc_pidfd && owner->ipc_pidfd && me->pid_ns != 0 && me->pid_ns == owner->pid_ns &&
-      me->start_time != 0 && owner->start_time != 0)
+  if (cumem && me->ipc_pidfd && owner->ipc_pidfd && me->pid_ns != 0 &&
+      me->pid_ns == owner->pid_ns && me->start_time != 0 && owner->start_time != 0)
     return IPC_CUMEM;
   if (fabric) return IPC_FABRIC;
   if (ipc_sees_gpu(me, owner->dev_bus_id) && ipc_sees_gpu(owner, me->dev_bus_id)) return IPC_LEGACY;
@@ -356,12 +361,8 @@ static ncclResult_t cumem_create(size_t bytes, ipc_kind_t kind, void* exported,
   BRAID_CUDA_TRY(cudaGetDevice(&dev));
   pthread_once(&drv_once, drv_load);
   BRAID_CHECK(drv.ok, ncclSystemError, "the CUDA driver lacks the cuMem functions");
-  memset(&prop, 0, sizeof prop);
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = dev;
-  prop.requestedHandleTypes =
-      fabric ? CU_MEM_HANDLE_TYPE_FABRIC : CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  cumem_prop(&prop, dev,
+             fabric ? CU_MEM_HANDLE_TYPE_FABRIC : CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   DRV_TRY(drv.granularity(&b->gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
           "cuMemGetAllocationGranularity");
   if (b->gran == 0) b->gran = 2 << 20;
