@@ -1,5 +1,5 @@
 /*
- * What the host hands the copy-engine exchange's kernel (core/ce.c says how
+ * What the host hands the copy-engine exchange's kernel (runtime/ce.c says how
  * the exchange goes). Plain C, shared by the host and the kernel.
  */
 #ifndef BRAID_DEVICE_CE_ARGS_H
@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-/* Threads per block of the exchange's kernel (its blocks: BRAID_CE_NBLOCKS, core/ce.c). */
+/* Threads per block of the exchange's kernel (its blocks: BRAID_CE_NBLOCKS, runtime/ce.c). */
 #define BRAID_CE_THREADS 512
 /* Most scratch slots a communicator may have (the flag words are sized by it). */
 #define BRAID_CE_MAX_SLOTS 16
@@ -45,7 +45,7 @@ enum braid_ce_mode {
 enum braid_ce_sent {
   BRAID_CE_SENT_NONE = 0,  /* no overlap */
   BRAID_CE_SENT_CHUNK = 1  /* out == send, one size: chunk k once this rank's chunk k is out
-                              (other overlaps send from a copy: core/ce.c) */
+                              (other overlaps send from a copy: runtime/ce.c) */
 };
 
 struct braid_ce_args {
@@ -76,7 +76,7 @@ struct braid_ce_args {
   uint32_t sent_last[2];
   int32_t sent_wait;
   /*
-   * The peer's chunks land in `out` itself (registered buffers, core/register.c), not in the
+   * The peer's chunks land in `out` itself (registered buffers, runtime/register.c), not in the
    * slots: REDUCE reduces `out` with `own` in place, COPY only waits. At the start the kernel
    * tells the peer it may copy (the peer's `ready` word = ready_value).
    */

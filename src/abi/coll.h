@@ -32,7 +32,7 @@ typedef enum {
 
 /* Limits every layer agrees on. */
 #define BRAID_MAX_CHANNELS 32
-/* Blocks past the channels, for a rank's send/recv to itself (core/enqueue.c). */
+/* Blocks past the channels, for a rank's send/recv to itself (runtime/enqueue.c). */
 #define BRAID_MAX_SELF_CHANNELS 16
 #define BRAID_MAX_GRID (BRAID_MAX_CHANNELS + BRAID_MAX_SELF_CHANNELS)
 #define BRAID_MAX_NTHREADS 512

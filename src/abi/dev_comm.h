@@ -21,7 +21,7 @@
  * child shares with its parent (splitShare) has one true step word, the
  * lender's; the borrower's kernels copy it into their own word as they start
  * and back as they end (struct braid_borrows), and the family's kernels run
- * one after another (core/share.c), so the word is never used by two kernels
+ * one after another (runtime/share.c), so the word is never used by two kernels
  * at once. The steps of every other connection cost nothing for it.
  */
 #ifndef BRAID_DEVICE_DEV_COMM_H
@@ -106,7 +106,7 @@ struct braid_dev_comm {
   volatile uint32_t* abort_flag; /* host-mapped; nonzero: every wait loop returns */
   struct braid_dev_channel channels[BRAID_MAX_CHANNELS];
   /*
-   * The op ledger (core/watchdog.c): each block of a launch that carries a
+   * The op ledger (runtime/watchdog.c): each block of a launch that carries a
    * sequence number writes it here, at its block index, once through. A
    * comm's launches run one after another, so a launch of `grid` blocks is
    * complete when the first `grid` words have reached its number.
@@ -195,7 +195,7 @@ struct braid_work {
 #define BRAID_MAX_WORK 48
 
 /*
- * The connections a split child borrows (splitShare; core/share.c), by channel: each one's own
+ * The connections a split child borrows (splitShare; runtime/share.c), by channel: each one's own
  * step word, which its kernels use, and the lender's, where the step lives between kernels.
  * A kernel with a table copies its channel's lenders' words into its own as it starts and back
  * as it ends. Pairs are only ever appended (a pair first, then its channel's count), so a

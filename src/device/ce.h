@@ -1,5 +1,5 @@
 /*
- * The kernel half of the copy-engine exchange of two ranks (core/ce.c): the
+ * The kernel half of the copy-engine exchange of two ranks (runtime/ce.c): the
  * peer's copy engine writes its data, chunk by chunk, into this rank's
  * scratch slots and raises the slot's `arrived` word; this kernel takes each
  * chunk as it lands (reduces it with this rank's own data, or copies it) into
@@ -10,7 +10,7 @@
  * is reused only after the peer has seen it freed, so the counter is back at
  * zero by then.
  *
- * With registered buffers (core/register.c) the peer's copies land in the
+ * With registered buffers (runtime/register.c) the peer's copies land in the
  * output itself: the kernel first tells the peer it may copy (its `ready`
  * word), then reduces each chunk in place with its own data, or only waits
  * for it; the slot's `freed` word is still raised, so the chunk numbers of
@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(BRAID_CE_THREADS)
  * completed when this runs (stream order), so its chunk is published with
  * a release; then it polls until the next copy's slot is free, or the
  * communicator aborts. Kernels, not the driver's stream memory operations
- * (core/ce.c says why).
+ * (runtime/ce.c says why).
  */
 template <typename T>
 __global__ void braid_ce_step_kernel(const __grid_constant__ struct braid_ce_step s) {

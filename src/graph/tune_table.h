@@ -36,7 +36,7 @@ struct tune_table {
   int pair_chunk_min;    /* ... each of at least this many bytes (at most a FIFO slot) */
   /*
    * Two ranks joined by P2P: smallest size (as nccl-tests counts it; send/receive: the larger
-   * message of a pair) that goes through the copy-engine exchange (core/ce.c), by collective;
+   * message of a pair) that goes through the copy-engine exchange (runtime/ce.c), by collective;
    * 0: never. BRAID_CE_MIN_BYTES set overrides it for every collective.
    */
   long long ce_min_bytes[BRAID_COLL_COUNT];

@@ -30,7 +30,7 @@
  * writes the peer's freed[slot] = g + 1. Every wait compares sequence
  * numbers, so no word is ever reset.
  *
- * With registered buffers on both ranks (core/register.c) a chunk goes
+ * With registered buffers on both ranks (runtime/register.c) a chunk goes
  * straight to its place in the peer's buffer instead of a slot: each copy
  * stream's first step then waits for the peer's kernel to have started the
  * operation (the `ready` word it raises: its buffer is free from then on),

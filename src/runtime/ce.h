@@ -29,7 +29,7 @@ struct braid_ce_op {
   uint64_t scalar;
   int scalar_device;
   /*
-   * Registered buffers on both ranks (core/register.c): `send` goes straight to peer_out (the
+   * Registered buffers on both ranks (runtime/register.c): `send` goes straight to peer_out (the
    * peer's buffer, mapped here) instead of its slots; `landed`: the peer's data lands in `out`
    * itself (never overlapping what this rank sends or its `own`).
    */

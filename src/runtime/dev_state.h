@@ -20,7 +20,7 @@ struct launch_plan; /* enqueue.c */
 #define BRAID_CAPTURES 32 /* captures of one comm tracked at once (its kernels' order in each) */
 
 /*
- * The order of a family's kernels (core/share.c: a communicator, and the children it shares
+ * The order of a family's kernels (runtime/share.c: a communicator, and the children it shares
  * its connections with): one event recorded after each kernel of any of them, which the next
  * launch waits for when it goes to another stream (and always once graphs are involved).
  */

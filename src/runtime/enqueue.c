@@ -179,7 +179,7 @@ static uint32_t enq_pair_chunk(const struct ncclComm* comm, const struct braid_o
   return want < ring_chunk ? (uint32_t)want : ring_chunk;
 }
 
-/* The collectives the copy-engine exchange runs (core/ce.c). */
+/* The collectives the copy-engine exchange runs (runtime/ce.c). */
 static int enq_ce_coll(int coll) {
   return coll == BRAID_COLL_ALLREDUCE || coll == BRAID_COLL_REDUCESCATTER ||
          coll == BRAID_COLL_ALLGATHER || coll == BRAID_COLL_BROADCAST;
@@ -676,7 +676,7 @@ fail:
 
 /*
  * Two ranks joined by P2P: the i-th send to the peer and the i-th receive
- * from it (either may be missing) go as a copy-engine exchange (core/ce.c)
+ * from it (either may be missing) go as a copy-engine exchange (runtime/ce.c)
  * where it is on for the larger; the i-th self send/receive of the received size rides along
  * (the exchange's kernel copies it while the peer's data travels: the shape
  * of a two-rank all-to-all). Both ranks see the same pairs, so they agree.

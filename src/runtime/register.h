@@ -7,7 +7,7 @@
  * joined by P2P, an all-reduce, reduce-scatter, all-gather or send/receive pair of at least that
  * size whose buffers both ranks registered (NCCL's rule: every rank or none, source and
  * destination) moves through the copy engines straight into the peer's registered buffer, no
- * scratch slot and no second copy (core/ce.c). Otherwise registered buffers go through the
+ * scratch slot and no second copy (runtime/ce.c). Otherwise registered buffers go through the
  * FIFOs (or the scratch) like any other, as NCCL does where its zero-copy paths do not apply.
  * A buffer in use in place cannot be deregistered until its operation is done.
  *

@@ -3,7 +3,7 @@
  * (size first, append-only, every slot filled) in one file or folder:
  * net_socket.c (TCP, always built), net_ib.c (rdma-core verbs, dlopen),
  * net_ofi.c (libfabric, dlopen), net_plugin.c (an NCCL net plugin, dlopen).
- * The proxy thread (core/proxy.c) is the only caller of the data-path slots;
+ * The proxy thread (transport/proxy.c) is the only caller of the data-path slots;
  * the net transport (net.c) sets connections up;
  * tests/mp/net_conformance_test.c runs one suite over every backend.
  *

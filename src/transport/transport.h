@@ -107,7 +107,7 @@ struct braid_connector {
   int setup_tag;                       /* the bootstrap tag of the info this end sent */
   const struct braid_connector* offer; /* phases 1-2: the parent's end it offered to borrow */
   struct conn_msg* answer;             /* phase 2: the peer's message */
-  int borrowed;                        /* `dev` is a parent's connection (core/share.h):
+  int borrowed;                        /* `dev` is a parent's connection (runtime/share.h):
                                           nothing here to free */
   uint64_t* step_home;                 /* borrowed: where its step lives, the first lender's
                                           step word (device memory; dev_comm.h) */

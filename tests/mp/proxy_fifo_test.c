@@ -1,5 +1,5 @@
 /*
- * The proxy's FIFO protocol (core/proxy.h) end to end, without a GPU: two
+ * The proxy's FIFO protocol (transport/proxy.h) end to end, without a GPU: two
  * processes, each with its proxy thread, host-memory FIFOs, and the test
  * standing in for the kernels. The sending "kernel" fills slot s % nsteps
  * with random bytes of step s and releases tail = s + 1 once head allows;

@@ -1,5 +1,5 @@
 /*
- * Unit tests of src/core/socket.c: interface-spec matching, address text in
+ * Unit tests of src/base/socket.c: interface-spec matching, address text in
  * and out (IPv4, IPv6, [v6]:port, malformed input), and the connection
  * helpers on loopback (whole transfers, time limits, abort, peer closing,
  * no SIGPIPE, close-on-exec and TCP_NODELAY), and the options that make a
