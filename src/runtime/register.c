@@ -236,7 +236,8 @@ static void reg_export(struct ncclComm* comm, struct braid_reg* reg) {
   char why[192];
   ipc_kind_t kind = comm->peers[peer].pid_hash == comm->peers[comm->rank].pid_hash
                         ? IPC_LOCAL
-                        : ipc_choose_fd(&comm->peers[peer], &comm->peers[comm->rank], why, sizeof why);
+                        : ipc_choose_fd(&comm->peers[peer], &comm->peers[comm->rank], why,
+                                        sizeof why);
   if (kind != IPC_LOCAL && kind != IPC_CUMEM) {
     snprintf(reg->why, sizeof reg->why, "rank %d cannot map this process's cuMem memory: %s",
              peer, kind == IPC_NONE ? why : "cuMem sharing is off (NCCL_CUMEM_ENABLE=0?)");

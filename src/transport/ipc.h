@@ -45,7 +45,13 @@
 
 struct braid_peer_info;
 
-typedef enum { IPC_NONE = 0, IPC_LOCAL = 1, IPC_CUMEM = 2, IPC_LEGACY = 3, IPC_FABRIC = 4 } ipc_kind_t;
+typedef enum {
+  IPC_NONE = 0,
+  IPC_LOCAL = 1,
+  IPC_CUMEM = 2,
+  IPC_LEGACY = 3,
+  IPC_FABRIC = 4
+} ipc_kind_t;
 const char* ipc_kind_name(ipc_kind_t kind);
 
 /* What an owner sends the process that maps its memory (inside a transport's connection info). */
@@ -60,7 +66,7 @@ struct ipc_desc {
   union {
     cudaIpcMemHandle_t legacy;
     struct {
-      uint64_t service;   /* the owner's descriptor service; 0: take the descriptor with pidfd_getfd */
+      uint64_t service;   /* the owner's descriptor service; 0: take it with pidfd_getfd */
       uint8_t token[16];  /* this export's capability */
       int32_t pid;        /* the owner's process and the descriptor's number there (pidfd_getfd) */
       int32_t fd;

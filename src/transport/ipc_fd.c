@@ -608,9 +608,10 @@ static ncclResult_t ipc_fd_take(const struct ipc_desc* desc, int my_rank, int* o
                      "rank %d cannot take rank %u's memory descriptor (pid %d, descriptor %d) with "
                      "pidfd_getfd: %s%s", my_rank, owner, pid, fd, strerror(err),
                      gone ? " (the process is gone)"
-                     : err == EPERM ? ". This process may not trace that one (kernel.yama.ptrace_scope, "
-                                      "different groups, or a security module): set "
-                                      "NCCL_P2P_DISABLE=1 (through host memory, slower)"
+                     : err == EPERM ? ". This process may not trace that one "
+                                      "(kernel.yama.ptrace_scope, different groups, or a "
+                                      "security module): set NCCL_P2P_DISABLE=1 (through host "
+                                      "memory, slower)"
                                     : "");
   }
   /* The number must still name the file offered. Every cuMem export is the driver's control
@@ -649,8 +650,8 @@ ncclResult_t ipc_fd_fetch(const struct ipc_desc* desc, int my_rank, volatile uin
          desc->owner_rank,
          !same_ns                        ? "the owner is in another network namespace"
          : mode == IPC_PASS_PIDFD        ? "BRAID_IPC_FD_PASSING=pidfd"
-         : desc->u.cumem.service == 0    ? "the owner offers no service: BRAID_IPC_FD_PASSING=pidfd "
-                                           "there, or its socket failed the self-check"
+         : desc->u.cumem.service == 0    ? "the owner offers no service: BRAID_IPC_FD_PASSING="
+                                           "pidfd there, or its socket failed the self-check"
                                          : "this process's socket failed the self-check");
   return ipc_fd_take(desc, my_rank, out_fd);
 }
