@@ -229,9 +229,10 @@ ncclResult_t ce_setup(struct ncclComm* comm) {
   ce->nslots = ce_nslots();
   ce->usable = ce_usable_here(ce);
   /*
-   * The copy engines reach a GPU this process cannot see (CUDA_VISIBLE_DEVICES) one copy at a
-   * time, at about what the kernels move (docs/tuning.md, BRAID_CE_MIN_BYTES): the exchange is
-   * then left to the kernels. The peer learns it from the info below.
+   * The copy engines write into a GPU this process cannot see (CUDA_VISIBLE_DEVICES) no faster
+   * than the SMs do (about 367 GB/s each way on 2x H200, 390 with the GPU visible; docs/tuning.md,
+   * BRAID_CE_MIN_BYTES), so the exchange would add only its own costs: the kernels move the
+   * data. The peer learns it from the info below.
    */
   const struct braid_peer_info* peer_info = &comm->peers[1 - comm->rank];
   if (ce->usable && !ipc_sees_gpu(&comm->peers[comm->rank], peer_info->dev_bus_id)) {
