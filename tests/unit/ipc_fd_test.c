@@ -404,7 +404,8 @@ static void test_socket_selfcheck(void) {
     char verdict = 'x';
     if (ipc_service_hold(sw, sizeof sw) == 0) verdict = 's';
     else if (!forbid_recvmsg()) verdict = 'f';
-    else verdict = ipc_fd_socket_works(w, sizeof w) ? 'y' : (strstr(w, "Operation not permitted") ? 'n' : 'w');
+    else if (ipc_fd_socket_works(w, sizeof w)) verdict = 'y';
+    else verdict = strstr(w, "Operation not permitted") ? 'n' : 'w';
     if (verdict == 'w') fprintf(stderr, "child: reason %s\n", w);
     /* After the failed check an offer names no service, and a fetch takes the descriptor with
      * pidfd_getfd (from this very process here) instead of failing on the socket. */
@@ -418,9 +419,8 @@ static void test_socket_selfcheck(void) {
       taken = 'o';
       if (ipc_fd_offer(q[0], &d, &e) == ncclSuccess && d.u.cumem.service == 0) {
         int got = -1;
-        taken = ipc_fd_fetch(&d, 0, NULL, &got) == ncclSuccess && got >= 0 && same_pipe(got, q[1], "x")
-                    ? 't'
-                    : 'f';
+        const int came = ipc_fd_fetch(&d, 0, NULL, &got) == ncclSuccess && got >= 0;
+        taken = came && same_pipe(got, q[1], "x") ? 't' : 'f';
         if (got >= 0) close(got);
       }
       if (e) ipc_fd_withdraw(e);
@@ -438,7 +438,8 @@ static void test_socket_selfcheck(void) {
   int st;
   waitpid(pid, &st, 0);
 #if defined(__x86_64__)
-  TEST_CHECK(v == 'n', "under a filter that forbids recvmsg the self-check fails, naming it (%c)", v);
+  TEST_CHECK(v == 'n', "under a filter that forbids recvmsg the self-check fails, naming it (%c)",
+             v);
   if (ipc_pidfd_usable(why, sizeof why))
     TEST_CHECK(vv[1] == 't', "then an offer names no service and the fetch takes the descriptor "
                "with pidfd_getfd (%c)", vv[1]);
@@ -559,6 +560,59 @@ static void test_choose(void) {
   }
 }
 
+/*
+ * Every combination of what two ranks can tell each other (user, namespaces known or not and
+ * shared or not, start times, cuMem, socket, pidfd_getfd, fabric handles, which GPUs each
+ * sees): both ends pick the same way, windows never get fabric handles, a pick is one the two
+ * can carry out, and a refusal says why.
+ */
+static void test_choose_all(void) {
+  const int64_t both[] = {0x1b000, 0x43000}, own_a[] = {0x1b000}, own_b[] = {0x43000};
+  int combos = 0, bad = 0;
+  for (unsigned m = 0; m < (1u << 16); m++) {
+    struct braid_peer_info a, b;
+    const int vis_a = m & 1 ? 2 : 1, vis_b = m >> 1 & 1 ? 2 : 1;
+    peer(&a, 0, 11, m >> 2 & 1, 1000, 5, 0x1b000, vis_a == 2 ? both : own_a, vis_a);
+    peer(&b, 1, 22, m >> 3 & 1, m >> 4 & 1 ? 1001 : 1000, 5, 0x43000, vis_b == 2 ? both : own_b,
+         vis_b);
+    if (m >> 5 & 1) b.net_ns = m >> 6 & 1 ? 0 : 6; /* another namespace, or unknown */
+    a.pid_ns = 7;
+    b.pid_ns = m >> 7 & 1 ? (m >> 6 & 1 ? 0 : 8) : 7;
+    a.ipc_pidfd = m >> 8 & 1;
+    b.ipc_pidfd = m >> 9 & 1;
+    if (m >> 10 & 1) a.ipc_service = 0;
+    if (m >> 11 & 1) b.ipc_service = 0;
+    a.ipc_fabric = (int)(m >> 12 & 3) % 3;
+    b.ipc_fabric = (int)(m >> 14 & 3) % 3;
+    if ((m >> 12 & 3) == 3) a.start_time = 0; /* reused as "start time unknown" */
+    char w1[512] = "", w2[512] = "", w3[512] = "", w4[512] = "";
+    const ipc_kind_t ab = ipc_choose(&a, &b, w1, sizeof w1), ba = ipc_choose(&b, &a, w2, sizeof w2);
+    const ipc_kind_t fab = ipc_choose_fd(&a, &b, w3, sizeof w3),
+                     fba = ipc_choose_fd(&b, &a, w4, sizeof w4);
+    const int same_user = a.uid == b.uid, cumem = a.ipc_cumem && b.ipc_cumem && same_user;
+    const int by_socket = cumem && a.ipc_service && b.ipc_service && a.net_ns == b.net_ns;
+    const int by_pidfd = cumem && a.ipc_pidfd && b.ipc_pidfd && a.pid_ns != 0 &&
+                         a.pid_ns == b.pid_ns && a.start_time != 0 && b.start_time != 0;
+    const int legacy = vis_a == 2 && vis_b == 2;
+    int ok = ab == ba && fab == fba && fab != IPC_FABRIC;
+    ok = ok && (ab != IPC_CUMEM || by_socket || by_pidfd);
+    ok = ok && (fab != IPC_CUMEM || by_socket || by_pidfd);
+    ok = ok && (ab != IPC_FABRIC || (a.ipc_fabric && b.ipc_fabric));
+    ok = ok && (ab != IPC_LEGACY || legacy);
+    ok = ok && (ab != IPC_NONE || (!by_socket && !by_pidfd && !legacy));
+    ok = ok && (ab != IPC_NONE || w1[0] != '\0') && (fab != IPC_NONE || w3[0] != '\0');
+    /* Descriptors when they can pass (fabric handles first only when both ask for them). */
+    if ((by_socket || by_pidfd) && !(a.ipc_fabric == 2 && b.ipc_fabric == 2))
+      ok = ok && ab == IPC_CUMEM;
+    ok = ok && ((by_socket || by_pidfd) ? fab == IPC_CUMEM : 1);
+    if (!ok && bad++ < 5)
+      TEST_CHECK(0, "case %#x: %s / %s, for windows %s / %s (why: %s)", m, ipc_kind_name(ab),
+                 ipc_kind_name(ba), ipc_kind_name(fab), ipc_kind_name(fba), w1);
+    combos++;
+  }
+  TEST_CHECK(bad == 0, "%d of %d combinations chose wrongly", bad, combos);
+}
+
 int main(void) {
   braid_param_reload();
   test_service();
@@ -566,5 +620,6 @@ int main(void) {
   test_pidfd();
   test_socket_selfcheck();
   test_choose();
+  test_choose_all();
   return test_summary();
 }
