@@ -70,6 +70,7 @@ static struct {
 } svc = {.lock = PTHREAD_MUTEX_INITIALIZER, .listen_fd = -1, .wake = {-1, -1}};
 
 static uint64_t ipc_net_ns(void);
+static void ipc_self(uint64_t* start, uint64_t* net_ns);
 /* The self-check's verdict on passing descriptors over this process's socket (ipc_fd_socket_works):
  * 0 not asked yet, 1 they pass, -1 they do not (peers then take them with pidfd_getfd). Read
  * and written with atomics; a forked child asks again. */
@@ -292,8 +293,7 @@ ncclResult_t ipc_fd_offer(int fd, struct ipc_desc* desc, struct ipc_export** out
   memcpy(desc->u.cumem.token, e->token, sizeof e->token);
   desc->u.cumem.pid = (int32_t)getpid();
   desc->u.cumem.fd = fd;
-  desc->u.cumem.start = braid_process_start(getpid());
-  desc->u.cumem.net_ns = ipc_net_ns();
+  ipc_self(&desc->u.cumem.start, &desc->u.cumem.net_ns);
   struct stat st;
   if (fstat(fd, &st) == 0) {
     desc->u.cumem.file_dev = (uint64_t)st.st_dev;
@@ -353,10 +353,34 @@ static ncclResult_t ipc_fetch_unanswered(int my_rank, unsigned owner, int pid, d
                    my_rank, owner, pid, what, waited);
 }
 
-/* The inode of this process's network namespace, 0 when unknown. */
+/*
+ * This process's identity as offers carry it: its start time and network namespace (inode), 0
+ * when unknown. Read once a process (again in a forked child): a communicator offers dozens of
+ * buffers, and each read is a file in /proc.
+ */
+static struct {
+  pthread_mutex_t lock;
+  pid_t pid;
+  uint64_t start, net_ns;
+} self_id = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void ipc_self(uint64_t* start, uint64_t* net_ns) {
+  pthread_mutex_lock(&self_id.lock);
+  if (self_id.pid != getpid()) {
+    struct stat st;
+    self_id.pid = getpid();
+    self_id.start = braid_process_start(self_id.pid);
+    self_id.net_ns = stat("/proc/self/ns/net", &st) == 0 ? (uint64_t)st.st_ino : 0;
+  }
+  if (start) *start = self_id.start;
+  if (net_ns) *net_ns = self_id.net_ns;
+  pthread_mutex_unlock(&self_id.lock);
+}
+
 static uint64_t ipc_net_ns(void) {
-  struct stat st;
-  return stat("/proc/self/ns/net", &st) == 0 ? (uint64_t)st.st_ino : 0;
+  uint64_t ns;
+  ipc_self(NULL, &ns);
+  return ns;
 }
 
 /*
