@@ -253,8 +253,9 @@ static int proxy_send_progress(struct braid_proxy_conn* c) {
     if (!done) break;
     if (__builtin_expect(c->d.events != NULL, 0)) proxy_ev_step_end(c, (int)(c->done % (uint64_t)f->nsteps));
     c->done++;
-    atomic_store_explicit(f->head, c->done, memory_order_release);
+    /* The count first: whoever sees the step published sees it counted too. */
     atomic_store_explicit(&c->steps, c->done, memory_order_relaxed);
+    atomic_store_explicit(f->head, c->done, memory_order_release);
     moved = 1;
   }
   if (__builtin_expect(c->d.events != NULL, 0) && c->ev_op && c->done == c->posted &&
@@ -314,8 +315,8 @@ static int proxy_recv_progress(struct braid_proxy* p, struct braid_proxy_conn* c
       proxy_ev_step_end(c, slot);
     }
     c->done++;
+    atomic_store_explicit(&c->steps, c->done, memory_order_relaxed); /* before the publication */
     atomic_store_explicit(f->tail, c->done, memory_order_release);
-    atomic_store_explicit(&c->steps, c->done, memory_order_relaxed);
     moved = arrived = 1;
   }
 out:
