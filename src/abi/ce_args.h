@@ -99,6 +99,45 @@ struct braid_ce_step {
   volatile uint32_t* abort_flag;
 };
 
+/*
+ * The all-gather of 3 to BRAID_CE_FAN_MAX ranks into registered buffers (runtime/ce_fan.c): each
+ * rank's copy engine writes its part into every peer's output, one peer after another. A rank's
+ * flag page (the first BRAID_CE_FLAGS_BYTES of its fan allocation); every word holds the number
+ * of the last operation it speaks of (operations are numbered alike on every rank, from 1).
+ */
+#define BRAID_CE_FAN_MAX 8
+struct braid_ce_fan_flags {
+  uint32_t ready[BRAID_CE_FAN_MAX];   /* by rank p's kernel: its output may be written */
+  uint32_t arrived[BRAID_CE_FAN_MAX]; /* by rank p's copy stream: its part is in this output */
+  uint32_t sent;                      /* by this rank's copy stream: every copy of it is out */
+};
+
+/*
+ * A step of the fan's copy stream (one block): publish the copies before it (each peer's
+ * arrived word for this rank, and this rank's sent word), then wait until every `wait` word
+ * has reached `value`. NULL entries are skipped.
+ */
+struct braid_ce_fan_step {
+  uint32_t* publish[BRAID_CE_FAN_MAX];
+  uint32_t* sent;
+  const uint32_t* wait[BRAID_CE_FAN_MAX];
+  uint32_t value;
+  volatile uint32_t* abort_flag;
+};
+
+/* What the fan's kernel on the user's stream gets. */
+struct braid_ce_fan_args {
+  struct braid_dev_comm* comm;              /* the abort flag and the ledger */
+  struct braid_ce_fan_flags* flags;         /* this rank's */
+  uint32_t* peer_ready[BRAID_CE_FAN_MAX];   /* rank p's ready word for this rank (NULL: itself) */
+  const void* own;                          /* this rank's part, copied to own_out (NULL: none) */
+  void* own_out;
+  uint64_t own_bytes;
+  uint64_t ledger_seq;                      /* 0: no report */
+  uint32_t value;                           /* the operation's number */
+  int32_t nranks;
+};
+
 #ifdef __cplusplus
 }
 #endif

@@ -35,6 +35,10 @@ extern const void* const braid_copy_kernel_table[BRAID_KERNEL_FAMILIES];
 extern const void* const* const braid_ce_kernel_table[ncclNumTypes];
 /* The copy streams' step kernel (ce.h), or NULL in a build without kernels. */
 const void* braid_ce_step_kernel(void);
+/* The all-gather fan's kernel (ce.h, runtime/ce_fan.c), or NULL in a build without kernels. */
+const void* braid_ce_fan_kernel(void);
+/* The fan's copy-stream step (ce.h), or NULL in a build without kernels. */
+const void* braid_ce_fan_step_kernel(void);
 
 #ifdef __cplusplus
 }

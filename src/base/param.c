@@ -253,6 +253,13 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "not where the output overlaps the input. -1 (default): never, registered buffers go the "
       "usual way (measured no faster on 2x H200: docs/tuning.md, BRAID_CE_REG_MIN_BYTES). The "
       "same on every rank."),
+  ROW(CE_FAN_MIN_BYTES, NULL, INT, "67108864",
+      "Three to eight ranks that map each other's memory (one host, NVLink or PCIe P2P) and "
+      "registered both buffers of an all-gather (ncclCommRegister, cuMem memory as ncclMemAlloc "
+      "makes): smallest all-gather (its whole output, as nccl-tests counts it) whose parts the "
+      "copy engines write straight into every peer's output, one peer after another; not under "
+      "stream capture (docs/tuning.md, BRAID_CE_FAN_MIN_BYTES). -1: never. The same on every "
+      "rank."),
   ROW(LOCAL_REGISTER, "NCCL_LOCAL_REGISTER", INT, "1",
       "1: buffers registered with ncclCommRegister are used in place where Braid can "
       "(BRAID_CE_REG_MIN_BYTES); 0: registrations are kept but every operation copies through "
@@ -428,7 +435,8 @@ const braid_param_id_t braid_params_agreed[BRAID_PARAMS_AGREED] = {
     BRAID_P_P2P_LL_MAX,    BRAID_P_P2P_CHANNEL_BYTES, BRAID_P_CE_MIN_BYTES,
     BRAID_P_CE_SLOT_BYTES, BRAID_P_CE_NSLOTS,         BRAID_P_LL128_BUFFSIZE,
     BRAID_P_P2P_PEER_SPLIT, BRAID_P_SYM_MAX_BYTES,     BRAID_P_SYM_PULL,
-    BRAID_P_ONESHOT_MAX_BYTES, BRAID_P_CE_REG_MIN_BYTES, BRAID_P_LOCAL_REGISTER};
+    BRAID_P_ONESHOT_MAX_BYTES, BRAID_P_CE_REG_MIN_BYTES, BRAID_P_LOCAL_REGISTER,
+    BRAID_P_CE_FAN_MIN_BYTES};
 
 int64_t braid_param_int(braid_param_id_t id) {
   param_ensure_loaded();

@@ -84,6 +84,7 @@ typedef enum {
   BRAID_P_CE_TRACE,
   BRAID_P_CE_FAIL_CONNECT,
   BRAID_P_CE_REG_MIN_BYTES,
+  BRAID_P_CE_FAN_MIN_BYTES,
   BRAID_P_LOCAL_REGISTER,
   BRAID_P_OFI_PROVIDER,
   BRAID_P_OFI_HMEM,
@@ -124,7 +125,7 @@ typedef enum {
  * of a communicator must have the same values, or calls hang or corrupt data. Comm init compares
  * them across ranks and refuses a mix.
  */
-#define BRAID_PARAMS_AGREED 15
+#define BRAID_PARAMS_AGREED 16
 extern const braid_param_id_t braid_params_agreed[BRAID_PARAMS_AGREED];
 
 /* The value of an integer parameter. A malformed value falls back to the default with a WARN. */

@@ -169,6 +169,70 @@ __global__ void braid_ce_step_kernel(const __grid_constant__ struct braid_ce_ste
       }
 }
 
+/*
+ * The fan's kernel (runtime/ce_fan.c), on the user's stream of an all-gather of 3+ ranks into
+ * registered buffers: it tells every peer that this rank's output may be written (the stream
+ * has reached the operation), copies this rank's own part into place while the copy engines
+ * move the rest, then waits in one block until every peer's part has landed and this rank's
+ * copies are out. T is unused: one instance serves every type.
+ */
+template <typename T>
+__global__ void __launch_bounds__(BRAID_CE_THREADS)
+    braid_ce_fan_kernel(const __grid_constant__ struct braid_ce_fan_args a) {
+  if (blockIdx.x == 0 && threadIdx.x < (unsigned)a.nranks && a.peer_ready[threadIdx.x])
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(a.peer_ready[threadIdx.x]),
+                 "r"(a.value)
+                 : "memory");
+  if (a.own != nullptr && a.own_bytes > 0) {
+    uint64_t per = (a.own_bytes + gridDim.x - 1) / gridDim.x;
+    per = (per + 15) / 16 * 16;
+    const uint64_t lo = per * blockIdx.x < a.own_bytes ? per * blockIdx.x : a.own_bytes;
+    const uint64_t hi = lo + per < a.own_bytes ? lo + per : a.own_bytes;
+    reduce_copy<4, uint8_t, op_copy<uint8_t>, 1, 1, false, false>(
+        threadIdx.x, blockDim.x, op_copy<uint8_t>(), (const uint8_t*)a.own + lo, nullptr,
+        (uint8_t*)a.own_out + lo, nullptr, (int64_t)(hi - lo));
+  }
+  if (threadIdx.x != 0) return;
+  if (blockIdx.x == 0) {
+    int spins = 0;
+    for (int p = 0; p <= a.nranks; p++) {
+      /* Every peer's part (p < nranks, not this rank), then this rank's copies (p == nranks). */
+      const uint32_t* w = p == a.nranks ? &a.flags->sent : &a.flags->arrived[p];
+      if (p < a.nranks && a.peer_ready[p] == nullptr) continue;
+      while (!ce_reached(w, a.value))
+        if (++spins == BRAID_CE_ABORT_CHECK_SPINS) {
+          spins = 0;
+          if (*a.comm->abort_flag) return;
+        }
+    }
+  }
+  if (a.ledger_seq != 0) *(volatile uint64_t*)&a.comm->ledger_done[blockIdx.x] = a.ledger_seq;
+}
+
+/*
+ * A step of the fan's copy stream (ce_args.h's braid_ce_fan_step): the copies before it have
+ * completed (stream order); thread i publishes entry i, then waits for wait[i].
+ */
+template <typename T>
+__global__ void braid_ce_fan_step_kernel(const __grid_constant__ struct braid_ce_fan_step s) {
+  const unsigned i = threadIdx.x;
+  if (i >= BRAID_CE_FAN_MAX) return;
+  if (s.publish[i] || (i == 0 && s.sent)) {
+    __threadfence_system();
+    if (s.publish[i])
+      asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(s.publish[i]), "r"(s.value)
+                   : "memory");
+    if (i == 0 && s.sent)
+      asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(s.sent), "r"(s.value) : "memory");
+  }
+  if (s.wait[i])
+    for (int spins = 0; !ce_reached(s.wait[i], s.value);)
+      if (++spins == BRAID_CE_ABORT_CHECK_SPINS) {
+        spins = 0;
+        if (*s.abort_flag) break;
+      }
+}
+
 }  // namespace braid
 
 #define BRAID_CE_KERNEL_ROW(T)                                      \
@@ -180,6 +244,9 @@ __global__ void braid_ce_step_kernel(const __grid_constant__ struct braid_ce_ste
    (const void*)braid::braid_ce_kernel<T, braid::op_sumpostdiv<T>>}
 #define BRAID_DEFINE_CE_KERNELS(NAME, T)                                                     \
   extern "C" const void* const braid_ce_kernels_##NAME[BRAID_DEVOP_COUNT] = BRAID_CE_KERNEL_ROW(T); \
-  extern "C" const void* const braid_ce_step_kernel_##NAME = (const void*)braid::braid_ce_step_kernel<T>;
+  extern "C" const void* const braid_ce_step_kernel_##NAME = (const void*)braid::braid_ce_step_kernel<T>; \
+  extern "C" const void* const braid_ce_fan_kernel_##NAME = (const void*)braid::braid_ce_fan_kernel<T>; \
+  extern "C" const void* const braid_ce_fan_step_kernel_##NAME =                           \
+      (const void*)braid::braid_ce_fan_step_kernel<T>;
 
 #endif

@@ -161,7 +161,7 @@ int ce_on(const struct ncclComm* comm, int capturing) {
 void ce_want(struct ncclComm* comm) { comm->ce_wanted = 1; }
 
 int ce_pending(const struct ncclComm* comm) {
-  return comm->ce_wanted &&
+  return comm->ce_wanted && comm->nranks == 2 &&
          (comm->ce == NULL || comm->ce->state == CE_SENT || comm->ce->state == CE_AGREEING);
 }
 
@@ -221,7 +221,7 @@ fail:
 ncclResult_t ce_setup(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   struct ce_info info;
-  if (!comm->ce_wanted || comm->ce != NULL) return ncclSuccess;
+  if (!comm->ce_wanted || comm->nranks != 2 || comm->ce != NULL) return ncclSuccess;
   BRAID_TRY(BRAID_CALLOC(&comm->ce, 1, "copy-engine state"));
   struct braid_ce* ce = comm->ce;
   memset(&info, 0, sizeof info);
@@ -653,6 +653,13 @@ static void ce_wait_peer_done(struct ncclComm* comm, struct braid_ce* ce) {
         "rank %d: rank %d did not finish with this rank's last copy-engine chunks within 5 s; "
         "freeing the scratch anyway",
         comm->rank, 1 - comm->rank);
+}
+
+void ce_quiesce(struct ncclComm* comm) {
+  if (comm->ce == NULL) return;
+  for (int i = 0; i < 2; i++)
+    if (comm->ce->copy[i] && cudaStreamSynchronize(comm->ce->copy[i]) != cudaSuccess)
+      (void)cudaGetLastError();
 }
 
 void ce_free(struct ncclComm* comm) {

@@ -89,6 +89,8 @@ ncclResult_t ce_check_intact(struct ncclComm* comm);
  * the comm's async error set.
  */
 void ce_fail(struct ncclComm* comm, ncclResult_t res);
+/* Waits until this rank's queued copies are done (before a peer's buffers are unmapped). */
+void ce_quiesce(struct ncclComm* comm);
 /* Frees what setup made (after the comm's work is done). */
 void ce_free(struct ncclComm* comm);
 

@@ -16,6 +16,7 @@
 
 #include "bootstrap/bootstrap.h"
 #include "runtime/ce.h"
+#include "runtime/ce_fan.h"
 #include "base/debug.h"
 #include "runtime/dev_state.h"
 #include "runtime/group.h"
@@ -548,7 +549,8 @@ static void comm_free_last(struct ncclComm* comm) {
 static void comm_free_stuck(struct ncclComm* comm, struct comm_free_times* t, double t0) {
   size_t kept = 0;
   double t1 = braid_time_sec();
-  const int had_ce = comm->ce != NULL; /* its copies may wait behind the kernels: kept */
+  /* Its copies may wait behind the kernels: kept. */
+  const int had_ce = comm->ce != NULL || comm->ce_fan != NULL;
   channels_free_keeping(comm, &kept);  /* the proxy's connections stop, FIFOs stay */
   double t2 = braid_time_sec();
   dev_state_keep(comm, &kept);
@@ -581,6 +583,7 @@ void comm_free_timed(struct ncclComm* comm, struct comm_free_times* t) {
   }
   double t1 = braid_time_sec();
   ce_free(comm);       /* before dev_state: it may wait on the peer's last writes */
+  fan_free(comm);      /* likewise, the peers' */
   register_unmap_all(comm); /* the peers' buffers its copies wrote into: all done now */
   double t2 = braid_time_sec();
   /* Before dev_state and channels: what others of its family may use stays in the family. */

@@ -43,6 +43,7 @@ struct braid_reg_state;
 struct braid_windows;
 struct braid_watchdog;
 struct braid_ce;
+struct braid_ce_fan;
 struct braid_share;
 struct braid_lender;
 struct braid_profiler;
@@ -76,6 +77,7 @@ struct ncclComm {
   uint32_t split_next, split_turn;   /* split jobs of this parent run one at a time, in call order */
   struct braid_watchdog* watchdog;   /* op ledger and hang verdicts (watchdog.c) */
   struct braid_ce* ce;               /* copy-engine exchange (ce.c), or NULL */
+  struct braid_ce_fan* ce_fan;       /* copy-engine all-gather of 3+ ranks (ce_fan.c), or NULL */
   int ipc_held;                      /* ipc_acquire'd: ipc_release at free */
   int ce_wanted;                     /* an operation asked for it: set it up at the next connect */
   struct braid_share* share;         /* its family (share.c): kernel order, shared connections */

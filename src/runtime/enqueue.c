@@ -25,6 +25,7 @@
 #include "abi/ce_args.h"
 #include "abi/kernel_table.h"
 #include "runtime/ce.h"
+#include "runtime/ce_fan.h"
 #include "runtime/comm.h"
 #include "base/debug.h"
 #include "runtime/dev_state.h"
@@ -257,6 +258,12 @@ fail:
   return res;
 }
 
+/* Whether `op` is an all-gather that the fan runs (register.c's exchange agreed on it). */
+static int enq_fan_op(const struct ncclComm* comm, const struct braid_op* op, int capturing) {
+  return comm->nranks > 2 && op->coll == BRAID_COLL_ALLGATHER && op->reg_direct &&
+         op->count > 0 && fan_on(comm, capturing);
+}
+
 static int enq_is_reduction(int coll) {
   return coll == BRAID_COLL_ALLREDUCE || coll == BRAID_COLL_REDUCESCATTER || coll == BRAID_COLL_REDUCE;
 }
@@ -415,6 +422,29 @@ static int enq_sym_work(struct ncclComm* comm, const struct braid_op* op, struct
 }
 
 /*
+ * Three or more ranks: the all-gathers whose parts the copy engines may write straight into
+ * every peer's registered output (ce_fan.c), both of this rank's buffers registered whole.
+ */
+static void enq_reg_needs_fan(struct ncclComm* comm) {
+  struct braid_group_comm* g = comm->group;
+  int nwant = 0;
+  for (int i = 0; i < g->nops; i++) {
+    struct braid_op* op = &g->ops[i];
+    const size_t bytes = op->count * redop_type_size(op->dtype);
+    const size_t out_bytes = bytes * (size_t)comm->nranks;
+    if (op->coll != BRAID_COLL_ALLGATHER || op->count == 0 ||
+        !fan_candidate(comm, enq_tune_bytes(comm, op)) ||
+        !register_covers(comm, op->sendbuff, bytes) ||
+        !register_covers(comm, op->recvbuff, out_bytes))
+      continue;
+    struct reg_want w = {op, op, op->recvbuff, out_bytes, op->sendbuff, bytes, NULL, 0,
+                         (char*)op->recvbuff + (size_t)comm->rank * bytes};
+    nwant += register_want(comm, &w);
+  }
+  if (nwant > 0) ce_want(comm);
+}
+
+/*
  * The group's operations that may move through the copy engines straight into the peer's
  * registered buffers (register.h): two ranks joined by P2P, at least BRAID_CE_REG_MIN_BYTES,
  * this rank's buffers registered (NCCL's rule: then the peer's are too), no stream capturing.
@@ -435,6 +465,10 @@ static void enq_reg_needs(struct ncclComm* comm) {
   }
   const int me = comm->rank, peer = 1 - comm->rank;
   int nwant = 0;
+  if (comm->nranks > 2) {
+    enq_reg_needs_fan(comm);
+    return;
+  }
   for (int i = 0; i < g->nops; i++) {
     struct braid_op* op = &g->ops[i];
     const size_t bytes = op->count * redop_type_size(op->dtype);
@@ -443,7 +477,7 @@ static void enq_reg_needs(struct ncclComm* comm) {
          op->coll != BRAID_COLL_ALLGATHER) ||
         enq_tune_bytes(comm, op) < (size_t)min)
       continue;
-    struct reg_want w = {op, op, op->recvbuff, bytes, op->sendbuff, bytes, op->sendbuff, bytes};
+    struct reg_want w = {op, op, op->recvbuff, bytes, op->sendbuff, bytes, op->sendbuff, bytes, NULL};
     if (op->coll == BRAID_COLL_REDUCESCATTER) {
       w.send = (const char*)op->sendbuff + peer * bytes;
       w.own = (const char*)op->sendbuff + me * bytes;
@@ -469,7 +503,7 @@ static void enq_reg_needs(struct ncclComm* comm) {
         (r && in_bytes && !register_covers(comm, r->recvbuff, in_bytes)))
       continue;
     struct reg_want w = {s, r, r ? r->recvbuff : NULL, in_bytes, s ? s->sendbuff : NULL,
-                         out_bytes, NULL, 0};
+                         out_bytes, NULL, 0, NULL};
     nwant += register_want(comm, &w);
   }
   if (nwant > 0) ce_want(comm);
@@ -481,6 +515,7 @@ void enqueue_p2p_needs(struct ncclComm* comm) {
   for (int i = 0; i < g->nops; i++) {
     g->ops[i].reg_direct = 0;
     g->ops[i].reg_peer_out = NULL;
+    memset(g->ops[i].reg_peer_outs, 0, sizeof g->ops[i].reg_peer_outs);
   }
   register_wants_clear(comm);
   enq_reg_needs(comm);
@@ -604,6 +639,34 @@ static ncclResult_t enq_ce_run(struct ncclComm* comm, struct launch_plan* plan,
   } else {
     res = ce_ledger_report(comm, stream, ledger_seq);
   }
+  /* Also after a failure, for whatever was queued: an abort waits for it before it frees. */
+  ncclResult_t rec = enq_order_record(comm, stream, &o);
+  if (res == ncclSuccess) res = rec;
+  (void)cudaGetLastError();
+  return res;
+fail:
+  return res;
+}
+
+/*
+ * The all-gather fan (ce_fan.c) of `op`, in the comm's launch order like every launch: the
+ * peers copy into this rank's output once its kernel runs, so that kernel must not start before
+ * the comm's earlier work on other streams.
+ */
+static ncclResult_t enq_fan_run(struct ncclComm* comm, struct launch_plan* plan,
+                                const struct braid_op* op, cudaStream_t stream,
+                                uint64_t ledger_seq) {
+  ncclResult_t res = ncclSuccess;
+  struct enq_order o;
+  struct fan_op f;
+  memset(&f, 0, sizeof f);
+  f.send = op->sendbuff;
+  f.recv = op->recvbuff;
+  f.bytes = op->count * redop_type_size(op->dtype);
+  memcpy(f.peer_out, op->reg_peer_outs, sizeof f.peer_out);
+  BRAID_TRY(enq_order_wait(comm, stream, 0, &o));
+  plan->launched = 1;
+  res = fan_all_gather(comm, &f, stream, ledger_seq);
   /* Also after a failure, for whatever was queued: an abort waits for it before it frees. */
   ncclResult_t rec = enq_order_record(comm, stream, &o);
   if (res == ncclSuccess) res = rec;
@@ -811,6 +874,7 @@ static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
   if (g == NULL || g->nops == 0) return ncclSuccess;
   cudaStream_t stream = g->ops[0].stream;
   BRAID_TRY(ce_check_intact(comm));
+  BRAID_TRY(fan_check_intact(comm));
   for (int i = 0; i < g->nops; i++) watchdog_issue(comm, &g->ops[i]);
   BRAID_TRY(enq_plan_take(comm, &plan));
   plan->args.comm = comm->dev->comm;
@@ -838,7 +902,10 @@ static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
                                   : ce_ready(comm, BRAID_COLL_SENDRECV, bytes, capturing));
     } else if (op->count > 0) {
       struct braid_work sym;
-      ce_last = !enq_sym_work(comm, op, &sym, 0) && enq_ce_op(comm, op, capturing, &ce) ? i : -1;
+      ce_last = !enq_sym_work(comm, op, &sym, 0) &&
+                        (enq_fan_op(comm, op, capturing) || enq_ce_op(comm, op, capturing, &ce))
+                    ? i
+                    : -1;
       ce_group |= ce_last == i;
     }
   }
@@ -850,6 +917,18 @@ static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
     if (enq_sym_work(comm, op, &w, 1)) {
       if (op->after_prev && plan->args.nwork > 0) BRAID_TRY(enq_launch(comm, plan, stream, capture));
       BRAID_TRY(enq_add_work(comm, plan, &w, stream, capture));
+      continue;
+    }
+    if (enq_fan_op(comm, op, capturing)) {
+      if (plan->args.nwork > 0) BRAID_TRY(enq_launch(comm, plan, stream, capture));
+      INFO(BRAID_LOG_TUNING, "%s %zu elements on %d ranks: through the copy engines, straight "
+           "into the registered buffers", braid_coll_name(op->coll), op->count, comm->nranks);
+      uint64_t seq = i == ce_last ? watchdog_launch_seq(comm, 0, fan_nblocks()) : 0;
+      res = enq_fan_run(comm, plan, op, stream, seq);
+      if (res != ncclSuccess) {
+        watchdog_forget_pending(comm);
+        goto fail;
+      }
       continue;
     }
     if (enq_ce_op(comm, op, capturing, &ce)) {
@@ -912,7 +991,10 @@ static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
   return ncclSuccess;
 fail:
   /* The peer ran its side of the group's exchanges; this rank did not, or not all of it. */
-  if (ce_group) ce_fail(comm, res);
+  if (ce_group) {
+    ce_fail(comm, res);
+    fan_fail(comm, res);
+  }
   if (plan && plan->launched && capture == cudaStreamCaptureStatusNone) {
     /* Part of the group went out: the peers' step counts and this rank's no longer agree. */
     comm_fail_async(comm, res);

@@ -23,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include "runtime/ce.h"
+#include "runtime/ce_fan.h"
 #include "runtime/check.h"
 #include "runtime/comm.h"
 #include "base/debug.h"
@@ -397,6 +398,7 @@ static ncclResult_t group_connect_p2p_all(struct ncclComm* comms) {
     BRAID_CUDA_TRY(cudaSetDevice(c->cuda_dev));
     BRAID_TRY(channels_p2p_setup(c));
     BRAID_TRY(ce_setup(c));
+    BRAID_TRY(fan_setup(c));
   }
   /*
    * The answers, copy-engine and send/recv (a late info: an offer to borrow that the peer did
@@ -412,6 +414,8 @@ static ncclResult_t group_connect_p2p_all(struct ncclComm* comms) {
     }
     ncclResult_t r = ce_connect(c);
     if (res == ncclSuccess) res = r;
+    r = fan_connect(c);
+    if (res == ncclSuccess) res = r;
     r = channels_p2p_answer(c);
     if (res == ncclSuccess) res = r;
   }
@@ -423,6 +427,7 @@ static ncclResult_t group_connect_p2p_all(struct ncclComm* comms) {
   for (struct ncclComm* c = comms; c; c = c->group->next) {
     BRAID_CUDA_TRY(cudaSetDevice(c->cuda_dev));
     BRAID_TRY(ce_agree(c));
+    BRAID_TRY(fan_agree(c));
   }
   /* Registered buffers: every comm's word to its peer, then the answers (register.h). */
   for (struct ncclComm* c = comms; c; c = c->group->next) {
@@ -451,7 +456,8 @@ static ncclResult_t group_connect_p2p(struct ncclComm* comms) {
   for (struct ncclComm* c = comms; c; c = c->group->next) {
     comm_wait_splits(c);
     enqueue_p2p_needs(c);
-    pending |= channels_p2p_pending(c) || ce_pending(c) || register_pending(c);
+    pending |= channels_p2p_pending(c) || ce_pending(c) || fan_pending(c) ||
+               register_pending(c);
   }
   if (!pending) return ncclSuccess; /* the common case: every connection is up */
   ncclResult_t res = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "abi/ce_args.h"
 #include "abi/coll.h"
 #include "abi/dev_comm.h"
 #include "nccl.h"
@@ -45,6 +46,7 @@ struct braid_op {
   /* In place through the copy engines (register.c's exchange at group end agreed on it). */
   int reg_direct;        /* this op's data moves that way (sends, lands, or both) */
   char* reg_peer_out;    /* where what it sends lands: the peer's registered buffer, mapped here */
+  char* reg_peer_outs[BRAID_CE_FAN_MAX]; /* 3+ ranks: each peer's registered output (ce_fan.c) */
   /* The choice made at connect time (trees need their connections), kept for the launch. */
   struct {
     int valid, algo, proto, nchannels;

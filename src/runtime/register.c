@@ -14,6 +14,7 @@
 #include "base/utils.h"
 #include "bootstrap/bootstrap.h"
 #include "runtime/ce.h"
+#include "runtime/ce_fan.h"
 #include "runtime/channels.h"
 #include "runtime/comm.h"
 #include "runtime/group.h"
@@ -70,8 +71,8 @@ struct braid_reg_state {
   int sent;           /* register_offer sent this group's words */
   struct reg_word* words; /* ... these: register_accept decides from them */
   uint64_t gen;       /* this rank's deregistrations (under comm->lock) */
-  uint64_t peer_gen;  /* the peer's, as last read */
-  int peer_gen_known;
+  uint64_t peer_gen[BRAID_CE_FAN_MAX]; /* each peer's, as last read */
+  int peer_gen_known[BRAID_CE_FAN_MAX];
   struct reg_import* imports;
   struct braid_reg* used[64]; /* registrations this group uses in place */
   int nused;
@@ -128,10 +129,11 @@ NCCL_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t
   pthread_mutex_unlock(&comm->lock);
   INFO(BRAID_LOG_REG, "rank %d registered %p (%zu bytes)%s", comm->rank, buff, size,
        register_possible(comm) ? ""
-       : braid_param_int(BRAID_P_CE_REG_MIN_BYTES) < 0
+       : comm->nranks == 2 && braid_param_int(BRAID_P_CE_REG_MIN_BYTES) < 0
            ? "; it goes the usual way (BRAID_CE_REG_MIN_BYTES is -1)"
-           : "; it goes the usual way (only two ranks joined by P2P use registered buffers in "
-             "place)");
+           : "; it goes the usual way (registered buffers are used in place by two ranks "
+             "joined by P2P, and by the all-gathers of 3 to 8 ranks that map each other's "
+             "memory)");
   *handle = reg;
   return ncclSuccess;
 fail:
@@ -184,6 +186,7 @@ fail:
 NCCL_ALIAS(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void* handle))
 
 int register_possible(const struct ncclComm* comm) {
+  if (comm->nranks > 2) return fan_candidate(comm, SIZE_MAX);
   return comm->nranks == 2 && braid_param_int(BRAID_P_LOCAL_REGISTER) != 0 &&
          braid_param_int(BRAID_P_CE_REG_MIN_BYTES) >= 0 && comm->channels != NULL &&
          comm->channels->nchannels > 0 &&
@@ -229,18 +232,25 @@ int register_pending(const struct ncclComm* comm) {
   return comm->reg_state != NULL && comm->reg_state->nwants > 0;
 }
 
-/* Offers reg's allocation to the peer, once (the peer maps it at its first use). */
+/*
+ * Offers reg's allocation to the peers, once (each maps it at its first use): to the one peer
+ * of two ranks, or as the copy-engine all-gather's setup chose for every peer (ce_fan.c).
+ */
 static void reg_export(struct ncclComm* comm, struct braid_reg* reg) {
   if (reg->export_state != 0) return;
   const int peer = 1 - comm->rank;
-  char why[192];
-  ipc_kind_t kind = comm->peers[peer].pid_hash == comm->peers[comm->rank].pid_hash
+  char why[192] = "no copy-engine all-gather";
+  ipc_kind_t kind = comm->nranks > 2 ? (ipc_kind_t)fan_ipc_kind(comm)
+                    : comm->peers[peer].pid_hash == comm->peers[comm->rank].pid_hash
                         ? IPC_LOCAL
                         : ipc_choose_fd(&comm->peers[peer], &comm->peers[comm->rank], why,
                                         sizeof why);
   if (kind != IPC_LOCAL && kind != IPC_CUMEM) {
-    snprintf(reg->why, sizeof reg->why, "rank %d cannot map this process's cuMem memory: %s",
-             peer, kind == IPC_NONE ? why : "cuMem sharing is off (NCCL_CUMEM_ENABLE=0?)");
+    if (comm->nranks > 2)
+      snprintf(reg->why, sizeof reg->why, "the peers cannot map this process's memory");
+    else
+      snprintf(reg->why, sizeof reg->why, "rank %d cannot map this process's cuMem memory: %s",
+               peer, kind == IPC_NONE ? why : "cuMem sharing is off (NCCL_CUMEM_ENABLE=0?)");
     reg->export_state = -1;
     return;
   }
@@ -277,7 +287,8 @@ static void reg_word_make(struct ncclComm* comm, const struct reg_want* w, uint3
   if (land == NULL || (w->send_bytes && send == NULL)) {
     snprintf(why, why_size, "its %s buffer is not registered",
              land == NULL ? "receive" : "send");
-  } else if (braid_ranges_overlap(w->land, w->land_bytes, w->send, w->send_bytes) ||
+  } else if ((braid_ranges_overlap(w->land, w->land_bytes, w->send, w->send_bytes) &&
+              w->send != w->in_place) ||
              braid_ranges_overlap(w->land, w->land_bytes, w->own, w->own_bytes)) {
     snprintf(why, why_size, "what it receives overlaps what it sends (in place)");
   } else {
@@ -299,8 +310,8 @@ ncclResult_t register_offer(struct ncclComm* comm) {
   struct reg_word* words = NULL;
   if (st == NULL || st->nwants == 0) return ncclSuccess;
   st->sent = 0;
-  /* Both ranks know whether the copy engines are on (set up together): else neither sends. */
-  if (!ce_on(comm, 0)) {
+  /* Every rank knows whether the copy engines are on (set up together): else none sends. */
+  if (!(comm->nranks > 2 ? fan_on(comm, 0) : ce_on(comm, 0))) {
     st->nwants = 0;
     return ncclSuccess;
   }
@@ -316,10 +327,12 @@ ncclResult_t register_offer(struct ncclComm* comm) {
   pthread_mutex_lock(&comm->lock);
   head.gen = st->gen;
   pthread_mutex_unlock(&comm->lock);
-  const int peer = 1 - comm->rank;
-  BRAID_TRY(bootstrap_send(comm->bootstrap, peer, REG_TAG, &head, sizeof head));
-  BRAID_TRY(bootstrap_send(comm->bootstrap, peer, REG_TAG + 1, words,
-                           (size_t)st->nwants * sizeof *words));
+  for (int peer = 0; peer < comm->nranks; peer++) {
+    if (peer == comm->rank) continue;
+    BRAID_TRY(bootstrap_send(comm->bootstrap, peer, REG_TAG, &head, sizeof head));
+    BRAID_TRY(bootstrap_send(comm->bootstrap, peer, REG_TAG + 1, words,
+                             (size_t)st->nwants * sizeof *words));
+  }
   st->sent = 1;
   free(st->words);
   st->words = words;
@@ -351,8 +364,8 @@ static ncclResult_t reg_import(struct ncclComm* comm, const struct ipc_desc* d, 
     }
     im->next = st->imports;
     st->imports = im;
-    INFO(BRAID_LOG_REG, "rank %d mapped rank %d's registered allocation (%llu bytes) at %p",
-         comm->rank, 1 - comm->rank, (unsigned long long)d->bytes, im->va);
+    INFO(BRAID_LOG_REG, "rank %d mapped rank %u's registered allocation (%llu bytes) at %p",
+         comm->rank, d->owner_rank, (unsigned long long)d->bytes, im->va);
   }
   *va = im->va;
   return ncclSuccess;
@@ -367,9 +380,24 @@ static void reg_import_free(struct reg_import* im) {
   free(im);
 }
 
-/* Waits for the peer's words: as long as it takes (a peer may come late), saying so. */
-static ncclResult_t reg_recv(struct ncclComm* comm, int tag, void* data, size_t size) {
-  const int peer = 1 - comm->rank;
+/* Unmaps what was mapped of `peer`'s allocations, once this rank's queued copies are done. */
+static void reg_unmap_peer(struct ncclComm* comm, int peer) {
+  struct braid_reg_state* st = comm->reg_state;
+  ce_quiesce(comm);
+  fan_quiesce(comm);
+  for (struct reg_import** link = &st->imports; *link;) {
+    struct reg_import* im = *link;
+    if (im->desc.owner_rank != (uint32_t)peer) {
+      link = &im->next;
+      continue;
+    }
+    *link = im->next;
+    reg_import_free(im);
+  }
+}
+
+/* Waits for a peer's words: as long as it takes (a peer may come late), saying so. */
+static ncclResult_t reg_recv(struct ncclComm* comm, int peer, int tag, void* data, size_t size) {
   for (int waited = 0;; waited += 10) {
     int late = 0;
     ncclResult_t res = bootstrap_recv_until(comm->bootstrap, peer, tag, data, size,
@@ -382,52 +410,85 @@ static ncclResult_t reg_recv(struct ncclComm* comm, int tag, void* data, size_t 
   }
 }
 
-ncclResult_t register_accept(struct ncclComm* comm) {
+/* Receives one peer's words on this group's `n` operations into `theirs`. */
+static ncclResult_t reg_recv_words(struct ncclComm* comm, int peer, int n,
+                                   struct reg_word* theirs) {
   ncclResult_t res = ncclSuccess;
   struct braid_reg_state* st = comm->reg_state;
-  struct reg_word* mine = st ? st->words : NULL;
-  struct reg_word* theirs = NULL;
   struct reg_head head;
-  const int peer = 1 - comm->rank;
-  if (st == NULL || !st->sent) return ncclSuccess;
-  st->sent = 0;
-  const int n = st->nwants;
-  st->nwants = 0;
-  BRAID_TRY(reg_recv(comm, REG_TAG, &head, sizeof head));
+  struct reg_word* got = NULL;
+  BRAID_TRY(reg_recv(comm, peer, REG_TAG, &head, sizeof head));
   BRAID_CHECK(head.magic == REG_WORD_MAGIC, ncclInternalError,
               "rank %d: a garbled registered-buffer message from rank %d", comm->rank, peer);
-  BRAID_TRY(BRAID_CALLOC(&theirs, head.n ? head.n : 1, "registered-buffer words"));
-  BRAID_TRY(reg_recv(comm, REG_TAG + 1, theirs, (size_t)head.n * sizeof *theirs));
+  BRAID_TRY(BRAID_CALLOC(&got, head.n ? head.n : 1, "registered-buffer words"));
+  BRAID_TRY(reg_recv(comm, peer, REG_TAG + 1, got, (size_t)head.n * sizeof *got));
   BRAID_CHECK(head.n == (uint32_t)n, ncclInvalidUsage,
               "rank %d passed registered buffers to %d operations of this group, rank %d to %u: "
               "every rank must pass registered buffers to an operation or none (NCCL's rule)",
               comm->rank, n, peer, head.n);
+  memcpy(theirs, got, (size_t)n * sizeof *theirs);
+  free(got);
+  got = NULL;
   /*
    * The peer deregistered something since its last words: what this rank mapped of it may be
-   * gone and its address reused (the same start and size in the same process), so the
-   * mappings go before any lookup. Its deregistration came after its operations on the buffer
-   * had finished, and those waited for this rank's copies into it: nothing writes there now.
+   * gone and its address reused (the same start and size in the same process), so its
+   * mappings go before any lookup. Its deregistration came after its operations on that buffer
+   * had finished, but this rank's copies into its other buffers may still be queued (this
+   * rank's stream held back): those are waited for first.
    */
-  if (st->peer_gen_known && head.gen != st->peer_gen) register_unmap_all(comm);
-  st->peer_gen = head.gen;
-  st->peer_gen_known = 1;
+  if (st->peer_gen_known[peer] && head.gen != st->peer_gen[peer]) reg_unmap_peer(comm, peer);
+  st->peer_gen[peer] = head.gen;
+  st->peer_gen_known[peer] = 1;
+  return ncclSuccess;
+fail:
+  free(got);
+  return res;
+}
+
+ncclResult_t register_accept(struct ncclComm* comm) {
+  ncclResult_t res = ncclSuccess;
+  struct braid_reg_state* st = comm->reg_state;
+  struct reg_word* mine = st ? st->words : NULL;
+  struct reg_word* theirs = NULL; /* [peer][op]: every peer's words */
+  if (st == NULL || !st->sent) return ncclSuccess;
+  st->sent = 0;
+  const int n = st->nwants, nr = comm->nranks;
+  st->nwants = 0;
+  BRAID_TRY(BRAID_CALLOC(&theirs, (size_t)nr * (size_t)(n ? n : 1), "registered-buffer words"));
+  /* Every peer's words, whatever one of them says: each peer waits for this rank's reading. */
+  for (int peer = 0; peer < nr; peer++) {
+    if (peer == comm->rank) continue;
+    ncclResult_t r = reg_recv_words(comm, peer, n, theirs + (size_t)peer * n);
+    if (res == ncclSuccess) res = r;
+  }
+  BRAID_TRY(res);
   st->nused = 0;
   for (int i = 0; i < n; i++) {
     const struct reg_want* w = &st->wants[i];
-    if (!mine[i].ok || !theirs[i].ok) continue; /* both ranks conclude the same */
-    BRAID_CHECK(theirs[i].land_bytes == w->send_bytes, ncclInvalidUsage,
-                "rank %d sends %zu bytes in operation %d of this group but rank %d receives "
-                "%llu", comm->rank, w->send_bytes, i, peer,
-                (unsigned long long)theirs[i].land_bytes);
-    char* peer_out = NULL;
-    if (w->send_bytes > 0) {
-      void* va = NULL;
-      BRAID_TRY(reg_import(comm, &theirs[i].desc, &va));
-      peer_out = (char*)va + theirs[i].offset;
+    int all = mine[i].ok;
+    for (int peer = 0; peer < nr; peer++)
+      if (peer != comm->rank && !theirs[(size_t)peer * n + i].ok) all = 0;
+    if (!all) continue; /* every rank concludes the same */
+    char* peer_out[BRAID_CE_FAN_MAX] = {NULL};
+    for (int peer = 0; peer < nr; peer++) {
+      const struct reg_word* t = &theirs[(size_t)peer * n + i];
+      if (peer == comm->rank) continue;
+      /* Two ranks: what this one sends lands there; more: every output is the same size. */
+      const uint64_t want = nr > 2 ? (uint64_t)w->land_bytes : (uint64_t)w->send_bytes;
+      BRAID_CHECK(t->land_bytes == want, ncclInvalidUsage,
+                  "rank %d %s %llu bytes in operation %d of this group but rank %d receives "
+                  "%llu", comm->rank, nr > 2 ? "receives" : "sends", (unsigned long long)want, i,
+                  peer, (unsigned long long)t->land_bytes);
+      if (w->send_bytes > 0) {
+        void* va = NULL;
+        BRAID_TRY(reg_import(comm, &t->desc, &va));
+        peer_out[peer] = (char*)va + t->offset;
+      }
     }
     if (w->send_op) {
       w->send_op->reg_direct = 1;
-      w->send_op->reg_peer_out = peer_out;
+      w->send_op->reg_peer_out = nr > 2 ? NULL : peer_out[1 - comm->rank];
+      memcpy(w->send_op->reg_peer_outs, peer_out, sizeof peer_out);
     }
     if (w->recv_op) w->recv_op->reg_direct = 1;
     pthread_mutex_lock(&comm->lock);

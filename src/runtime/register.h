@@ -9,13 +9,16 @@
  * destination) moves through the copy engines straight into the peer's registered buffer, no
  * scratch slot and no second copy (runtime/ce.c). Otherwise registered buffers go through the
  * FIFOs (or the scratch) like any other, as NCCL does where its zero-copy paths do not apply.
+ * On 3 to 8 ranks that all map each other's memory, registered all-gathers from
+ * BRAID_CE_FAN_MIN_BYTES go through the copy-engine fan instead (runtime/ce_fan.c): each rank's
+ * copy engine writes its part into every peer's output.
  * A buffer in use in place cannot be deregistered until its operation is done.
  *
- * Each such operation costs one message each way between the two ranks' hosts at group end:
- * each says where the peer's data may land in its memory (the cuMem allocation, exported once
- * per registration through the descriptor service, and the offset), or why it may not (not
- * registered, not cuMem memory, overlapping what it sends). Both ranks then decide alike: in
- * place when both may. A peer's allocation is mapped at its first use and kept until that peer
+ * Each such operation costs one message each way between two ranks' hosts (between every pair,
+ * on more ranks) at group end: each says where the peer's data may land in its memory (the cuMem
+ * allocation, exported once per registration through the descriptor service, and the offset),
+ * or why it may not (not registered, not cuMem memory, overlapping what it sends). Every rank
+ * then decides alike: in place when all may. A peer's allocation is mapped at its first use and kept until that peer
  * deregisters something (its messages count deregistrations) or the communicator goes.
  */
 #ifndef BRAID_CORE_REGISTER_H
@@ -46,9 +49,13 @@ struct reg_want {
   size_t send_bytes;
   const void* own;
   size_t own_bytes;
+  const void* in_place; /* where `send` may lie inside `land` (an all-gather's own part), or NULL */
 };
 
-/* Whether `comm` may use registered buffers at all: two ranks, registrations, the setting. */
+/*
+ * Whether `comm` may use registered buffers at all: two ranks joined by P2P and the setting, or
+ * 3 to 8 ranks of one LSA team and the fan's setting.
+ */
 int register_possible(const struct ncclComm* comm);
 /* Whether [ptr, ptr + bytes) lies in one registration of `comm`. */
 int register_covers(struct ncclComm* comm, const void* ptr, size_t bytes);

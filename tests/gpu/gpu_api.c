@@ -1351,24 +1351,45 @@ static void CUDART_CB api_hold_stream(void* arg) {
   usleep(300 * 1000);
 }
 
+/* One all-gather of send->n elements per rank into recv (nranks times as many). */
+static int api_allgather(struct gpu_world* w, ncclComm_t* comms, struct api_buf* send,
+                         struct api_buf* recv, const char* what) {
+  int rc = world_group_start(w);
+  for (int l = 0; rc == 0 && l < w->nlocal; l++) {
+    if (comms[l] == NULL) continue;
+    ncclResult_t res =
+        ncclAllGather(send->d[l], recv->d[l], send->n, ncclInt64, comms[l], w->stream[l]);
+    if (!api_ok(res)) rc = world_nccl(w, res, comms[l], what);
+  }
+  ncclResult_t res = ncclGroupEnd();
+  if (!api_ok(res)) rc |= world_nccl(w, res, NULL, "ncclGroupEnd");
+  for (int l = 0; rc == 0 && l < w->nlocal; l++)
+    if (comms[l] != NULL) rc |= api_poll(w, comms[l], what);
+  return rc ? -1 : 0;
+}
+
 /*
- * Braid, two ranks, BRAID_CE_REG_MIN_BYTES set low (the gpu_reg_api entry): an all-reduce on
- * registered buffers (in place through the copy engines where the ranks are joined by P2P)
- * held back on its stream by a host function that sleeps 300 ms; deregistering its receive
- * buffer meanwhile is refused with ncclInvalidUsage on every rank whose call used it in place
- * (the registration stays), and accepted once the stream is done; the result is right.
+ * Braid with registered buffers used in place (the gpu_reg_api and gpu_reg_fan_api entries):
+ * two ranks with BRAID_CE_REG_MIN_BYTES set low run an all-reduce (through the copy engines
+ * where the ranks are joined by P2P), three or more with BRAID_CE_FAN_MIN_BYTES set low an
+ * all-gather (every rank's copy engine writes into every peer's buffer), held back on its
+ * stream by a host function that sleeps 300 ms; deregistering its receive buffer meanwhile is
+ * refused with ncclInvalidUsage on every rank whose call used it in place (the registration
+ * stays), and accepted once the stream is done; the result is right.
  */
 static void api_register_busy(struct gpu_world* w) {
   char name[128];
-  const char* min = getenv("BRAID_CE_REG_MIN_BYTES");
-  snprintf(name, sizeof name, "Registered AllReduce, deregistration while busy mode=%s",
-           w->opts->mode);
+  const int gather = w->nranks > 2;
+  const char* min = getenv(gather ? "BRAID_CE_FAN_MIN_BYTES" : "BRAID_CE_REG_MIN_BYTES");
+  const long long limit = (long long)(API_N * sizeof(int64_t)) * (gather ? w->nranks : 1);
+  snprintf(name, sizeof name, "Registered %s, deregistration while busy mode=%s",
+           gather ? "AllGather" : "AllReduce", w->opts->mode);
   if (!world_case_fits(w, name, dlsym(RTLD_DEFAULT, "braidGetVersionString") != NULL,
                        "Braid's answers (this libnccl is not Braid)") ||
-      !world_case_fits(w, name, w->nranks == 2, "needs 2 ranks") ||
-      !world_case_fits(w, name, min != NULL && atoll(min) >= 0 &&
-                                    atoll(min) <= (long long)(API_N * sizeof(int64_t)),
-                       "runs only with BRAID_CE_REG_MIN_BYTES at most 32776") ||
+      !world_case_fits(w, name, w->nranks >= 2, "needs 2 ranks or more") ||
+      !world_case_fits(w, name, min != NULL && atoll(min) >= 0 && atoll(min) <= limit,
+                       gather ? "runs only with BRAID_CE_FAN_MIN_BYTES at most the output's size"
+                              : "runs only with BRAID_CE_REG_MIN_BYTES at most 32776") ||
       !world_case_begin(w, name))
     return;
   struct api_buf s, r;
@@ -1376,28 +1397,31 @@ static void api_register_busy(struct gpu_world* w) {
   void* rh[GPU_MAX_RANKS] = {0};
   memset(&s, 0, sizeof s);
   memset(&r, 0, sizeof r);
-  s.n = r.n = API_N;
-  const size_t bytes = API_N * sizeof(int64_t);
+  s.n = API_N;
+  r.n = API_N * (gather ? (size_t)w->nranks : 1);
+  const size_t bytes = API_N * sizeof(int64_t), rbytes = r.n * sizeof(int64_t);
   for (int l = 0; l < w->nlocal; l++) {
     if (world_cuda(w, cudaSetDevice(w->dev[l]), "cudaSetDevice") ||
         world_nccl(w, ncclMemAlloc((void**)&s.d[l], bytes), NULL, "ncclMemAlloc") ||
-        world_nccl(w, ncclMemAlloc((void**)&r.d[l], bytes), NULL, "ncclMemAlloc") ||
+        world_nccl(w, ncclMemAlloc((void**)&r.d[l], rbytes), NULL, "ncclMemAlloc") ||
         buf_put(w, &s, l, api_rank(w, l), 9) ||
         world_nccl(w, ncclCommRegister(w->comm[l], s.d[l], bytes, &sh[l]), w->comm[l],
                    "ncclCommRegister") ||
-        world_nccl(w, ncclCommRegister(w->comm[l], r.d[l], bytes, &rh[l]), w->comm[l],
+        world_nccl(w, ncclCommRegister(w->comm[l], r.d[l], rbytes, &rh[l]), w->comm[l],
                    "ncclCommRegister") ||
         world_cuda(w, cudaLaunchHostFunc(w->stream[l], api_hold_stream, NULL),
                    "cudaLaunchHostFunc"))
       goto out;
   }
-  if (api_allreduce(w, w->comm, &s, &r, "ncclAllReduce (registered)")) goto out;
+  if (gather ? api_allgather(w, w->comm, &s, &r, "ncclAllGather (registered)")
+             : api_allreduce(w, w->comm, &s, &r, "ncclAllReduce (registered)"))
+    goto out;
   for (int l = 0; l < w->nlocal; l++) {
     ncclResult_t res = ncclCommDeregister(w->comm[l], rh[l]);
     if (res == ncclSuccess) {
       rh[l] = NULL;
-      world_case_fail(w, "rank %d: ncclCommDeregister of a buffer its queued all-reduce uses in "
-                      "place returned success", api_rank(w, l));
+      world_case_fail(w, "rank %d: ncclCommDeregister of a buffer its queued %s uses in place "
+                      "returned success", api_rank(w, l), gather ? "all-gather" : "all-reduce");
     } else if (res != ncclInvalidUsage) {
       world_nccl(w, res, w->comm[l], "ncclCommDeregister (busy)");
     } else if (strstr(ncclGetLastError(w->comm[l]), "still in use") == NULL) {
@@ -1408,8 +1432,11 @@ static void api_register_busy(struct gpu_world* w) {
   if (world_sync(w)) goto out;
   int all[GPU_MAX_RANKS];
   for (int k = 0; k < w->nranks; k++) all[k] = k;
-  int64_t* want = api_sum(API_N, all, w->nranks, 9, 1);
-  for (int l = 0; want && l < w->nlocal; l++) buf_expect(w, &r, l, want, "registered AllReduce");
+  int64_t* want = gather ? malloc(rbytes) : api_sum(API_N, all, w->nranks, 9, 1);
+  for (size_t i = 0; gather && want && i < r.n; i++)
+    want[i] = api_val((int)(i / API_N), i % API_N, 9);
+  for (int l = 0; want && l < w->nlocal; l++)
+    buf_expect(w, &r, l, want, gather ? "registered AllGather" : "registered AllReduce");
   free(want);
 out:
   for (int l = 0; l < w->nlocal; l++) {
