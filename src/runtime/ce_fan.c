@@ -347,9 +347,8 @@ ncclResult_t fan_all_gather(struct ncclComm* comm, const struct fan_op* op, cuda
     CUresult r = f->copy_fn((CUdeviceptr)(uintptr_t)(op->peer_out[p] + (size_t)me * op->bytes),
                             (CUdeviceptr)(uintptr_t)op->send, op->bytes, (CUstream)f->copy);
     BRAID_CHECK(r == CUDA_SUCCESS, ncclUnhandledCudaError,
-                "rank %d: cuMemcpyDtoDAsync of %zu bytes into rank %d's registered buffer "
-                "failed (CUresult %d)",
-                me, op->bytes, p, (int)r);
+                "rank %d: cuMemcpyDtoDAsync of %zu bytes into rank %d's output failed "
+                "(CUresult %d)", me, op->bytes, p, (int)r);
   }
   BRAID_TRY(fan_step(comm, f, 1, v));
   /* The user's stream goes on once this rank's part is out too (its buffer may be reused). */
