@@ -256,10 +256,10 @@ static const struct param_row rows[BRAID_P_COUNT] = {
   ROW(CE_FAN_MIN_BYTES, NULL, INT, "67108864",
       "Three to eight ranks that map each other's memory (one host, NVLink or PCIe P2P) and "
       "registered both buffers of an all-gather (ncclCommRegister, cuMem memory as ncclMemAlloc "
-      "makes), or that are all threads of one process (any device buffers): smallest all-gather "
-      "(its whole output, as nccl-tests counts it) whose parts the copy engines write straight "
-      "into every peer's output, one peer after another; not under stream capture "
-      "(docs/tuning.md, BRAID_CE_FAN_MIN_BYTES). -1: never. The same on every rank."),
+      "makes): smallest all-gather (its whole output, as nccl-tests counts it) whose parts the "
+      "copy engines write straight into every peer's output, one peer after another; not under "
+      "stream capture (docs/tuning.md, BRAID_CE_FAN_MIN_BYTES). -1: never. The same on every "
+      "rank."),
   ROW(LOCAL_REGISTER, "NCCL_LOCAL_REGISTER", INT, "1",
       "1: buffers registered with ncclCommRegister are used in place where Braid can "
       "(BRAID_CE_REG_MIN_BYTES); 0: registrations are kept but every operation copies through "

@@ -86,12 +86,6 @@ int fan_candidate(const struct ncclComm* comm, size_t bytes) {
   return size == comm->nranks;
 }
 
-int fan_one_process(const struct ncclComm* comm) {
-  for (int p = 0; p < comm->nranks; p++)
-    if (comm->peers[p].pid_hash != comm->peers[comm->rank].pid_hash) return 0;
-  return 1;
-}
-
 int fan_on(const struct ncclComm* comm, int capturing) {
   return !capturing && comm->ce_fan && comm->ce_fan->state == FAN_READY;
 }

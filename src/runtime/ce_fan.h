@@ -21,11 +21,6 @@ struct ncclComm;
  * computes the same.
  */
 int fan_candidate(const struct ncclComm* comm, size_t bytes);
-/*
- * Whether every rank is a thread of this process: the fan then writes into the peers' outputs
- * as they are, registered or not (device memory of each rank's GPU).
- */
-int fan_one_process(const struct ncclComm* comm);
 /* Whether the fan is set up on every rank and the stream is not capturing. */
 int fan_on(const struct ncclComm* comm, int capturing);
 /* Whether setup was asked for (ce_want) and not done. */

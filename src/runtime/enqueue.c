@@ -423,13 +423,10 @@ static int enq_sym_work(struct ncclComm* comm, const struct braid_op* op, struct
 
 /*
  * Three or more ranks: the all-gathers whose parts the copy engines may write straight into
- * every peer's output (ce_fan.c): both of this rank's buffers registered whole; or, every rank
- * being a thread of this process, any all-gather of the size (its buffers are checked in
- * register.c's word: device memory of this GPU), so that every rank lists the same ones.
+ * every peer's registered output (ce_fan.c), both of this rank's buffers registered whole.
  */
 static void enq_reg_needs_fan(struct ncclComm* comm) {
   struct braid_group_comm* g = comm->group;
-  const int local = fan_one_process(comm);
   int nwant = 0;
   for (int i = 0; i < g->nops; i++) {
     struct braid_op* op = &g->ops[i];
@@ -437,11 +434,11 @@ static void enq_reg_needs_fan(struct ncclComm* comm) {
     const size_t out_bytes = bytes * (size_t)comm->nranks;
     if (op->coll != BRAID_COLL_ALLGATHER || op->count == 0 ||
         !fan_candidate(comm, enq_tune_bytes(comm, op)) ||
-        (!local && (!register_covers(comm, op->sendbuff, bytes) ||
-                    !register_covers(comm, op->recvbuff, out_bytes))))
+        !register_covers(comm, op->sendbuff, bytes) ||
+        !register_covers(comm, op->recvbuff, out_bytes))
       continue;
     struct reg_want w = {op, op, op->recvbuff, out_bytes, op->sendbuff, bytes, NULL, 0,
-                         (char*)op->recvbuff + (size_t)comm->rank * bytes, local};
+                         (char*)op->recvbuff + (size_t)comm->rank * bytes};
     nwant += register_want(comm, &w);
   }
   if (nwant > 0) ce_want(comm);
@@ -457,8 +454,7 @@ static void enq_reg_needs_fan(struct ncclComm* comm) {
 static void enq_reg_needs(struct ncclComm* comm) {
   struct braid_group_comm* g = comm->group;
   const int64_t min = braid_param_int(BRAID_P_CE_REG_MIN_BYTES);
-  const int local_fan = comm->nranks > 2 && fan_one_process(comm);
-  if ((comm->regs == NULL && !local_fan) || !register_possible(comm)) return;
+  if (comm->regs == NULL || !register_possible(comm)) return;
   for (int i = 0; i < g->nops; i++) {
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(g->ops[i].stream, &cs) != cudaSuccess ||
@@ -481,7 +477,7 @@ static void enq_reg_needs(struct ncclComm* comm) {
          op->coll != BRAID_COLL_ALLGATHER) ||
         enq_tune_bytes(comm, op) < (size_t)min)
       continue;
-    struct reg_want w = {op, op, op->recvbuff, bytes, op->sendbuff, bytes, op->sendbuff, bytes, NULL, 0};
+    struct reg_want w = {op, op, op->recvbuff, bytes, op->sendbuff, bytes, op->sendbuff, bytes, NULL};
     if (op->coll == BRAID_COLL_REDUCESCATTER) {
       w.send = (const char*)op->sendbuff + peer * bytes;
       w.own = (const char*)op->sendbuff + me * bytes;
@@ -507,7 +503,7 @@ static void enq_reg_needs(struct ncclComm* comm) {
         (r && in_bytes && !register_covers(comm, r->recvbuff, in_bytes)))
       continue;
     struct reg_want w = {s, r, r ? r->recvbuff : NULL, in_bytes, s ? s->sendbuff : NULL,
-                         out_bytes, NULL, 0, NULL, 0};
+                         out_bytes, NULL, 0, NULL};
     nwant += register_want(comm, &w);
   }
   if (nwant > 0) ce_want(comm);
@@ -926,7 +922,7 @@ static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
     if (enq_fan_op(comm, op, capturing)) {
       if (plan->args.nwork > 0) BRAID_TRY(enq_launch(comm, plan, stream, capture));
       INFO(BRAID_LOG_TUNING, "%s %zu elements on %d ranks: through the copy engines, straight "
-           "into every peer's output", braid_coll_name(op->coll), op->count, comm->nranks);
+           "into the registered buffers", braid_coll_name(op->coll), op->count, comm->nranks);
       uint64_t seq = i == ce_last ? watchdog_launch_seq(comm, 0, fan_nblocks()) : 0;
       res = enq_fan_run(comm, plan, op, stream, seq);
       if (res != ncclSuccess) {

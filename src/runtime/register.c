@@ -54,8 +54,6 @@ struct reg_import {
 struct reg_word {
   uint32_t index;
   int32_t ok;          /* the peer may copy into `land`: registered, offered, overlapping nothing */
-  int32_t direct;      /* desc.ptr is `land` itself, an address of this process (reg_want.local) */
-  int32_t pad;
   uint64_t land_bytes;
   uint64_t offset;     /* land's offset in desc's allocation */
   struct ipc_desc desc;
@@ -272,17 +270,6 @@ static void reg_export(struct ncclComm* comm, struct braid_reg* reg) {
   reg->export_state = 1;
 }
 
-/* Whether [p, p + bytes) is device memory of `comm`'s GPU (0 bytes: yes). */
-static int reg_device_mem(const struct ncclComm* comm, const void* p, size_t bytes) {
-  struct cudaPointerAttributes attr;
-  if (bytes == 0) return 1;
-  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return attr.type == cudaMemoryTypeDevice && attr.device == comm->cuda_dev;
-}
-
 /* This rank's word on want `w`: may the peer's data land in w->land? */
 static void reg_word_make(struct ncclComm* comm, const struct reg_want* w, uint32_t index,
                           struct reg_word* out, char* why, size_t why_size) {
@@ -294,30 +281,15 @@ static void reg_word_make(struct ncclComm* comm, const struct reg_want* w, uint3
     out->ok = 1;
     return;
   }
-  const int overlap = (braid_ranges_overlap(w->land, w->land_bytes, w->send, w->send_bytes) &&
-                       w->send != w->in_place) ||
-                      braid_ranges_overlap(w->land, w->land_bytes, w->own, w->own_bytes);
-  if (w->local) { /* the peers are threads of this process: they write `land` as it is */
-    if (overlap) {
-      snprintf(why, why_size, "what it receives overlaps what it sends (in place)");
-    } else if (!reg_device_mem(comm, w->land, w->land_bytes) ||
-               !reg_device_mem(comm, w->send, w->send_bytes)) {
-      snprintf(why, why_size, "its buffers are not device memory of its GPU (device %d)",
-               comm->cuda_dev);
-    } else {
-      out->ok = out->direct = 1;
-      out->desc.kind = IPC_LOCAL;
-      out->desc.ptr = w->land;
-    }
-    return;
-  }
   pthread_mutex_lock(&comm->lock);
   struct braid_reg* land = reg_find_locked(comm, w->land, w->land_bytes);
   struct braid_reg* send = w->send_bytes ? reg_find_locked(comm, w->send, w->send_bytes) : NULL;
   if (land == NULL || (w->send_bytes && send == NULL)) {
     snprintf(why, why_size, "its %s buffer is not registered",
              land == NULL ? "receive" : "send");
-  } else if (overlap) {
+  } else if ((braid_ranges_overlap(w->land, w->land_bytes, w->send, w->send_bytes) &&
+              w->send != w->in_place) ||
+             braid_ranges_overlap(w->land, w->land_bytes, w->own, w->own_bytes)) {
     snprintf(why, why_size, "what it receives overlaps what it sends (in place)");
   } else {
     reg_export(comm, land);
@@ -507,9 +479,7 @@ ncclResult_t register_accept(struct ncclComm* comm) {
                   "rank %d %s %llu bytes in operation %d of this group but rank %d receives "
                   "%llu", comm->rank, nr > 2 ? "receives" : "sends", (unsigned long long)want, i,
                   peer, (unsigned long long)t->land_bytes);
-      if (w->send_bytes > 0 && t->direct) {
-        peer_out[peer] = (char*)t->desc.ptr; /* an address of this process */
-      } else if (w->send_bytes > 0) {
+      if (w->send_bytes > 0) {
         void* va = NULL;
         BRAID_TRY(reg_import(comm, &t->desc, &va));
         peer_out[peer] = (char*)va + t->offset;

@@ -50,8 +50,6 @@ struct reg_want {
   const void* own;
   size_t own_bytes;
   const void* in_place; /* where `send` may lie inside `land` (an all-gather's own part), or NULL */
-  int local;            /* every rank in this process: `land` is written as it is, registered or
-                           not, when both buffers are device memory of this rank's GPU */
 };
 
 /*
