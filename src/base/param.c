@@ -253,7 +253,7 @@ static const struct param_row rows[BRAID_P_COUNT] = {
       "not where the output overlaps the input. -1 (default): never, registered buffers go the "
       "usual way (measured no faster on 2x H200: docs/tuning.md, BRAID_CE_REG_MIN_BYTES). The "
       "same on every rank."),
-  ROW(CE_FAN_MIN_BYTES, NULL, INT, "67108864",
+  ROW(CE_FAN_MIN_BYTES, NULL, INT, "134217728",
       "Three to eight ranks that map each other's memory (one host, NVLink or PCIe P2P) and "
       "registered both buffers of an all-gather (ncclCommRegister, cuMem memory as ncclMemAlloc "
       "makes): smallest all-gather (its whole output, as nccl-tests counts it) whose parts the "
