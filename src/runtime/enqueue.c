@@ -623,50 +623,25 @@ fail:
 }
 
 /*
- * Runs a copy-engine exchange in this comm's order of launches (as enq_launch; never
- * captured), or with `ce` NULL only its ledger report.
+ * Runs a copy-engine exchange (`ce`) or an all-gather fan (`fan`, ce_fan.c: the peers write
+ * this rank's output once its kernel runs) in this comm's order of launches (as enq_launch;
+ * never captured), or with both NULL only the exchange's ledger report.
  */
 static ncclResult_t enq_ce_run(struct ncclComm* comm, struct launch_plan* plan,
-                               const struct braid_ce_op* ce, cudaStream_t stream,
-                               uint64_t ledger_seq) {
+                               const struct braid_ce_op* ce, const struct fan_op* fan,
+                               cudaStream_t stream, uint64_t ledger_seq) {
   ncclResult_t res = ncclSuccess;
   struct enq_order o;
   BRAID_TRY(enq_order_wait(comm, stream, 0, &o));
   plan->launched = 1;
-  if (ce) {
+  if (fan) {
+    res = fan_all_gather(comm, fan, stream, ledger_seq);
+  } else if (ce) {
     plan->ce_ran = 1;
     res = ce_exchange(comm, ce, stream, ledger_seq);
   } else {
     res = ce_ledger_report(comm, stream, ledger_seq);
   }
-  /* Also after a failure, for whatever was queued: an abort waits for it before it frees. */
-  ncclResult_t rec = enq_order_record(comm, stream, &o);
-  if (res == ncclSuccess) res = rec;
-  (void)cudaGetLastError();
-  return res;
-fail:
-  return res;
-}
-
-/*
- * The all-gather fan (ce_fan.c) of `op`, in the comm's launch order like every launch: the
- * peers copy into this rank's output once its kernel runs, so that kernel must not start before
- * the comm's earlier work on other streams.
- */
-static ncclResult_t enq_fan_run(struct ncclComm* comm, struct launch_plan* plan,
-                                const struct braid_op* op, cudaStream_t stream,
-                                uint64_t ledger_seq) {
-  ncclResult_t res = ncclSuccess;
-  struct enq_order o;
-  struct fan_op f;
-  memset(&f, 0, sizeof f);
-  f.send = op->sendbuff;
-  f.recv = op->recvbuff;
-  f.bytes = op->count * redop_type_size(op->dtype);
-  memcpy(f.peer_out, op->reg_peer_outs, sizeof f.peer_out);
-  BRAID_TRY(enq_order_wait(comm, stream, 0, &o));
-  plan->launched = 1;
-  res = fan_all_gather(comm, &f, stream, ledger_seq);
   /* Also after a failure, for whatever was queued: an abort waits for it before it frees. */
   ncclResult_t rec = enq_order_record(comm, stream, &o);
   if (res == ncclSuccess) res = rec;
@@ -784,7 +759,7 @@ static ncclResult_t enq_p2p_ce(struct ncclComm* comm, struct launch_plan* plan, 
          "SendRecv %zu bytes out, %zu in on 2 ranks%s: through the copy engines%s", out_bytes,
          in_bytes, ce.own ? " with the self copy" : "",
          direct ? ", straight into the registered buffers" : "");
-    BRAID_TRY(enq_ce_run(comm, plan, &ce, stream, 0));
+    BRAID_TRY(enq_ce_run(comm, plan, &ce, NULL, stream, 0));
     taken[2 * i] = 1;
   }
   return ncclSuccess;
@@ -923,8 +898,15 @@ static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
       if (plan->args.nwork > 0) BRAID_TRY(enq_launch(comm, plan, stream, capture));
       INFO(BRAID_LOG_TUNING, "%s %zu elements on %d ranks: through the copy engines, straight "
            "into the registered buffers", braid_coll_name(op->coll), op->count, comm->nranks);
+      /* In the comm's launch order: the peers write this output once the kernel runs. */
+      struct fan_op f;
+      memset(&f, 0, sizeof f);
+      f.send = op->sendbuff;
+      f.recv = op->recvbuff;
+      f.bytes = op->count * redop_type_size(op->dtype);
+      memcpy(f.peer_out, op->reg_peer_outs, sizeof f.peer_out);
       uint64_t seq = i == ce_last ? watchdog_launch_seq(comm, 0, fan_nblocks()) : 0;
-      res = enq_fan_run(comm, plan, op, stream, seq);
+      res = enq_ce_run(comm, plan, NULL, &f, stream, seq);
       if (res != ncclSuccess) {
         watchdog_forget_pending(comm);
         goto fail;
@@ -938,7 +920,7 @@ static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
            op->reg_direct ? ", straight into the registered buffers" : "");
       uint64_t seq = i == ce_last ? watchdog_launch_seq(comm, 0, ce_nblocks()) : 0;
       res = enq_ce_root_copy(comm, op, stream);
-      if (res == ncclSuccess) res = enq_ce_run(comm, plan, &ce, stream, seq);
+      if (res == ncclSuccess) res = enq_ce_run(comm, plan, &ce, NULL, stream, seq);
       if (res != ncclSuccess) {
         watchdog_forget_pending(comm);
         goto fail;
@@ -968,7 +950,7 @@ static ncclResult_t enqueue_launch_locked(struct ncclComm* comm, int* spoilt) {
     plan->args.ledger_seq =
         watchdog_launch_seq(comm, capture != cudaStreamCaptureStatusNone, plan->grid);
   else if (ce_last < 0 && plan->ce_ran)
-    res = enq_ce_run(comm, plan, NULL, stream, watchdog_launch_seq(comm, 0, 1));
+    res = enq_ce_run(comm, plan, NULL, NULL, stream, watchdog_launch_seq(comm, 0, 1));
   else if (ce_last < 0)
     watchdog_nothing_launched(comm);
   if (res == ncclSuccess) res = enq_launch(comm, plan, stream, capture);

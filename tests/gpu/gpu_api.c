@@ -173,13 +173,16 @@ static int api_poll(struct gpu_world* w, ncclComm_t comm, const char* what) {
 }
 
 /* One AllReduce (int64 sum) per local rank whose comms[l] is set, in one group. */
-static int api_allreduce(struct gpu_world* w, ncclComm_t* comms, struct api_buf* send,
-                         struct api_buf* recv, const char* what) {
+/* One sum all-reduce of send->n int64 elements, or with `gather` an all-gather into recv. */
+static int api_collective(struct gpu_world* w, ncclComm_t* comms, struct api_buf* send,
+                          struct api_buf* recv, int gather, const char* what) {
   int rc = world_group_start(w);
   for (int l = 0; rc == 0 && l < w->nlocal; l++) {
     if (comms[l] == NULL) continue;
-    ncclResult_t res = ncclAllReduce(send->d[l], recv->d[l], send->n, ncclInt64, ncclSum, comms[l],
-                                     w->stream[l]);
+    ncclResult_t res =
+        gather ? ncclAllGather(send->d[l], recv->d[l], send->n, ncclInt64, comms[l], w->stream[l])
+               : ncclAllReduce(send->d[l], recv->d[l], send->n, ncclInt64, ncclSum, comms[l],
+                               w->stream[l]);
     if (!api_ok(res)) rc = world_nccl(w, res, comms[l], what);
   }
   ncclResult_t res = ncclGroupEnd();
@@ -188,6 +191,11 @@ static int api_allreduce(struct gpu_world* w, ncclComm_t* comms, struct api_buf*
   for (int l = 0; rc == 0 && l < w->nlocal; l++)
     if (comms[l] != NULL) rc |= api_poll(w, comms[l], what);
   return rc ? -1 : 0;
+}
+
+static int api_allreduce(struct gpu_world* w, ncclComm_t* comms, struct api_buf* send,
+                         struct api_buf* recv, const char* what) {
+  return api_collective(w, comms, send, recv, 0, what);
 }
 
 /* Streams drained; every comm in comms[] (may hold NULLs) without an asynchronous error. */
@@ -1351,23 +1359,6 @@ static void CUDART_CB api_hold_stream(void* arg) {
   usleep(300 * 1000);
 }
 
-/* One all-gather of send->n elements per rank into recv (nranks times as many). */
-static int api_allgather(struct gpu_world* w, ncclComm_t* comms, struct api_buf* send,
-                         struct api_buf* recv, const char* what) {
-  int rc = world_group_start(w);
-  for (int l = 0; rc == 0 && l < w->nlocal; l++) {
-    if (comms[l] == NULL) continue;
-    ncclResult_t res =
-        ncclAllGather(send->d[l], recv->d[l], send->n, ncclInt64, comms[l], w->stream[l]);
-    if (!api_ok(res)) rc = world_nccl(w, res, comms[l], what);
-  }
-  ncclResult_t res = ncclGroupEnd();
-  if (!api_ok(res)) rc |= world_nccl(w, res, NULL, "ncclGroupEnd");
-  for (int l = 0; rc == 0 && l < w->nlocal; l++)
-    if (comms[l] != NULL) rc |= api_poll(w, comms[l], what);
-  return rc ? -1 : 0;
-}
-
 /*
  * Braid with registered buffers used in place (the gpu_reg_api and gpu_reg_fan_api entries):
  * two ranks with BRAID_CE_REG_MIN_BYTES set low run an all-reduce (through the copy engines
@@ -1413,8 +1404,8 @@ static void api_register_busy(struct gpu_world* w) {
                    "cudaLaunchHostFunc"))
       goto out;
   }
-  if (gather ? api_allgather(w, w->comm, &s, &r, "ncclAllGather (registered)")
-             : api_allreduce(w, w->comm, &s, &r, "ncclAllReduce (registered)"))
+  if (api_collective(w, w->comm, &s, &r, gather,
+                     gather ? "ncclAllGather (registered)" : "ncclAllReduce (registered)"))
     goto out;
   for (int l = 0; l < w->nlocal; l++) {
     ncclResult_t res = ncclCommDeregister(w->comm[l], rh[l]);
